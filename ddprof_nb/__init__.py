@@ -1,0 +1,57 @@
+"""ddprof_nb: a native sampling profiler for Jupyter.
+
+``%load_ext ddprof_nb`` then ``%%ddprof`` around a cell, or in plain Python::
+
+    with ddprof_nb.profile(events=("cpu", "wall")) as p:
+        work()
+    p.profile.top("cpu")
+
+Public names only here; heavy modules (explorer, magics) load on first use.
+"""
+
+from .config import SamplerConfig
+from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .events import EventType, FrameKind
+from .labeling import labels
+from .model import Frame, LabelSet, Profile
+from .sampler import Sampler, profile, profiled
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EventType", "FrameKind", "Profile", "Frame", "LabelSet", "SamplerConfig", "Sampler",
+    "profile", "profiled", "labels", "load", "Explorer", "history",
+    "ProfilerError", "ProfilerBusyError", "NotRunningError", "EngineUnavailableError",
+]
+
+
+def load(path):
+    """Read a profile written by ddprof_nb or another tool (pprof, speedscope, folded)."""
+    from .loading import load as _load
+
+    return _load(path)
+
+
+def __getattr__(name):
+    if name == "Explorer":
+        from .explorer.widget import Explorer
+
+        return Explorer
+    if name == "history":
+        from .history import history
+
+        return history
+    raise AttributeError(f"module 'ddprof_nb' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext ddprof_nb``: register the %%ddprof / %ddprof magics."""
+    from .magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from .magics import unload_ipython_extension as _unload
+
+    _unload(ipython)

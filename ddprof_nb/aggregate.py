@@ -1,0 +1,258 @@
+"""Transforms of Profiles: filter (events, threads, labels, time, focus/ignore/hide),
+merge, map_frames, and the top table.  Each returns a NEW Profile (or rows); inputs
+are never modified.
+
+Frame-regex semantics follow pprof: a regex matches a frame when it is found
+(``re.search``) in the frame's name or its filename.
+- ``focus``: keep samples whose stack has a matching frame;
+- ``ignore``: drop samples whose stack has a matching frame;
+- ``hide``: remove matching frames from stacks (samples kept, stacks re-merged).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from .events import EventType, FrameKind
+from .model import Frame, LabelSet, Metadata, Profile, ProfileBuilder, Thread, aggregate_columns
+
+__all__ = ["filter", "merge", "map_stacks", "top", "TopRow", "frame_matches", "compile_regex"]
+
+
+class TopRow(NamedTuple):
+    """One row of a top table: values in the event's chosen value (quantity by default)."""
+
+    name: str
+    filename: str
+    line: int  # the line for by="line", the function's first line for by="function"
+    self: int  # value of samples where this function/line is the leaf
+    total: int  # value of samples where it appears anywhere in the stack (counted once)
+    kind: FrameKind
+
+
+def compile_regex(pattern: str | None, what: str = "regex"):
+    """``re.compile(pattern)``, or None for an empty pattern; a bad one raises ValueError naming it."""
+    if pattern is None or pattern == "":
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid {what} {pattern!r}: {exc}") from None
+
+
+def frame_matches(profile: Profile, pattern) -> np.ndarray:
+    """Boolean mask over ``profile.frames``: does the regex find the frame's name or file?"""
+    rx = compile_regex(pattern) if isinstance(pattern, str) else pattern
+    return np.fromiter(
+        (bool(rx.search(f.name) or (f.filename and rx.search(f.filename))) for f in profile.frames),
+        dtype=bool,
+        count=len(profile.frames),
+    )
+
+
+def _stacks_containing(profile: Profile, frame_mask: np.ndarray) -> np.ndarray:
+    """Boolean mask over ``profile.stacks``: does the stack hold any frame in ``frame_mask``?"""
+    flat, offsets = profile.flat_stacks()
+    if len(flat) == 0:
+        return np.zeros(len(profile.stacks), dtype=bool)
+    hits = frame_mask[flat].astype(np.int64)
+    counts = np.add.reduceat(hits, offsets[:-1]) if len(offsets) > 1 else np.zeros(0, np.int64)
+    # reduceat on an empty segment returns the next element; fix empty stacks explicitly
+    empty = offsets[:-1] == offsets[1:]
+    counts[empty] = 0
+    return counts > 0
+
+
+def _select(profile: Profile, rows: np.ndarray) -> Profile:
+    """The same tables with only the sample rows in ``rows`` (a boolean mask)."""
+    return Profile(
+        profile.frames, profile.stacks, profile.threads, profile.labelsets,
+        profile.event[rows], profile.stack[rows], profile.thread[rows], profile.labels[rows],
+        profile.time_ns[rows], profile.values[rows], profile.metadata, profile.tick_ns,
+    )
+
+
+def filter(
+    profile: Profile,
+    *,
+    events=None,
+    threads=None,
+    labels: Mapping[str, object] | None = None,
+    time_range: tuple[int | None, int | None] | None = None,
+    focus: str | None = None,
+    ignore: str | None = None,
+    hide: str | None = None,
+) -> Profile:
+    """A view of ``profile`` keeping the samples that meet every criterion given.
+
+    events: EventTypes or names; threads: tids or thread names; labels: key -> value
+    (or a list of accepted values); time_range: (start, end) ns relative to the
+    profile's start, either end None for open; focus/ignore/hide: regexes (see module
+    docstring).  Invalid regexes raise ValueError before any work is done.
+    """
+    focus_rx, ignore_rx, hide_rx = (compile_regex(p, w) for p, w in ((focus, "focus"), (ignore, "ignore"), (hide, "hide")))
+    rows = np.ones(len(profile), dtype=bool)
+    if events is not None:
+        if isinstance(events, (str, EventType)):
+            events = [events]
+        ids = [EventType.parse(e).value for e in events]
+        rows &= np.isin(profile.event, ids)
+    if threads is not None:
+        if isinstance(threads, (str, int)):
+            threads = [threads]
+        wanted = set(threads)
+        keep = [i for i, t in enumerate(profile.threads) if t.tid in wanted or t.name in wanted]
+        rows &= np.isin(profile.thread, keep)
+    if labels:
+        accepted = {k: {str(x) for x in (v if isinstance(v, (list, tuple, set, frozenset)) else [v])} for k, v in labels.items()}
+        keep = [i for i, ls in enumerate(profile.labelsets) if all(ls.get(k) in vs for k, vs in accepted.items())]
+        rows &= np.isin(profile.labels, keep)
+    if time_range is not None:
+        start, end = time_range
+        if start is not None:
+            rows &= profile.time_ns + profile.tick_ns > start
+        if end is not None:
+            rows &= profile.time_ns < end
+    if focus_rx is not None:
+        rows &= _stacks_containing(profile, frame_matches(profile, focus_rx))[profile.stack]
+    if ignore_rx is not None:
+        rows &= ~_stacks_containing(profile, frame_matches(profile, ignore_rx))[profile.stack]
+    view = _select(profile, rows)
+    if hide_rx is not None:
+        hidden = frame_matches(view, hide_rx)
+        view = map_stacks(view, lambda frames, ids: tuple(f for f, i in zip(frames, ids) if not hidden[i]))
+    return view
+
+
+def map_stacks(profile: Profile, fn: Callable[[tuple[Frame, ...], tuple[int, ...]], Sequence[Frame]]) -> Profile:
+    """A new Profile whose every stack is ``fn(frames, frame_indexes)`` (root first).
+
+    Stacks that become equal are merged and their samples' values summed.
+    """
+    builder = ProfileBuilder(profile.metadata)
+    new_stack = np.fromiter(
+        (builder.stack_of(fn(tuple(profile.frames[i] for i in s), s)) for s in profile.stacks),
+        dtype=np.int32,
+        count=len(profile.stacks),
+    )
+    return _rebuild(profile, builder, stack_map=new_stack)
+
+
+def _rebuild(profile: Profile, builder: ProfileBuilder, *, stack_map: np.ndarray) -> Profile:
+    """Finish ``builder`` with ``profile``'s samples, stacks remapped through ``stack_map``."""
+    thread_map = np.array([builder.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
+    label_map = np.array([builder.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
+    cols = aggregate_columns(
+        profile.event,
+        stack_map[profile.stack] if len(profile) else profile.stack,
+        thread_map[profile.thread] if len(profile) else profile.thread,
+        label_map[profile.labels] if len(profile) else profile.labels,
+        profile.time_ns,
+        profile.values,
+    )
+    built = builder.build()
+    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, profile.metadata, profile.tick_ns)
+
+
+def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | None = None) -> Profile:
+    """One Profile holding every sample of ``profiles``; identical keys sum their values.
+
+    ``labels``, if given, adds per-profile labels (e.g. ``pid``/``worker``) to that
+    profile's samples.  Times are re-based on the earliest start; dropped counts add up.
+    """
+    if not profiles:
+        raise ValueError("merge() needs at least one profile")
+    labels = list(labels) if labels is not None else [None] * len(profiles)
+    if len(labels) != len(profiles):
+        raise ValueError("merge(): one labels entry per profile, or none")
+    start = min(p.metadata.start_ns for p in profiles)
+    end = max(p.metadata.end_ns for p in profiles)
+    dropped: dict[EventType, int] = {}
+    for p in profiles:
+        for e, n in p.metadata.dropped.items():
+            dropped[e] = dropped.get(e, 0) + n
+    first = profiles[0].metadata
+    meta = first.replace(
+        start_ns=start,
+        end_ns=end,
+        dropped=dropped,
+        notes=tuple(dict.fromkeys(n for p in profiles for n in p.metadata.notes)),
+    )
+    builder = ProfileBuilder(meta)
+    parts = []
+    for p, extra in zip(profiles, labels):
+        stack_map = np.array([builder.stack_of(p.stack_frames(i)) for i in range(len(p.stacks))] or [0], dtype=np.int32)
+        thread_map = np.array([builder.thread_id(t.tid, t.name) for t in p.threads] or [0], dtype=np.int32)
+        label_map = np.array(
+            [builder.labels_id(ls.merged(extra) if extra else ls) for ls in p.labelsets] or [0], dtype=np.int32
+        )
+        if len(p):
+            parts.append((p.event, stack_map[p.stack], thread_map[p.thread], label_map[p.labels],
+                          p.time_ns + (p.metadata.start_ns - start), p.values))
+    built = builder.build(end_ns=end)
+    tick = max([built.tick_ns] + [p.tick_ns for p in profiles])
+    if parts:
+        ev, st, th, lb, t, v = (np.concatenate(c) for c in zip(*parts))
+        cols = aggregate_columns(ev, st, th, lb, (t // tick) * tick, v)
+    else:
+        cols = (built.event, built.stack, built.thread, built.labels, built.time_ns, built.values)
+    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, meta, tick)
+
+
+def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", value_index: int = 1) -> list[TopRow]:
+    """Self and total per function (or per line) for one event, sorted by self, then total.
+
+    ``event`` defaults to the profile's first event type.  ``total`` counts a function
+    once per stack even when it recurses.  ``n=None`` returns every row.
+    """
+    if by not in ("function", "line"):
+        raise ValueError(f"top(by={by!r}): expected 'function' or 'line'")
+    if event is None:
+        if not profile.events:
+            return []
+        event = profile.events[0]
+    e = EventType.parse(event)
+    rows = profile.event == e.value
+    weights = np.zeros(len(profile.stacks), dtype=np.int64)
+    np.add.at(weights, profile.stack[rows], profile.values[rows, value_index])
+
+    # group frames into functions (or lines): key index per frame
+    keys: dict[tuple, int] = {}
+    frame_key = np.empty(len(profile.frames), dtype=np.int64)
+    reps: list[Frame] = []
+    for i, f in enumerate(profile.frames):
+        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
+        idx = keys.get(k)
+        if idx is None:
+            idx = keys[k] = len(reps)
+            reps.append(f)
+        frame_key[i] = idx
+    nkeys = len(reps)
+    self_v = np.zeros(nkeys, dtype=np.int64)
+    total_v = np.zeros(nkeys, dtype=np.int64)
+    flat, offsets = profile.flat_stacks()
+    used = np.flatnonzero(weights)
+    if len(used):
+        lengths = offsets[used + 1] - offsets[used]
+        nonempty = used[lengths > 0]
+        leaf = flat[offsets[nonempty + 1] - 1]
+        np.add.at(self_v, frame_key[leaf], weights[nonempty])
+        # (stack, key) pairs, de-duplicated so recursion counts once
+        seg_stack = np.repeat(used, lengths)
+        ends = np.cumsum(lengths)
+        pos = np.arange(int(ends[-1])) - np.repeat(ends - lengths - offsets[used], lengths)
+        seg_key = frame_key[flat[pos]]
+        pair = np.unique(seg_stack.astype(np.int64) * nkeys + seg_key)
+        np.add.at(total_v, pair % nkeys, weights[pair // nkeys])
+    order = np.lexsort((-total_v, -self_v))
+    order = order[total_v[order] > 0]
+    if n is not None:
+        order = order[:n]
+    return [
+        TopRow(reps[i].name, reps[i].filename, reps[i].first_line if by == "function" else reps[i].line,
+               int(self_v[i]), int(total_v[i]), reps[i].kind)
+        for i in order
+    ]

@@ -1,0 +1,116 @@
+"""Sampler options: their defaults, units and parsing (the one place each lives).
+
+Every entry point (Python API, magics, CLI) builds a ``SamplerConfig`` through
+``SamplerConfig.make``, so an option means the same thing everywhere and bad values
+get the same clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .events import EventType
+
+DEFAULT_EVENTS = (EventType.CPU, EventType.WALL)
+DEFAULT_INTERVAL_NS = 10_000_000  # 100 Hz, for cpu and wall
+DEFAULT_ALLOC_RATE = 512 * 1024  # mean bytes between allocation samples
+DEFAULT_MAX_DEPTH = 128  # frames kept per stack; deeper stacks end in [truncated]
+MIN_INTERVAL_NS = 100_000  # 10 kHz; finer is noise with a 250 Hz kernel tick
+MAX_INTERVAL_NS = 60_000_000_000
+ENGINES = ("auto", "native", "python")
+
+_DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_duration_ns(value, what: str = "interval") -> int:
+    """Nanoseconds from ``"10ms"``, ``"250us"``, ``"1s"``, or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {what} {value!r}")
+    if isinstance(value, (int, float)):
+        ns = int(round(value * 1e9))
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*", str(value))
+        if not m:
+            raise ValueError(f"invalid {what} {value!r}: use a number with a unit, e.g. '10ms', '250us', '1s'")
+        ns = int(round(float(m.group(1)) * _DURATION_UNITS[m.group(2)]))
+    if ns <= 0:
+        raise ValueError(f"invalid {what} {value!r}: must be positive")
+    return ns
+
+
+def parse_size_bytes(value, what: str = "alloc rate") -> int:
+    """Bytes from ``"512KiB"``, ``"1MB"``, ``"4096"`` or an int."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {what} {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else ""
+        if not m or (unit and unit not in _SIZE_UNITS):
+            raise ValueError(f"invalid {what} {value!r}: use bytes with a unit, e.g. '512KiB', '1MiB'")
+        n = int(float(m.group(1)) * _SIZE_UNITS.get(unit or "b"))
+    if n <= 0:
+        raise ValueError(f"invalid {what} {value!r}: must be positive")
+    return n
+
+
+def parse_events(events) -> tuple[EventType, ...]:
+    """Event types from ``"cpu,wall"``, ``("cpu", "alloc")`` or EventTypes; LIVE comes with ALLOC."""
+    if isinstance(events, (str, EventType)):
+        events = [events]
+    parsed: list[EventType] = []
+    for item in events:
+        parts = item.split(",") if isinstance(item, str) else [item]
+        for part in parts:
+            if isinstance(part, str) and not part.strip():
+                continue
+            e = EventType.parse(part)
+            if e is EventType.LIVE:
+                e = EventType.ALLOC  # live heap is measured by the allocation sampler
+            if e not in parsed:
+                parsed.append(e)
+    if not parsed:
+        raise ValueError("no event types given; choose from: " + ", ".join(e.label for e in EventType))
+    return tuple(e for e in EventType if e in parsed)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """What to sample and how often.  Build with ``SamplerConfig.make(**options)``."""
+
+    events: tuple[EventType, ...] = DEFAULT_EVENTS
+    interval_ns: int = DEFAULT_INTERVAL_NS  # CPU-time period per thread, and the wall period
+    alloc_rate: int = DEFAULT_ALLOC_RATE
+    max_depth: int = DEFAULT_MAX_DEPTH
+    engine: str = "auto"
+    labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
+
+    @classmethod
+    def make(
+        cls,
+        events=DEFAULT_EVENTS,
+        interval=DEFAULT_INTERVAL_NS / 1e9,
+        alloc_rate=DEFAULT_ALLOC_RATE,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        engine: str = "auto",
+        labels=None,
+    ) -> "SamplerConfig":
+        """Validate user-facing options (strings with units allowed) into a config."""
+        interval_ns = parse_duration_ns(interval)
+        if not MIN_INTERVAL_NS <= interval_ns <= MAX_INTERVAL_NS:
+            raise ValueError(f"invalid interval {interval!r}: must be between 100us and 60s")
+        if engine not in ENGINES:
+            raise ValueError(f"invalid engine {engine!r}; expected one of: {', '.join(ENGINES)}")
+        if not isinstance(max_depth, int) or not 1 <= max_depth <= 4096:
+            raise ValueError(f"invalid max_depth {max_depth!r}: must be an int in 1..4096")
+        return cls(
+            events=parse_events(events),
+            interval_ns=interval_ns,
+            alloc_rate=parse_size_bytes(alloc_rate),
+            max_depth=max_depth,
+            engine=engine,
+            labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
+        )

@@ -1,0 +1,218 @@
+"""Sampler: picks an engine, runs it, and hands back a Profile rooted at the caller.
+
+One sampler runs per process at a time (a second start raises ProfilerBusyError).
+``profile()`` is the context manager behind the public API; the magics and the CLI
+use ``Sampler`` directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from . import aggregate
+from .config import SamplerConfig
+from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .model import Frame, Profile
+
+_active_lock = threading.Lock()
+_active: "Sampler | None" = None
+
+
+def _engine_classes() -> dict:
+    from .engines.python import PythonEngine
+
+    classes = {"python": PythonEngine}
+    try:
+        from .engines.native import NativeEngine
+    except Exception as exc:  # noqa: BLE001 - a broken native build must not break import
+        classes["native"] = exc
+    else:
+        classes["native"] = NativeEngine
+    return classes
+
+
+def choose_engine(config: SamplerConfig):
+    """The engine class for ``config`` and a note when 'auto' had to fall back."""
+    classes = _engine_classes()
+    native = classes["native"]
+    reason = f"native engine failed to load: {native}" if isinstance(native, Exception) else native.unavailable_reason()
+    if config.engine == "native":
+        if reason:
+            raise EngineUnavailableError(reason)
+        return native, None
+    if config.engine == "python":
+        return classes["python"], None
+    if reason is None and all(e in native.supported_events for e in config.events):
+        return native, None
+    if reason is None:
+        missing = [e.label for e in config.events if e not in native.supported_events]
+        raise EngineUnavailableError(f"the native engine cannot sample {', '.join(missing)} yet")
+    python = classes["python"]
+    missing = [e.label for e in config.events if e not in python.supported_events]
+    if missing:
+        raise EngineUnavailableError(f"{reason}; the portable python engine cannot sample {', '.join(missing)}")
+    return python, f"fell back to the python engine: {reason}"
+
+
+def _caller_frames(depth: int) -> list[tuple[str, str, int]]:
+    """(qualname, filename, first line) of the calling thread's frames, root first."""
+    frame = sys._getframe(depth + 1)
+    out = []
+    while frame is not None:
+        code = frame.f_code
+        out.append((code.co_qualname, code.co_filename, code.co_firstlineno))
+        frame = frame.f_back
+    out.reverse()
+    return out
+
+
+def trim_prefix(profile: Profile, thread_tid: int, prefix: list[tuple[str, str, int]], keep_last: bool) -> Profile:
+    """Drop ``prefix`` (frames that were already on the starting thread's stack) from the
+    root of that thread's stacks, so the profiled code is the root.  ``keep_last`` keeps
+    the frame that started profiling (e.g. the function holding a ``with`` block)."""
+    if not prefix:
+        return profile
+    cut = len(prefix) - (1 if keep_last else 0)
+    tids = {i for i, t in enumerate(profile.threads) if t.tid == thread_tid}
+    if not tids:
+        return profile
+    rows_by_stack: dict[int, set[int]] = {}
+    for s, t in zip(profile.stack.tolist(), profile.thread.tolist()):
+        rows_by_stack.setdefault(s, set()).add(t)
+
+    def key(f: Frame):
+        return (f.name, f.filename, f.first_line)
+
+    def trim(frames, ids):
+        if len(frames) > cut and all(key(f) == p for f, p in zip(frames[:len(prefix)], prefix)):
+            return frames[cut:]
+        return frames
+
+    # only the starting thread's stacks are trimmed; a stack shared with other threads
+    # keeps its full form for them, so split by thread before mapping
+    if any(len(ts - tids) and len(ts & tids) for ts in rows_by_stack.values()):
+        other = profile.filter(threads=[t.tid for i, t in enumerate(profile.threads) if i not in tids])
+        mine = profile.filter(threads=[thread_tid])
+        return aggregate.merge(aggregate.map_stacks(mine, trim), other)
+    return aggregate.map_stacks(profile, lambda frames, ids: trim(frames, ids))
+
+
+class Sampler:
+    """Runs one engine between ``start()`` and ``stop()``; ``stop()`` returns the Profile."""
+
+    def __init__(self, config: SamplerConfig | None = None, **options):
+        self.config = config or SamplerConfig.make(**options)
+        self._engine = None
+        self._note: str | None = None
+        self._prefix: list = []
+        self._tid = 0
+        self._keep_last = True
+        self.profile: Profile | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def engine_name(self) -> str:
+        return self._engine.name if self._engine is not None else ""
+
+    def start(self, *, caller_depth: int = 0, trim: str = "caller") -> "Sampler":
+        """Start sampling.  ``trim``: 'caller' roots the starting thread's stacks at the
+        frame ``caller_depth`` levels above this call; 'below' roots them below it (magics:
+        the cell itself); 'none' keeps whole stacks."""
+        global _active
+        if trim not in ("caller", "below", "none"):
+            raise ValueError(f"invalid trim {trim!r}")
+        with _active_lock:
+            if _active is not None:
+                raise ProfilerBusyError(
+                    "a profile is already running in this process (started by "
+                    f"{_active.config.engine} engine); stop it first"
+                )
+            cls, self._note = choose_engine(self.config)
+            engine = cls(self.config)
+            self._prefix = [] if trim == "none" else _caller_frames(caller_depth + 1)
+            self._keep_last = trim == "caller"
+            self._tid = threading.get_native_id()
+            engine.start()
+            self._engine = engine
+            _active = self
+        return self
+
+    def stop(self) -> Profile:
+        """Stop sampling and return the Profile (also kept as ``self.profile``)."""
+        global _active
+        with _active_lock:
+            if self._engine is None:
+                raise NotRunningError("the profiler is not running (stop without start)")
+            engine, self._engine = self._engine, None
+            try:
+                profile = engine.stop()
+            finally:
+                _active = None
+        if self.config.labels:
+            profile = aggregate.merge(profile, labels=[dict(self.config.labels)])
+        profile = trim_prefix(profile, self._tid, self._prefix, self._keep_last)
+        if self._note:
+            profile = profile.with_metadata(notes=profile.metadata.notes + (self._note,))
+        self.profile = profile
+        return self.profile
+
+
+def active() -> Sampler | None:
+    """The running sampler, if any."""
+    return _active
+
+
+class ProfileHandle:
+    """What ``with profile() as p`` binds: ``p.profile`` is set when the block ends."""
+
+    def __init__(self, sampler: Sampler):
+        self.sampler = sampler
+        self.profile: Profile | None = None
+
+    def __repr__(self) -> str:
+        return f"<ProfileHandle {self.profile!r}>"
+
+
+@contextmanager
+def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", engine="auto",
+            max_depth=None, labels=None) -> Iterator[ProfileHandle]:
+    """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
+
+    The profile is produced even when the block raises (including KeyboardInterrupt).
+    """
+    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, engine=engine, labels=labels)
+    if max_depth is not None:
+        options["max_depth"] = max_depth
+    sampler = Sampler(**options)
+    handle = ProfileHandle(sampler)
+    sampler.start(caller_depth=2)  # contextmanager's __enter__ and this generator sit between
+    try:
+        yield handle
+    finally:
+        handle.profile = sampler.stop()
+
+
+def profiled(func=None, **options):
+    """Decorator: profile each call of ``func``, rooted at ``func``; the latest profile
+    is ``func.last_profile`` (kept even when the call raises)."""
+    if func is None:
+        return functools.partial(profiled, **options)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        sampler = Sampler(**options)
+        sampler.start(trim="below")
+        try:
+            return func(*args, **kwargs)
+        finally:
+            wrapper.last_profile = sampler.stop()
+
+    wrapper.last_profile = None
+    return wrapper
