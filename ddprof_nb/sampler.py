@@ -8,6 +8,7 @@ use ``Sampler`` directly.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import threading
 from contextlib import contextmanager
@@ -158,6 +159,8 @@ class Sampler:
         if self.config.labels:
             profile = aggregate.merge(profile, labels=[dict(self.config.labels)])
         profile = trim_prefix(profile, self._tid, self._prefix, self._keep_last)
+        # samples taken inside start()/stop() themselves show the profiler, not the user's code
+        profile = aggregate.filter(profile, ignore="^" + re.escape(__file__) + "$")
         if self._note:
             profile = profile.with_metadata(notes=profile.metadata.notes + (self._note,))
         self.profile = profile

@@ -1,0 +1,97 @@
+"""Profile model benchmark: ingest 1,000,000 synthetic samples over 50,000 unique stacks,
+then time a focus filter, a top table and a pprof export.  Prints a table.
+
+    python benchmarks/bench_model.py [--samples 1000000] [--stacks 50000]
+
+Goals (issue: foundation): ingest >= 1 M samples/s; filter + top < 0.5 s.
+Peak memory is the process's peak RSS growth over the run (ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import resource
+import time
+
+import numpy as np
+
+from ddprof_nb.model import Frame, Metadata, ProfileBuilder
+
+
+def synthetic_stacks(builder: ProfileBuilder, n_stacks: int, rng) -> None:
+    """Tree-shaped stacks: 20 modules x 100 functions, depth 8-40, shared prefixes."""
+    frames = [builder.frame_id(Frame(f"mod{m}.func{f}", f"/src/mod{m}.py", 10 + f, 10 + f))
+              for m in range(20) for f in range(100)]
+    roots = [frames[i] for i in rng.choice(len(frames), 50, replace=False)]
+    while len(builder._stacks) < n_stacks:
+        depth = int(rng.integers(8, 41))
+        stack = [roots[int(rng.integers(0, len(roots)))]]
+        stack += [frames[int(i)] for i in rng.integers(0, len(frames), depth - 1)]
+        builder.stack_id(stack)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--stacks", type=int, default=50_000)
+    args = ap.parse_args()
+    rng = np.random.default_rng(42)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    duration = 60 * 10**9
+    builder = ProfileBuilder(Metadata(start_ns=0, end_ns=duration, interval_ns=10_000_000, engine="synthetic"))
+    synthetic_stacks(builder, args.stacks, rng)
+    for t in range(8):
+        builder.thread_id(1000 + t, f"thread-{t}")
+    n = args.samples
+    events = rng.integers(0, 2, n)  # cpu and wall
+    stacks = (rng.zipf(1.3, n) - 1) % args.stacks  # skewed like real profiles
+    threads = rng.integers(0, 8, n)
+    times = np.sort(rng.integers(0, duration, n))
+    values = np.column_stack([np.ones(n, np.int64), np.full(n, 10_000_000, np.int64)])
+
+    t0 = time.perf_counter()
+    # engines hand over batches (one drain = one batch); 10k samples per batch
+    for i in range(0, n, 10_000):
+        builder.add_many(events[i:i + 10_000], stacks[i:i + 10_000], threads[i:i + 10_000], 0,
+                         times[i:i + 10_000], values[i:i + 10_000])
+    profile = builder.build()
+    t_ingest = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    focused = profile.filter(events=["cpu"], focus=r"mod3\.func(1|2)\d")
+    t_focus = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    rows = focused.top("cpu", n=50)
+    t_top = time.perf_counter() - t0
+
+    t_pprof = float("nan")
+    try:
+        from ddprof_nb.exporters import pprof
+    except ImportError:
+        pprof = None
+    if pprof is not None:
+        t0 = time.perf_counter()
+        buf = io.BytesIO()
+        pprof.write(profile, buf)
+        t_pprof = time.perf_counter() - t0
+    peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+
+    print(f"{'measure':<34}{'value':>16}   goal")
+    print(f"{'-' * 34}{'-' * 16}   ----")
+    print(f"{'samples ingested':<34}{n:>16,}")
+    print(f"{'unique stacks':<34}{len(profile.stacks):>16,}")
+    print(f"{'aggregated rows':<34}{len(profile):>16,}")
+    print(f"{'ingest rate (samples/s)':<34}{n / t_ingest:>16,.0f}   >= 1,000,000")
+    print(f"{'focus filter (s)':<34}{t_focus:>16.3f}")
+    print(f"{'top table (s)':<34}{t_top:>16.3f}")
+    print(f"{'filter + top (s)':<34}{t_focus + t_top:>16.3f}   < 0.5")
+    print(f"{'pprof export (s)':<34}{t_pprof:>16.3f}")
+    print(f"{'peak RSS growth (MiB)':<34}{peak_mb:>16.1f}")
+    print(f"top function: {rows[0].name if rows else '-'}")
+
+
+if __name__ == "__main__":
+    main()

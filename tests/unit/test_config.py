@@ -1,0 +1,38 @@
+"""Option parsing: one place, clear errors."""
+
+import pytest
+
+from ddprof_nb.config import SamplerConfig, parse_duration_ns, parse_size_bytes
+
+
+@pytest.mark.parametrize("text,ns", [("10ms", 10_000_000), ("250us", 250_000), ("1s", 10**9), (0.01, 10_000_000), ("1.5ms", 1_500_000)])
+def test_durations(text, ns):
+    assert parse_duration_ns(text) == ns
+
+
+@pytest.mark.parametrize("bad", ["10", "ten ms", "-1ms", "0ms", True, "5 parsecs"])
+def test_bad_durations_name_the_value(bad):
+    with pytest.raises(ValueError, match="invalid interval"):
+        parse_duration_ns(bad)
+
+
+@pytest.mark.parametrize("text,n", [("512KiB", 524288), ("1MB", 10**6), ("4096", 4096), (100, 100), ("1.5MiB", 1572864)])
+def test_sizes(text, n):
+    assert parse_size_bytes(text) == n
+
+
+@pytest.mark.parametrize("bad", ["1 parsec", "-5", "0", "KiB"])
+def test_bad_sizes(bad):
+    with pytest.raises(ValueError, match="invalid alloc rate"):
+        parse_size_bytes(bad)
+
+
+def test_make_validates_everything():
+    cfg = SamplerConfig.make(events="cpu", interval="1ms", labels={"a": 1})
+    assert cfg.interval_ns == 1_000_000 and cfg.labels == (("a", "1"),)
+    with pytest.raises(ValueError, match="between 100us and 60s"):
+        SamplerConfig.make(interval="1us")
+    with pytest.raises(ValueError, match="invalid engine"):
+        SamplerConfig.make(engine="turbo")
+    with pytest.raises(ValueError, match="max_depth"):
+        SamplerConfig.make(max_depth=0)
