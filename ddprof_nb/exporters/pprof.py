@@ -1,0 +1,450 @@
+"""pprof: Profile <-> gzipped ``perftools.profiles.Profile`` (github.com/google/pprof).
+
+``write``/``dumps`` produce files that ``go tool pprof`` reads; ``read``/``loads`` read
+any valid pprof and restore our own files exactly.
+
+How a Profile maps onto pprof (what makes the round trip through ``read`` exact):
+
+* Sample types: both value types (count, quantity) of every event present, in the
+  events.h table order.  A pprof sample holds ONE row of ONE event: its two values at
+  that event's positions, zeros elsewhere.  ``default_sample_type`` and ``period_type``
+  are the first event's quantity type; ``period`` is ``metadata.interval_ns``.
+* Functions: one per (name, filename, first_line, kind); ``start_line`` = first_line.
+  Frame kinds live in ``Function.system_name``: ``"[kind:<label>]"`` (e.g. ``[kind:gc]``)
+  for every non-Python frame, empty for Python frames (an empty system_name also stops
+  pprof's C++ demangling heuristics, which would turn ``<module>`` into an empty name).  A Python frame whose name itself starts with ``[kind:`` is tagged
+  ``[kind:python]`` so the reader can never mistake it.  Tags are shared strings.
+* Locations: one per (function, line), one Line each, no address; all point at one
+  Mapping (id 1, ``[ddprof_nb]``) that declares functions, files and lines present, so
+  pprof tools never try to symbolize them.
+* Labels, in this order: ``thread id`` (num), ``thread name`` (str), ``time_ns`` (num,
+  unit nanoseconds: the row's time tick relative to ``time_nanos``), then — only when
+  both values are zero, the one case values cannot name the event — ``ddprof_nb.event``
+  (str), then every LabelSet pair as a str label.  The reader parses our files by
+  position, so user labels with the same keys are kept as user labels.
+* Metadata: ``time_nanos`` = start_ns, ``duration_nanos`` = end_ns - start_ns; comments
+  ``ddprof_nb.format=1``, ``ddprof_nb.engine=``, ``.python_version=``, ``.pid=``,
+  ``.host=``, ``.tick_ns=``, ``ddprof_nb.dropped.<event>=<n>``, ``ddprof_nb.note=<text>``
+  and ``ddprof_nb.extra=<JSON [key, value]>``.  Keys never contain ``=``; values may.
+
+Reading other tools' files: sample types are mapped to events by exact (type, unit)
+match with an event's value types, or through ``ALIASES`` (Go's heap/mutex names,
+Datadog's names).  Unmapped sample types are ignored and named in a metadata note; a
+file with samples none of whose types map raises ``ValueError`` listing the types.  A
+sample with nonzero values for several events becomes one row per event.  An event with
+only its quantity mapped gets count 0 (and vice versa).  Threads come from ``thread id``
+/ ``thread name`` labels (else thread 0); other labels become LabelSet pairs (num labels
+as ``"<num>"`` or ``"<num> <unit>"``).  Comments become metadata notes.  Locations
+without lines become native frames named by address.
+"""
+
+from __future__ import annotations
+
+import json
+from operator import attrgetter
+
+import numpy as np
+
+from ..events import EventType, FrameKind
+from ..model import MIN_TICK_NS, Frame, LabelSet, Metadata, Profile, ProfileBuilder
+from . import MAX_FILE_BYTES, finish_profile, gc_paused, pprof_proto as pb, read_source, write_atomic
+
+__all__ = ["write", "read", "dumps", "loads", "to_pprof", "from_pprof", "ALIASES", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+_P = "ddprof_nb."
+_MARKER = f"{_P}format="
+_KIND_PREFIX = "[kind:"
+_MAPPING_ID = 1
+_I64_MAX = (1 << 63) - 1
+_label_key = attrgetter("key", "str", "num", "num_unit")
+
+# Sample types other tools write, mapped to (event, value index: 0 count / 1 quantity).
+ALIASES: dict[tuple[str, str], tuple[EventType, int]] = {
+    # Go runtime/pprof: heap, mutex (block profiles share mutex's types)
+    ("alloc_objects", "count"): (EventType.ALLOC, 0),
+    ("alloc_space", "bytes"): (EventType.ALLOC, 1),
+    ("inuse_objects", "count"): (EventType.LIVE, 0),
+    ("inuse_space", "bytes"): (EventType.LIVE, 1),
+    ("contentions", "count"): (EventType.LOCK, 0),
+    ("delay", "nanoseconds"): (EventType.LOCK, 1),
+    # Datadog profilers
+    ("cpu-time", "nanoseconds"): (EventType.CPU, 1),
+    ("wall-time", "nanoseconds"): (EventType.WALL, 1),
+    ("alloc-samples", "count"): (EventType.ALLOC, 0),
+    ("heap-live-samples", "count"): (EventType.LIVE, 0),
+    ("heap-space", "bytes"): (EventType.LIVE, 1),
+    ("heap-live-size", "bytes"): (EventType.LIVE, 1),
+    ("lock-acquire", "count"): (EventType.LOCK, 0),
+    ("lock-acquire-wait", "nanoseconds"): (EventType.LOCK, 1),
+}
+
+
+def _sample_type_map() -> dict[tuple[str, str], tuple[EventType, int]]:
+    exact = {}
+    for e in EventType:
+        for i, vt in enumerate(e.value_types):
+            exact[(vt.type, vt.unit)] = (e, i)
+    return {**ALIASES, **exact}
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _system_name(frame: Frame) -> str:
+    if frame.kind is not FrameKind.PYTHON or frame.name.startswith(_KIND_PREFIX):
+        return f"{_KIND_PREFIX}{frame.kind.label}]"
+    # Empty, not the name: pprof tools "demangle" a function whose system_name equals its
+    # name, and their C++ heuristics turn "<module>" into "" and strip "[...]".
+    return ""
+
+
+def _comments(meta: Metadata, tick_ns: int) -> list[str]:
+    out = [
+        f"{_MARKER}{FORMAT_VERSION}",
+        f"{_P}engine={meta.engine}",
+        f"{_P}python_version={meta.python_version}",
+        f"{_P}pid={meta.pid}",
+        f"{_P}host={meta.host}",
+        f"{_P}tick_ns={tick_ns}",
+    ]
+    for event, n in meta.dropped.items():
+        out.append(f"{_P}dropped.{EventType.parse(event).label}={int(n)}")
+    out.extend(f"{_P}note={note}" for note in meta.notes)
+    out.extend(f"{_P}extra=" + json.dumps([str(k), str(v)], ensure_ascii=False) for k, v in meta.extra.items())
+    return out
+
+
+def to_pprof(profile: Profile) -> pb.PprofProfile:
+    """The pprof message for ``profile`` (see the module docstring for the mapping)."""
+    events = profile.events
+    sample_types: list[pb.ValueType] = []
+    slot: dict[int, int] = {}
+    for e in events:
+        slot[e.value] = len(sample_types)
+        sample_types.extend(pb.ValueType(vt.type, vt.unit) for vt in e.value_types)
+    nvals = len(sample_types)
+
+    functions: list[pb.Function] = []
+    locations: list[pb.Location] = []
+    fn_ids: dict[tuple, int] = {}
+    loc_ids: dict[tuple[int, int], int] = {}
+    frame_loc: dict[int, int] = {}  # frame index -> location id
+
+    def location_of(fi: int) -> int:
+        fr = profile.frames[fi]
+        fkey = fr.function_key
+        fid = fn_ids.get(fkey)
+        if fid is None:
+            fid = fn_ids[fkey] = len(functions) + 1
+            functions.append(pb.Function(fid, fr.name, _system_name(fr), fr.filename, fr.first_line))
+        lkey = (fid, fr.line)
+        lid = loc_ids.get(lkey)
+        if lid is None:
+            lid = loc_ids[lkey] = len(locations) + 1
+            locations.append(pb.Location(lid, 0, [pb.Line(fid, fr.line)], _MAPPING_ID))
+        frame_loc[fi] = lid
+        return lid
+
+    stack_locs: dict[int, list[int]] = {}
+    for s in np.unique(profile.stack).tolist():
+        # pprof stacks are leaf first; ours are root first
+        stack_locs[s] = [frame_loc.get(fi) or location_of(fi) for fi in reversed(profile.stacks[s])]
+
+    thread_labels = [
+        [pb.Label("thread id", num=t.tid), pb.Label("thread name", str=t.name)] for t in profile.threads
+    ]
+    user_labels = [[pb.Label(k, str=v) for k, v in ls.items] for ls in profile.labelsets]
+    time_labels: dict[int, pb.Label] = {}
+    zero_labels = {e.value: pb.Label(f"{_P}event", str=e.label) for e in events}
+
+    samples: list[pb.Sample] = []
+    append = samples.append
+    Sample, Label = pb.Sample, pb.Label
+    zeros = [0] * nvals
+    for ev, st, th, lb, t, (c, q) in zip(
+        profile.event.tolist(), profile.stack.tolist(), profile.thread.tolist(),
+        profile.labels.tolist(), profile.time_ns.tolist(), profile.values.tolist(),
+    ):
+        row = zeros.copy()
+        i = slot[ev]
+        row[i] = c
+        row[i + 1] = q
+        tl = time_labels.get(t)
+        if tl is None:
+            tl = time_labels[t] = Label("time_ns", num=t, num_unit="nanoseconds")
+        labels = thread_labels[th] + [tl]
+        if not c and not q:
+            labels.append(zero_labels[ev])
+        append(Sample(stack_locs[st], row, labels + user_labels[lb]))
+
+    meta = profile.metadata
+    main = sample_types[1] if sample_types else None
+    return pb.PprofProfile(
+        sample_types=sample_types,
+        samples=samples,
+        locations=locations,
+        functions=functions,
+        mappings=[pb.Mapping(_MAPPING_ID, filename="[ddprof_nb]", has_functions=True,
+                             has_filenames=True, has_line_numbers=True)],
+        time_nanos=meta.start_ns,
+        duration_nanos=meta.end_ns - meta.start_ns,
+        period_type=pb.ValueType(main.type, main.unit) if main else None,
+        period=meta.interval_ns,
+        comments=_comments(meta, profile.tick_ns),
+        default_sample_type=main.type if main else None,
+    )
+
+
+def dumps(profile: Profile) -> bytes:
+    """The gzipped pprof bytes of ``profile``."""
+    with gc_paused():
+        return pb.dumps(to_pprof(profile))
+
+
+def write(profile: Profile, dest) -> None:
+    """Write ``profile`` as gzipped pprof to ``dest`` (path: mode 0600, atomic; or a binary file)."""
+    write_atomic(dest, dumps(profile))
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read(source, *, name: str | None = None, max_uncompressed: int = pb.MAX_UNCOMPRESSED) -> Profile:
+    """The Profile in a pprof file (path or bytes; gzipped or raw protobuf).
+
+    ``ValueError`` naming the input for anything that is not a valid pprof profile, a
+    file over 1 GiB, or one that inflates past ``max_uncompressed`` bytes.
+    """
+    data, name = read_source(source, name, MAX_FILE_BYTES)
+    return loads(data, name=name, max_uncompressed=max_uncompressed)
+
+
+def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = pb.MAX_UNCOMPRESSED) -> Profile:
+    """The Profile in pprof bytes (gzipped or raw); see ``read``."""
+    with gc_paused():
+        return from_pprof(pb.loads(data, name=name, max_uncompressed=max_uncompressed), name=name)
+
+
+class _Meta:
+    """Metadata fields gathered from our comments."""
+
+    def __init__(self):
+        self.fields: dict[str, str] = {}
+        self.dropped: dict[EventType, int] = {}
+        self.notes: list[str] = []
+        self.extra: dict[str, str] = {}
+
+
+def _parse_comments(comments: list[str], name: str) -> tuple[bool, _Meta]:
+    ours = any(c.startswith(_MARKER) for c in comments)
+    m = _Meta()
+    for c in comments:
+        if not (ours and c.startswith(_P) and "=" in c):
+            m.notes.append(c)
+            continue
+        key, value = c[len(_P):].split("=", 1)
+        try:
+            if key == "note":
+                m.notes.append(value)
+            elif key == "extra":
+                k, v = json.loads(value)
+                m.extra[str(k)] = str(v)
+            elif key.startswith("dropped."):
+                m.dropped[EventType.parse(key[len("dropped."):])] = int(value)
+            else:
+                m.fields[key] = value  # unknown keys from newer writers are kept harmlessly
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ValueError(f"{name}: bad ddprof_nb comment {c[:80]!r} ({e})") from None
+    return ours, m
+
+
+def _int_field(m: _Meta, key: str, default: int, name: str) -> int:
+    value = m.fields.get(key)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}: comment ddprof_nb.{key} is not an integer: {value[:40]!r}") from None
+
+
+def _frame_of_function(fn: pb.Function | None, line: int, name: str) -> Frame:
+    if fn is None:
+        return Frame("[unknown]", line=line, kind=FrameKind.UNKNOWN)
+    sysname = fn.system_name
+    if sysname.startswith(_KIND_PREFIX) and sysname.endswith("]"):
+        try:
+            kind = FrameKind.parse(sysname[len(_KIND_PREFIX):-1])
+        except ValueError as e:
+            raise ValueError(f"{name}: function {fn.id}: {e}") from None
+        return Frame(fn.name, fn.filename, line, fn.start_line, kind)
+    return Frame(fn.name or sysname, fn.filename, line, fn.start_line, FrameKind.PYTHON)
+
+
+def _label_text(lab: pb.Label) -> str:
+    if lab.str or not (lab.num or lab.num_unit):
+        return lab.str
+    return f"{lab.num} {lab.num_unit}" if lab.num_unit else str(lab.num)
+
+
+def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
+    """The Profile for a decoded pprof message; ``ValueError`` naming ``name`` when its
+    sample types cannot be mapped to events."""
+    ours, cm = _parse_comments(pp.comments, name)
+
+    # sample type index -> (event, value index); first mapping of each slot wins
+    known = _sample_type_map()
+    columns: dict[EventType, list[int | None]] = {}
+    ignored: list[str] = []
+    for i, vt in enumerate(pp.sample_types):
+        hit = known.get((vt.type, vt.unit))
+        if hit is None or (hit[0] in columns and columns[hit[0]][hit[1]] is not None):
+            ignored.append(f"{vt.type}/{vt.unit}")
+            continue
+        columns.setdefault(hit[0], [None, None])[hit[1]] = i
+    event_cols = [(e, c[0], c[1]) for e, c in sorted(columns.items(), key=lambda kv: kv[0].value)]
+    if pp.samples and not event_cols:
+        found = ", ".join(f"{vt.type}/{vt.unit}" for vt in pp.sample_types) or "none"
+        raise ValueError(
+            f"{name}: no pprof sample type maps to a ddprof_nb event (found: {found}; expected "
+            f"e.g. {', '.join(f'{vt.type}/{vt.unit}' for e in EventType for vt in e.value_types)})"
+        )
+
+    if ours:
+        meta = Metadata(
+            start_ns=pp.time_nanos,
+            end_ns=pp.time_nanos + pp.duration_nanos,
+            interval_ns=pp.period,
+            engine=cm.fields.get("engine", ""),
+            python_version=cm.fields.get("python_version", ""),
+            pid=_int_field(cm, "pid", 0, name),
+            host=cm.fields.get("host", ""),
+            dropped=cm.dropped,
+            notes=tuple(cm.notes),
+            extra=cm.extra,
+        )
+        tick_ns = _int_field(cm, "tick_ns", MIN_TICK_NS, name)
+    else:
+        notes = list(cm.notes)
+        if ignored:
+            notes.append(f"ignored pprof sample types: {', '.join(ignored)}")
+        ns_period = pp.period_type is not None and pp.period_type.unit == "nanoseconds"
+        meta = Metadata(
+            start_ns=pp.time_nanos,
+            end_ns=pp.time_nanos + max(0, pp.duration_nanos),
+            interval_ns=pp.period if ns_period and pp.period > 0 else 0,
+            engine="", python_version="", pid=0, host="",
+            notes=tuple(notes), extra={"source_format": "pprof"},
+        )
+        tick_ns = MIN_TICK_NS
+
+    builder = ProfileBuilder(meta)
+    functions = {f.id: f for f in pp.functions}
+    mappings = {m.id: m for m in pp.mappings}
+    loc_frames: dict[int, list[int]] = {}  # location id -> frame ids, leaf first
+    for loc in pp.locations:
+        if loc.lines:
+            ids = [builder.frame_id(_frame_of_function(functions.get(ln.function_id), ln.line, name))
+                   for ln in loc.lines]
+        else:
+            m = mappings.get(loc.mapping_id)
+            label = f"0x{loc.address:x}" if loc.address else "[unknown]"
+            kind = FrameKind.NATIVE if loc.address else FrameKind.UNKNOWN
+            ids = [builder.frame_id(Frame(label, m.filename if m else "", kind=kind))]
+        loc_frames[loc.id] = ids
+
+    # the usual case, one frame per location, takes a faster path
+    single = {lid: ids[0] for lid, ids in loc_frames.items()} if all(
+        len(ids) == 1 for ids in loc_frames.values()) else None
+    stacks: dict[tuple[int, ...], int] = {}
+    label_cache: dict[tuple, tuple[int, int, int, int | None]] = {}
+    ev_col: list[int] = []
+    st_col: list[int] = []
+    th_col: list[int] = []
+    lb_col: list[int] = []
+    t_col: list[int] = []
+    v_col: list[tuple[int, int]] = []
+    start = pp.time_nanos
+    for s in pp.samples:
+        vals = s.values
+        rows = []
+        for e, ci, qi in event_cols:
+            c = vals[ci] if ci is not None else 0
+            q = vals[qi] if qi is not None else 0
+            if c or q:
+                rows.append((e.value, c, q))
+        zero_event = None
+        if not rows:
+            if not ours:
+                continue  # nothing an event of ours can hold
+        lkey = tuple(map(_label_key, s.labels))
+        lkey = (lkey, bool(rows))
+        parsed = label_cache.get(lkey)
+        if parsed is None:
+            parsed = label_cache[lkey] = _parse_labels(s.labels, ours, bool(rows), start, builder, name)
+        th, lb, t, zero_event = parsed
+        if not rows:
+            if zero_event is None:
+                continue
+            rows.append((zero_event, 0, 0))
+        key = tuple(s.location_ids)
+        sid = stacks.get(key)
+        if sid is None:
+            if single is not None:
+                frames = list(map(single.__getitem__, reversed(key)))  # root first
+            else:
+                frames = [f for lid in key for f in loc_frames[lid]]
+                frames.reverse()  # root first
+            sid = stacks[key] = builder.stack_id(frames)
+        for ev, c, q in rows:
+            ev_col.append(ev)
+            st_col.append(sid)
+            th_col.append(th)
+            lb_col.append(lb)
+            t_col.append(t)
+            v_col.append((c, q))
+    if ev_col:
+        builder.add_many(
+            np.asarray(ev_col, dtype=np.uint8), st_col, th_col, lb_col,
+            np.asarray(t_col, dtype=np.int64), np.asarray(v_col, dtype=np.int64).reshape(-1, 2),
+        )
+    return finish_profile(builder, meta, tick_ns)
+
+
+def _parse_labels(labels, ours: bool, nonzero: bool, start: int, builder: ProfileBuilder, name: str):
+    """(thread index, labelset index, time, zero-row event id or None) for one label list."""
+    tid, tname, t, zero_event = 0, "", 0, None
+    rest = labels
+    if ours:
+        if len(labels) < 3 or [lab.key for lab in labels[:3]] != ["thread id", "thread name", "time_ns"]:
+            raise ValueError(f"{name}: a sample lacks the thread id / thread name / time_ns labels "
+                             f"ddprof_nb writes first")
+        tid, tname, t = labels[0].num, labels[1].str, labels[2].num
+        rest = labels[3:]
+        if not nonzero and rest and rest[0].key == f"{_P}event":
+            try:
+                zero_event = EventType.parse(rest[0].str).value
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+            rest = rest[1:]
+        pairs = [(lab.key, lab.str) for lab in rest]
+    else:
+        seen = set()
+        pairs = []
+        for lab in labels:
+            k = lab.key
+            if k == "thread id" and k not in seen and (lab.num or lab.str.isdigit()):
+                tid = lab.num or int(lab.str)
+            elif k == "thread name" and k not in seen and lab.str:
+                tname = lab.str
+            elif k == "time_ns" and k not in seen and lab.num_unit == "nanoseconds":
+                t = lab.num
+            elif k == "end_timestamp_ns" and k not in seen and lab.num:
+                t = min(max(0, lab.num - start), _I64_MAX)  # Datadog: absolute sample end time
+            else:
+                pairs.append((k, _label_text(lab)))
+                continue
+            seen.add(k)
+    return builder.thread_id(tid, tname), builder.labels_id(LabelSet.of(pairs)), t, zero_event
+
