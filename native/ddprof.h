@@ -33,6 +33,112 @@ const char *ddp_strerror(int code);
 int ddp_last_errno(void);
 /* PY_VERSION_HEX of the headers this module was compiled against. */
 uint32_t ddp_compiled_python_version(void);
+
+/* ---- native sampler (sampler.c, ring.c, pyframes.c) ---------------------------------- */
+#define DDP_STATE_UNKNOWN 0  /* wall-sample thread states (ddp_record.state) */
+#define DDP_STATE_CPU 1      /* running or runnable */
+#define DDP_STATE_OFFCPU 2   /* blocked (sleep, I/O, lock, ...) */
+#define DDP_STATE_GIL 3      /* blocked waiting for the GIL */
+
+#define DDP_REC_TRUNCATED 1  /* deeper than max_depth: the root-most frames were cut */
+#define DDP_REC_GC 2         /* the interpreter's GC was collecting on this thread */
+#define DDP_REC_INVALID 4    /* torn/inconsistent read: skip it (it is counted as dropped) */
+
+#define DDP_READ_GUARDED 0   /* direct loads, a SIGSEGV/SIGBUS handler recovers faults */
+#define DDP_READ_SYSCALL 1   /* process_vm_readv: EFAULT instead of a fault */
+
+/* One frame as captured: enough to resolve later, with the GIL, through safe reads. */
+typedef struct {
+    uint64_t code;         /* PyCodeObject address at sample time (never trusted later) */
+    uint64_t fp;           /* fingerprint: hash of qualname and filename contents, firstlineno, size */
+    int32_t lasti;         /* instruction index in code units, -1 when unknown */
+    int32_t firstlineno;   /* co_firstlineno at sample time */
+} ddp_frame;
+
+/* A fixed-size record; `depth` ddp_frame entries (leaf first) follow it in the buffer.
+ * Shared by every event (CPU, WALL now; ALLOC/LOCK/PARK later: `aux` carries their
+ * type or lock address).  ts_ns is CLOCK_MONOTONIC. */
+typedef struct {
+    uint8_t event;         /* ddp_event_type: convert with EventType.from_id, never cast */
+    uint8_t state;         /* DDP_STATE_* (wall); DDP_STATE_CPU for CPU samples */
+    uint16_t flags;        /* DDP_REC_* */
+    uint16_t depth;        /* frames that follow, leaf first */
+    uint16_t reserved;
+    int32_t tid;           /* OS thread id */
+    uint32_t reserved2;
+    uint64_t label_id;     /* the thread's label-set id (ddprof_nb.labels) when sampled */
+    int64_t ts_ns;
+    int64_t count;         /* value 0 of the event (samples) */
+    int64_t value;         /* value 1 of the event (ns for CPU/WALL) */
+    uint64_t aux;
+} ddp_record;
+
+typedef struct {
+    int64_t interval_ns;         /* CPU period per thread and wall period */
+    int32_t max_depth;           /* 1..4096 frames per sample */
+    uint32_t events;             /* bit mask of (1 << DDP_EVENT_*) */
+    int32_t ring_records;        /* buffer capacity in records (rounded to a power of 2); 0 = default */
+    int32_t wall_threads_per_tick; /* 0 = default (64) */
+    int32_t read_mode;           /* DDP_READ_GUARDED (default) or DDP_READ_SYSCALL */
+    int32_t n_exclude;
+    int32_t exclude_tids[8];     /* threads never sampled (the profiler's own Python threads) */
+} ddp_config;
+
+typedef struct {
+    uint64_t samples[8];         /* records written, per event */
+    uint64_t dropped_full[8];    /* buffer full, per event */
+    uint64_t dropped_torn[8];    /* inconsistent or faulting reads, per event */
+    uint64_t timer_failures;     /* threads whose CPU timer could not be created */
+    uint64_t threads_seen;
+    uint64_t threads_overflow;   /* threads beyond the slot table: not sampled */
+    uint64_t stale_signals;
+    uint64_t faults;             /* recovered faulting reads */
+    uint64_t handler_ns;         /* total time spent in the SIGPROF handler */
+    uint64_t handler_calls;
+    uint64_t wall_ticks;
+    uint64_t wall_ns;            /* total time of the wall sampler's ticks */
+    uint64_t graveyard_overflow;
+    int32_t read_mode;           /* current DDP_READ_*; SYSCALL after a degradation */
+    int32_t segv_replaced;       /* 1: someone replaced our SIGSEGV/SIGBUS handler */
+    int64_t start_mono_ns;
+    int64_t stop_mono_ns;
+} ddp_stats;
+
+typedef struct {
+    int32_t firstlineno;
+    int32_t qualname_len;        /* bytes of UTF-8 (may be more than the buffer: retry) */
+    int32_t filename_len;
+    int32_t linetable_len;
+    uint64_t code;
+    uint64_t fp;
+    int64_t death_ns;            /* graveyard entries: when the code object died */
+} ddp_code_info;
+
+int ddp_start(const ddp_config *cfg);      /* needs no GIL held by the caller (takes it) */
+int ddp_stop(void);                        /* stops timers, handler, sampler thread; records stay drainable */
+void ddp_release(void);                    /* frees buffers after the final drain; clears the code watcher */
+int ddp_running(void);
+int ddp_record_size(void);                 /* bytes per record incl. frames; 0 when no session */
+int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */
+int ddp_get_stats(ddp_stats *out);
+uint64_t ddp_dropped(int event);           /* full + torn, for one event */
+int ddp_set_thread_labels(uint64_t id);    /* the calling thread's label-set id */
+int ddp_set_thread_labels_for(int32_t tid, uint64_t id);
+int ddp_exclude_thread(int32_t tid);
+/* Resolve a captured code object through safe reads (takes the GIL).  0: resolved;
+ * 1: a buffer was too small (info has the sizes); DDP_EINVAL: not that code object any more. */
+int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info,
+                     char *qualname, int qcap, char *filename, int fcap, uint8_t *linetable, int lcap);
+/* Next code object that died while profiling (3.12+ code watcher): 1 popped, 0 empty, 2 buffers too small. */
+int ddp_graveyard_pop(ddp_code_info *info, char *qualname, int qcap, char *filename, int fcap,
+                      uint8_t *linetable, int lcap);
+int ddp_code_watcher_active(void);
+/* Line of instruction `lasti` (code units) from a co_linetable (3.11-3.13 format); firstlineno when none. */
+int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti);
+/* Test/benchmark helpers. */
+int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out);
+int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault recovered */
+int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
 /* cdef-end */
 
 #endif /* DDPROF_H */

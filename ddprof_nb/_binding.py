@@ -1,0 +1,469 @@
+"""The one importer of ``ddprof_nb._native``: loading, error codes, raw records.
+
+``import ddprof_nb`` never fails because of the native module: ``unavailable_reason()``
+says why it cannot be used (missing build, another Python's build, a table mismatch).
+Every native call that can fail goes through ``check()``, which turns a ``DDP_E*`` code
+into ``ProfilerBusyError`` / ``EngineUnavailableError`` / ``NotRunningError`` /
+``ProfilerError`` with ``ddp_strerror``'s text and errno.
+
+Records are drained into one caller-owned cffi buffer; their headers are read with a
+numpy structured dtype (``np.frombuffer``) and only the frame bytes of each record are
+touched from Python, to find its (cached) stack.  ``RecordConverter`` turns them into
+ProfileBuilder rows; ``Resolver`` turns captured code pointers into Frames safely.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .events import EventType, FrameKind
+
+__all__ = ["unavailable_reason", "lib", "ffi", "check", "Session", "Resolver", "RecordConverter", "STATE_LABELS"]
+
+ffi = None
+lib = None
+_reason: str | None = None
+
+SUPPORTED = ((3, 11), (3, 12), (3, 13))
+
+# Wall samples carry the thread's state as a label ``state=<value>``:
+#   cpu     running or runnable (its CPU clock advanced, or the kernel says "running")
+#   off-cpu blocked in a system call or sleeping (I/O, sleep, lock, select...)
+#   gil     blocked on the interpreter's GIL (a futex inside the GIL structure)
+STATE_LABELS = {1: "cpu", 2: "off-cpu", 3: "gil"}
+
+
+def _version_hex_tuple(v: int) -> tuple[int, int, int]:
+    return (v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF
+
+
+def _check_tables(lib_, ffi_) -> str | None:
+    """None when the compiled events.h table equals ddprof_nb.events' parse of it."""
+    if lib_.ddp_event_count() != len(EventType):
+        return f"native module has {lib_.ddp_event_count()} event types, events.h has {len(EventType)}"
+    for ev in EventType:
+        name = lib_.ddp_event_name(ev.value)
+        if name == ffi_.NULL or ffi_.string(name).decode() != ev.label:
+            return f"event {ev.value} is named differently in the native module"
+        (ct, cu), (qt, qu) = ev.value_types
+        for i, want in enumerate((ct, cu, qt, qu)):
+            got = lib_.ddp_event_value_type(ev.value, i)
+            if got == ffi_.NULL or ffi_.string(got).decode() != want:
+                return f"event {ev.label}: value type {i} differs in the native module"
+        if lib_.ddp_event_leaf_kind(ev.value) != ev.leaf_kind.value:
+            return f"event {ev.label}: leaf frame kind differs in the native module"
+    if lib_.ddp_frame_kind_count() != len(FrameKind):
+        return "the native module's frame-kind table differs from events.h"
+    for fk in FrameKind:
+        name = lib_.ddp_frame_kind_name(fk.value)
+        if name == ffi_.NULL or ffi_.string(name).decode() != fk.label:
+            return f"frame kind {fk.value} differs in the native module"
+    return None
+
+
+def _load() -> None:
+    global ffi, lib, _reason
+    if not sys.platform.startswith("linux"):
+        _reason = f"the native engine needs Linux (this is {sys.platform})"
+        return
+    if platform.python_implementation() != "CPython":
+        _reason = f"the native engine needs CPython (this is {platform.python_implementation()})"
+        return
+    if sys.version_info[:2] not in SUPPORTED:
+        _reason = (
+            f"the native engine supports CPython 3.11-3.13, not {platform.python_version()}; "
+            "use engine='python'"
+        )
+        return
+    try:
+        from . import _native  # noqa: PLC0415 - the one place it is imported
+    except Exception as exc:  # noqa: BLE001 - missing, or built for something else
+        _reason = f"the native module could not be loaded ({type(exc).__name__}: {exc}); reinstall ddprof_nb with a C compiler"
+        return
+    compiled = _version_hex_tuple(_native.lib.ddp_compiled_python_version())
+    running = tuple(sys.version_info[:3])
+    if compiled != running:
+        _reason = (
+            "the native module was compiled against CPython "
+            f"{'.'.join(map(str, compiled))} but this is CPython {'.'.join(map(str, running))}: "
+            "it reads interpreter internals, so it refuses other versions' layouts; reinstall ddprof_nb"
+        )
+        return
+    mismatch = _check_tables(_native.lib, _native.ffi)
+    if mismatch:
+        _reason = f"native module out of date ({mismatch}); reinstall ddprof_nb"
+        return
+    ffi, lib = _native.ffi, _native.lib
+
+
+_load()
+
+
+def unavailable_reason() -> str | None:
+    """Why the native engine cannot run here, or None."""
+    return _reason
+
+
+def _require():
+    if lib is None:
+        raise EngineUnavailableError(_reason or "the native engine is unavailable")
+    return lib
+
+
+_HINTS = {
+    -5: (
+        "SIGPROF already has a handler (another profiler or library installed it); ddprof_nb "
+        "will not replace it. Stop that profiler, or use engine='python'"
+    ),
+}
+
+
+def check(rc: int, what: str) -> int:
+    """Return ``rc`` when >= 0; otherwise raise the exception its DDP_E* code stands for."""
+    if rc >= 0:
+        return rc
+    text = ffi.string(lib.ddp_strerror(rc)).decode()
+    msg = f"{what}: {text}"
+    if rc in _HINTS:
+        msg += f" ({_HINTS[rc]})"
+    err = lib.ddp_last_errno()
+    if rc in (lib.DDP_ESYS, lib.DDP_ETIMER) and err:
+        msg += f" [errno {err}: {os.strerror(err)}]"
+    if rc == lib.DDP_EBUSY:
+        raise ProfilerBusyError(msg)
+    if rc == lib.DDP_EUNSUPPORTED:
+        raise EngineUnavailableError(msg)
+    if rc == lib.DDP_ENOTRUNNING:
+        raise NotRunningError(msg)
+    raise ProfilerError(msg)
+
+
+# -- records -------------------------------------------------------------------------------
+def _record_dtype(record_size: int) -> np.dtype:
+    fields = ["event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value"]
+    formats = ["u1", "u1", "<u2", "<u2", "<i4", "<u8", "<i8", "<i8", "<i8"]
+    offsets = [ffi.offsetof("ddp_record", f) for f in fields]
+    return np.dtype({"names": fields, "formats": formats, "offsets": offsets, "itemsize": record_size})
+
+
+FRAME_SIZE = 24  # sizeof(ddp_frame), checked in Session.start
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    qualname: str
+    filename: str
+    firstlineno: int
+    linetable: bytes
+
+
+class Resolver:
+    """Captured (code pointer, fingerprint, lasti) -> Frame, with the GIL, never unsafely.
+
+    The native side reads the code object through process_vm_readv (a freed object's
+    memory cannot crash us), checks its type and that its fingerprint — a hash of its
+    qualname and filename *contents*, firstlineno and size, taken at sample time — still
+    matches: a recycled address holding another function can therefore never lend its
+    name.  On 3.12+ a code watcher resolves sampled code objects as they die (the
+    graveyard), so samples of short-lived code keep their names; on 3.11 such frames
+    become ``[unknown]``.  Residual risk (3.11 and 3.12+ alike): a new code object at the
+    same address with the same qualname, filename, firstlineno and size but a different
+    body could give a sample a wrong *line* (never a wrong name).
+    """
+
+    def __init__(self):
+        self._codes: dict[tuple[int, int], CodeInfo] = {}
+        self._info = ffi.new("ddp_code_info *")
+        self._qcap, self._fcap, self._lcap = 512, 2048, 1 << 16
+        self._alloc()
+        self.unresolved = 0
+
+    def _alloc(self):
+        self._q = ffi.new("char[]", self._qcap)
+        self._f = ffi.new("char[]", self._fcap)
+        self._lt = ffi.new("uint8_t[]", self._lcap)
+
+    def _grow(self):
+        i = self._info
+        self._qcap = max(self._qcap, i.qualname_len + 1)
+        self._fcap = max(self._fcap, i.filename_len + 1)
+        self._lcap = max(self._lcap, i.linetable_len + 1)
+        self._alloc()
+
+    def _take(self) -> CodeInfo:
+        i = self._info
+        return CodeInfo(
+            ffi.unpack(self._q, i.qualname_len).decode("utf-8", "surrogatepass"),
+            ffi.unpack(self._f, i.filename_len).decode("utf-8", "surrogatepass"),
+            int(i.firstlineno),
+            ffi.unpack(ffi.cast("char *", self._lt), i.linetable_len),
+        )
+
+    def absorb_graveyard(self) -> int:
+        """Move code objects that died while profiling (3.12+) into the cache."""
+        n = 0
+        while True:
+            rc = lib.ddp_graveyard_pop(self._info, self._q, self._qcap, self._f, self._fcap, self._lt, self._lcap)
+            if rc == 0:
+                return n
+            if rc == 2:
+                self._grow()
+                continue
+            self._codes[(int(self._info.code), int(self._info.fp))] = self._take()
+            n += 1
+
+    def code(self, code: int, fp: int) -> CodeInfo | None:
+        key = (code, fp)
+        found = self._codes.get(key)
+        if found is not None:
+            return found
+        for _ in range(2):
+            rc = lib.ddp_resolve_code(code, fp, self._info, self._q, self._qcap, self._f, self._fcap, self._lt, self._lcap)
+            if rc == 1:
+                self._grow()
+                continue
+            if rc == 0:
+                found = self._codes[key] = self._take()
+                return found
+            break
+        # It may have died since the last look at the graveyard: look again.
+        if self.absorb_graveyard():
+            return self._codes.get(key)
+        return None
+
+    def line(self, info: CodeInfo, lasti: int) -> int:
+        buf = ffi.from_buffer(info.linetable) if info.linetable else ffi.NULL
+        return int(lib.ddp_addr2line(buf, len(info.linetable), info.firstlineno, lasti))
+
+
+class RecordConverter:
+    """Raw native records -> rows of a ProfileBuilder (stacks interned, root first)."""
+
+    def __init__(self, builder, start_mono_ns: int, exclude_tids=(), thread_names=None, base_labels=None):
+        from .model import Frame
+
+        self.builder = builder
+        self.start_mono_ns = start_mono_ns
+        self.exclude = set(exclude_tids)
+        self.resolver = Resolver()
+        self.thread_names: dict[int, str] = thread_names if thread_names is not None else {}
+        self._Frame = Frame
+        self._stacks: dict[tuple[int, bytes], int] = {}
+        self._frames: dict[tuple[int, int, int], int] = {}
+        self._threads: dict[int, int] = {}
+        self._labels: dict[tuple[int, int], int] = {}
+        self._events = {e.value: e for e in EventType}
+        b = builder
+        self._unknown = b.frame_id(Frame("[unknown]", kind=FrameKind.UNKNOWN))
+        self._truncated = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        self._gc = b.frame_id(Frame("[GC]", kind=FrameKind.GC))
+        self._nopy = b.frame_id(Frame("[no Python frames]", kind=FrameKind.NATIVE))
+        self.base_labels = dict(base_labels or {})
+        self.skipped_invalid = 0
+        self.unknown_frames = 0
+        self._dtype = None
+
+    def _frame_id(self, code: int, fp: int, lasti: int) -> int | None:
+        key = (code, fp, lasti)
+        fid = self._frames.get(key)
+        if fid is not None:
+            return fid
+        info = self.resolver.code(code, fp)
+        if info is None:
+            return None
+        frame = self._Frame(info.qualname, info.filename, self.resolver.line(info, lasti), info.firstlineno)
+        fid = self._frames[key] = self.builder.frame_id(frame)
+        return fid
+
+    def _stack_id(self, flags: int, raw: bytes) -> int:
+        key = (flags, raw)
+        sid = self._stacks.get(key)
+        if sid is not None:
+            return sid
+        ids = []
+        complete = True
+        frames = np.frombuffer(raw, dtype=np.dtype([("code", "<u8"), ("fp", "<u8"), ("lasti", "<i4"), ("fl", "<i4")]))
+        for code, fp, lasti, _fl in frames.tolist():
+            fid = self._frame_id(code, fp, lasti)
+            if fid is None:
+                complete = False
+                self.unknown_frames += 1
+                fid = self._unknown
+            ids.append(fid)
+        ids.reverse()  # leaf first -> root first
+        if not ids:
+            ids.append(self._nopy)
+        if flags & lib.DDP_REC_TRUNCATED:
+            ids.insert(0, self._truncated)
+        if flags & lib.DDP_REC_GC:
+            ids.append(self._gc)
+        sid = self.builder.stack_id(ids)
+        if complete:  # an [unknown] may resolve later (graveyard): do not pin it
+            self._stacks[key] = sid
+        return sid
+
+    def _thread_id(self, tid: int) -> int:
+        idx = self._threads.get(tid)
+        if idx is None:
+            idx = self._threads[tid] = self.builder.thread_id(tid, self.thread_names.get(tid) or f"Thread {tid}")
+        return idx
+
+    def _labels_id(self, label_id: int, state: int, event: int) -> int:
+        key = (label_id, state if event == EventType.WALL.value else 0)
+        idx = self._labels.get(key)
+        if idx is None:
+            from . import labeling as _labels
+
+            try:
+                ls = _labels.labelset(int(label_id))
+            except ValueError:
+                ls = _labels.labelset(0)
+            extra = dict(self.base_labels)
+            if key[1] in STATE_LABELS:
+                extra["state"] = STATE_LABELS[key[1]]
+            if extra:
+                ls = ls.merged(extra)
+            idx = self._labels[key] = self.builder.labels_id(ls)
+        return idx
+
+    def feed(self, buf, n: int, record_size: int) -> int:
+        """Add ``n`` records from ``buf`` (a cffi buffer); returns the rows added."""
+        if n <= 0:
+            return 0
+        if self._dtype is None or self._dtype.itemsize != record_size:
+            self._dtype = _record_dtype(record_size)
+        mv = ffi.buffer(buf, n * record_size)
+        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
+        raw = bytes(mv)
+        hsize = ffi.sizeof("ddp_record")
+        events, states, flags, depths, tids, label_ids, ts, counts, values = (
+            hdr[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value")
+        )
+        rows_ev, rows_st, rows_th, rows_lb, rows_t, rows_v = [], [], [], [], [], []
+        invalid = lib.DDP_REC_INVALID
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        for i in range(n):
+            if flags[i] & invalid:  # torn read: already counted as dropped on the C side
+                self.skipped_invalid += 1
+                continue
+            if tids[i] in self.exclude:
+                continue
+            ev = self._events.get(events[i])
+            if ev is None:
+                EventType.from_id(events[i])  # raises: never cast an unknown id
+            off = i * record_size + hsize
+            sid = self._stack_id(flags[i] & keep, raw[off : off + depths[i] * FRAME_SIZE])
+            rows_ev.append(events[i])
+            rows_st.append(sid)
+            rows_th.append(self._thread_id(tids[i]))
+            rows_lb.append(self._labels_id(label_ids[i], states[i], events[i]))
+            rows_t.append(max(0, ts[i] - self.start_mono_ns))
+            rows_v.append((counts[i], values[i]))
+        if rows_ev:
+            self.builder.add_many(
+                np.asarray(rows_ev, dtype=np.uint8),
+                rows_st,
+                rows_th,
+                rows_lb,
+                rows_t,
+                np.asarray(rows_v, dtype=np.int64),
+            )
+        return len(rows_ev)
+
+
+# -- sessions ------------------------------------------------------------------------------
+READ_MODES = {"guarded": 0, "syscall": 1}
+
+
+class Session:
+    """One native sampling session (the C side allows one per process at a time)."""
+
+    BATCH = 1024
+
+    def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0,
+                 wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=()):
+        _require()
+        if ffi.sizeof("ddp_frame") != FRAME_SIZE:
+            raise EngineUnavailableError("native module's frame record has an unexpected size; reinstall ddprof_nb")
+        if read_mode not in READ_MODES:
+            raise ValueError(f"invalid read_mode {read_mode!r}; expected one of {', '.join(READ_MODES)}")
+        if len(exclude_tids) > 8:
+            raise ValueError("at most 8 excluded threads")
+        cfg = ffi.new("ddp_config *")
+        cfg.interval_ns = int(interval_ns)
+        cfg.max_depth = int(max_depth)
+        mask = 0
+        for e in events:
+            mask |= 1 << EventType.parse(e).value
+        cfg.events = mask
+        cfg.ring_records = int(ring_records)
+        cfg.wall_threads_per_tick = int(wall_threads_per_tick)
+        cfg.read_mode = READ_MODES[read_mode]
+        cfg.n_exclude = len(exclude_tids)
+        for i, t in enumerate(exclude_tids):
+            cfg.exclude_tids[i] = int(t)
+        self._cfg = cfg
+        self.record_size = 0
+        self._buf = None
+        self._lock = threading.Lock()  # one consumer at a time
+
+    def start(self) -> None:
+        check(lib.ddp_start(self._cfg), "cannot start the native sampler")
+        self.record_size = lib.ddp_record_size()
+        self._buf = ffi.new("char[]", self.record_size * self.BATCH)
+
+    def stop(self) -> None:
+        check(lib.ddp_stop(), "cannot stop the native sampler")
+
+    def release(self) -> None:
+        lib.ddp_release()
+
+    def drain(self, converter: RecordConverter) -> int:
+        """Move every ready record into ``converter``; returns how many were read."""
+        total = 0
+        with self._lock:
+            if self._buf is None:
+                return 0
+            converter.resolver.absorb_graveyard()
+            while True:
+                n = lib.ddp_drain(self._buf, self.BATCH)
+                if n < 0:
+                    check(n, "cannot drain the native sampler")
+                if n == 0:
+                    break
+                converter.feed(self._buf, n, self.record_size)
+                total += n
+                if n < self.BATCH:
+                    break
+        return total
+
+    @staticmethod
+    def stats() -> dict:
+        s = ffi.new("ddp_stats *")
+        lib.ddp_get_stats(s)
+        out = {name: getattr(s, name) for name in (
+            "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
+            "handler_calls", "wall_ticks", "wall_ns", "graveyard_overflow", "read_mode", "segv_replaced",
+            "start_mono_ns", "stop_mono_ns")}
+        for name in ("samples", "dropped_full", "dropped_torn"):
+            out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
+        return out
+
+
+def set_thread_labels(label_id: int) -> None:
+    """Listener for ddprof_nb.labeling: the calling thread's current label-set id (O(1) in C)."""
+    if lib is not None:
+        lib.ddp_set_thread_labels(int(label_id))  # not running: ignored
+
+
+def after_fork_child() -> None:
+    """In a forked child: forget the parent's session (C state is reset by pthread_atfork)."""
+    if lib is not None:
+        lib.ddp_release()

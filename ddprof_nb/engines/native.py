@@ -1,0 +1,218 @@
+"""The native engine: per-thread CPU timers + a native wall sampler (native/sampler.c).
+
+The heavy lifting is in C and in ``ddprof_nb._binding``; this class wires a session to a
+drain thread and a ProfileBuilder.  The drain thread ("ddprof_nb-drain", ~10 Hz) is
+started before the session so its tid can be excluded from sampling: the profiler's
+own threads never appear in samples.  Wall samples carry ``state=cpu|off-cpu|gil`` in
+their labels (see ``_binding.STATE_LABELS``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .. import _binding
+from .. import labeling as _labels
+from ..config import SamplerConfig
+from ..errors import NotRunningError, ProfilerBusyError
+from ..events import EventType
+from ..model import Metadata, Profile, ProfileBuilder
+from .base import Engine
+
+_active: "NativeEngine | None" = None
+
+
+def _after_fork_child() -> None:
+    global _active
+    if _active is not None:
+        _labels.remove_listener(_active._listener)
+        _active._forked = True
+        _active = None
+    _binding.after_fork_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_child)
+
+
+class NativeEngine(Engine):
+    """CPU and wall sampling of every Python thread, in native code (Linux, CPython 3.11-3.13)."""
+
+    name = "native"
+    supported_events = frozenset({EventType.CPU, EventType.WALL})
+
+    def __init__(self, config: SamplerConfig, *, ring_records: int = 0, drain_interval: float = 0.1,
+                 read_mode: str = "guarded", wall_threads_per_tick: int = 0):
+        """``ring_records``, ``read_mode`` and ``wall_threads_per_tick`` are tuning/test knobs."""
+        super().__init__(config)
+        self._ring_records = ring_records
+        self._drain_interval = drain_interval
+        self._read_mode = read_mode
+        self._wall_per_tick = wall_threads_per_tick
+        self._session = None
+        self._converter = None
+        self._thread = None
+        self._stop_event = threading.Event()
+        self._go = threading.Event()
+        self._drain_tid = 0
+        self._names: dict[int, str] = {}
+        self._errors: list[str] = []
+        self._forked = False
+        self._start_ns = 0
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return _binding.unavailable_reason()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        global _active
+        reason = self.unavailable_reason()
+        if reason:
+            from ..errors import EngineUnavailableError
+
+            raise EngineUnavailableError(reason)
+        if _active is not None or self._session is not None:
+            raise ProfilerBusyError("a native profile is already being taken in this process")
+        self._thread = threading.Thread(target=self._drain_loop, name="ddprof_nb-drain", daemon=True)
+        self._thread.start()
+        while self._thread.native_id is None:  # set before run(): at most a few microseconds
+            time.sleep(0.0001)
+        self._drain_tid = self._thread.native_id
+        session = _binding.Session(
+            self.config.interval_ns, self.config.max_depth, self.config.events,
+            ring_records=self._ring_records, wall_threads_per_tick=self._wall_per_tick,
+            read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
+        )
+        try:
+            session.start()
+        except BaseException:
+            self._stop_event.set()
+            self._go.set()
+            self._thread.join()
+            raise
+        stats = session.stats()
+        mono0 = stats["start_mono_ns"]
+        self._start_ns = time.time_ns() - (time.monotonic_ns() - mono0)
+        self._session = session
+        self._converter = _binding.RecordConverter(
+            ProfileBuilder(), mono0, exclude_tids=(self._drain_tid,), thread_names=self._names,
+            base_labels=dict(self.config.labels),
+        )
+        self._refresh_names()
+        by_ident = {t.ident: t.native_id for t in threading.enumerate()}
+        for ident, label_id in list(_labels.thread_label_ids.items()):
+            tid = by_ident.get(ident)
+            if tid and label_id:
+                _binding.lib.ddp_set_thread_labels_for(tid, label_id)
+        _labels.add_listener(self._listener)
+        _active = self
+        self._go.set()
+
+    @staticmethod
+    def _listener(label_id: int) -> None:
+        _binding.set_thread_labels(label_id)
+
+    def _refresh_names(self) -> None:
+        for t in threading.enumerate():
+            if t.native_id and t.native_id not in self._names:
+                self._names[t.native_id] = t.name
+
+    def _drain_once(self) -> None:
+        self._refresh_names()
+        self._session.drain(self._converter)
+
+    def _drain_loop(self) -> None:
+        self._go.wait()
+        while not self._stop_event.wait(self._drain_interval):
+            try:
+                self._drain_once()
+            except Exception as exc:  # noqa: BLE001 - keep sampling; report in notes
+                if len(self._errors) < 5:
+                    self._errors.append(f"drain error: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> Profile:
+        global _active
+        if self._session is None:
+            raise NotRunningError("the native engine is not running")
+        if self._forked:  # a forked child holding the parent's engine: nothing of it runs here
+            self._session = None
+            raise NotRunningError("this native profile was started in the parent process (before fork)")
+        session, self._session = self._session, None
+        try:
+            _labels.remove_listener(self._listener)
+            session.stop()
+        finally:
+            self._stop_event.set()
+            if self._thread is not None:
+                self._thread.join()
+            _active = None
+        try:
+            self._refresh_names()
+            session.drain(self._converter)
+            stats = session.stats()
+        finally:
+            session.release()
+        return self._build(stats)
+
+    # -- the profile ------------------------------------------------------------------
+    def _build(self, stats: dict) -> Profile:
+        conv = self._converter
+        duration_ns = max(0, stats["stop_mono_ns"] - stats["start_mono_ns"])
+        dropped = {}
+        for e in self.supported_events:
+            n = stats["dropped_full"][e] + stats["dropped_torn"][e]
+            if n:
+                dropped[e] = n
+        secs = max(duration_ns / 1e9, 1e-9)
+        notes = []
+        cpu, wall = stats["samples"][EventType.CPU], stats["samples"][EventType.WALL]
+        if EventType.CPU in self.config.events:
+            notes.append(f"cpu: {cpu} samples ({cpu / secs:.0f}/s across all threads; "
+                         f"target {1e9 / self.config.interval_ns:.0f}/s per busy thread)")
+        if EventType.WALL in self.config.events:
+            ticks = stats["wall_ticks"]
+            notes.append(f"wall: {wall} samples in {ticks} ticks ({ticks / secs:.0f} ticks/s, "
+                         f"target {1e9 / self.config.interval_ns:.0f}/s); labels state=cpu|off-cpu|gil")
+        if stats["handler_calls"]:
+            notes.append(f"signal handler: {stats['handler_ns'] / stats['handler_calls'] / 1e3:.1f} us per CPU sample")
+        if stats["segv_replaced"]:
+            notes.append("degraded: another library replaced the SIGSEGV/SIGBUS handler while profiling; "
+                         "safe reads switched to process_vm_readv (slower, still safe)")
+        elif stats["read_mode"] == 1:
+            notes.append("safe reads: process_vm_readv")
+        if stats["timer_failures"]:
+            notes.append(f"degraded: {stats['timer_failures']} thread(s) got no CPU timer (timer_create failed); "
+                         "their CPU time is missing")
+        if stats["threads_overflow"]:
+            notes.append(f"degraded: {stats['threads_overflow']} thread(s) beyond the 4096-thread table were not sampled")
+        torn = sum(stats["dropped_torn"].values())
+        if torn:
+            notes.append(f"{torn} sample(s) dropped as torn/inconsistent reads (their time carried to the next sample)")
+        full = sum(stats["dropped_full"].values())
+        if full:
+            notes.append(f"{full} sample(s) dropped: sample buffer full")
+        if conv.unknown_frames:
+            notes.append(f"{conv.unknown_frames} frame(s) could not be resolved (code freed before resolution): [unknown]")
+        if stats["graveyard_overflow"]:
+            notes.append(f"{stats['graveyard_overflow']} dying code object(s) not kept: graveyard full")
+        notes.extend(self._errors)
+        meta = Metadata(
+            start_ns=self._start_ns,
+            end_ns=self._start_ns + duration_ns,
+            interval_ns=self.config.interval_ns,
+            engine=self.name,
+            dropped=dropped,
+            notes=tuple(notes),
+            extra={
+                "read_mode": "syscall" if stats["read_mode"] == 1 else "guarded",
+                "handler_mean_ns": str(stats["handler_ns"] // max(1, stats["handler_calls"])),
+                "threads_seen": str(stats["threads_seen"]),
+                "wall_state_label": "state=cpu|off-cpu|gil",
+            },
+        )
+        builder = conv.builder
+        builder.metadata = meta
+        return builder.build(end_ns=meta.end_ns)

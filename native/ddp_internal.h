@@ -1,0 +1,87 @@
+/* ddp_internal.h — what the native files share beyond the public API (ddprof.h).
+ *
+ * pyframes.c is the only file compiled against CPython's internal headers; the rest
+ * (sampler.c, ring.c, saferead.c) sees interpreter state only through the functions
+ * declared here, so version-specific layout stays in one place.
+ */
+#ifndef DDP_INTERNAL_H
+#define DDP_INTERNAL_H
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+#include "ddprof.h"
+
+#define DDP_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* ---- safe reads (saferead.c) ---------------------------------------------------------
+ * GUARDED mode reads with plain loads and relies on the caller having armed a guard
+ * (ddp_guard_arm below): a SIGSEGV/SIGBUS on that thread then siglongjmps back to the
+ * guard and the whole sample is dropped.  SYSCALL mode uses process_vm_readv on our own
+ * pid, which fails with EFAULT instead of faulting, and needs no guard. */
+typedef struct {
+    sigjmp_buf jb;
+} ddp_guard;
+
+extern DDP_TLS ddp_guard *volatile ddp_tls_guard;
+/* Arm/disarm a guard.  The compiler barrier keeps the guarded loads between the two
+ * stores (without it, the arming store was seen as dead and dropped). */
+#define DDP_BARRIER() __asm__ __volatile__("" ::: "memory")
+#define DDP_GUARD_ARM(gp) do { ddp_tls_guard = (gp); DDP_BARRIER(); } while (0)
+#define DDP_GUARD_SET(gp) do { DDP_BARRIER(); ddp_tls_guard = (gp); } while (0)
+extern _Atomic int ddp_read_mode_now;     /* DDP_READ_*; only ever moves to SYSCALL during a session */
+extern _Atomic int ddp_segv_replaced;
+extern _Atomic uint64_t ddp_fault_count;
+
+int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode);
+int ddp_saferead_install(void);            /* 1 installed now, 0 already in place, -1 error */
+void ddp_saferead_uninstall(void);
+int ddp_saferead_check(void);              /* 1 when our handlers are still in place */
+int ddp_saferead_check_segv(void);         /* same, SIGSEGV only (one syscall) */
+void ddp_saferead_after_fork_child(void);
+void ddp_saferead_set_pid(int pid);
+
+/* ---- ring (ring.c): Vyukov's bounded MPMC queue of fixed-size records ------------------ */
+typedef struct ddp_ring ddp_ring;
+ddp_ring *ddp_ring_new(size_t records, size_t record_size);
+void ddp_ring_free(ddp_ring *r);
+/* Reserve a cell; NULL when full (never waits).  The writer must publish it. */
+void *ddp_ring_reserve(ddp_ring *r, size_t *ticket);
+void ddp_ring_publish(ddp_ring *r, size_t ticket);
+/* Copy the oldest published record into dst; 0 when none is ready. */
+int ddp_ring_pop(ddp_ring *r, void *dst);
+
+/* ---- interpreter access (pyframes.c) ------------------------------------------------- */
+/* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */
+int ddp_py_init(void);
+void ddp_py_types_init(void);           /* type addresses only; no GIL needed */
+/* Walk the frame chain of the thread state `tstate` into out (leaf first).  Returns the
+ * depth, or -1 for a torn/inconsistent chain.  Sets DDP_REC_TRUNCATED in *flags when
+ * more frames exist than max.  Must run under an armed guard in GUARDED mode. */
+int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *flags);
+/* 1 when the interpreter's GC is collecting and `tstate` holds the GIL. */
+int ddp_py_gc_on_thread(uintptr_t tstate, int mode);
+/* 1 when `tstate` holds the GIL. */
+int ddp_py_holds_gil(uintptr_t tstate, int mode);
+/* The GIL structure's address range (a futex inside it = waiting for the GIL). */
+void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi);
+/* Racy walk of the interpreter's thread list: cb(tstate, native tid) per entry; -1 torn. */
+typedef void (*ddp_thread_cb)(uintptr_t tstate, long tid, void *ctx);
+int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
+uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
+int ddp_py_watcher_start(void);            /* with the GIL; 3.12+ only */
+void ddp_py_watcher_stop(void);            /* with the GIL */
+void ddp_py_graveyard_clear(void);
+void ddp_py_after_fork_child(void);
+
+/* Bloom filter of code pointers seen in samples (set by producers, read by the watcher). */
+void ddp_bloom_set(uintptr_t code);
+int ddp_bloom_test(uintptr_t code);
+void ddp_bloom_clear(void);
+
+int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
+extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
+extern _Atomic uint64_t ddp_graveyard_overflow;
+void ddp_set_errno(int e);
+
+#endif /* DDP_INTERNAL_H */

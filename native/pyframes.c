@@ -1,0 +1,695 @@
+/* pyframes.c — everything that knows CPython's internal layout (3.11, 3.12, 3.13).
+ *
+ * Compiled against the running interpreter's internal headers (Py_BUILD_CORE), so the
+ * struct layouts are the real ones for the version this module is built for; the binding
+ * refuses to load a module whose compiled PY_VERSION_HEX differs from the interpreter's.
+ *
+ * Every read of interpreter memory goes through ddp_safe_read into a local copy, and
+ * fields are used from the copy: the walker never follows a pointer it has not copied,
+ * and validates what it copied (types, bounds, owner, cycles).  Fields per version:
+ *                 3.11                     3.12                      3.13
+ *   top frame     tstate->cframe->current_frame  (same)              tstate->current_frame
+ *   code          f_code                   f_code                    f_executable (may be None)
+ *   instruction   prev_instr               prev_instr                instr_ptr
+ *   skip          incomplete frames        + owner == CSTACK shims   same as 3.12
+ */
+#define Py_BUILD_CORE 1
+#define _GNU_SOURCE
+#include <Python.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal/pycore_frame.h"
+#include "internal/pycore_interp.h"
+#include "internal/pycore_runtime.h"
+#include "ddp_internal.h"
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#define DDP_PY_SUPPORTED 0
+#else
+#define DDP_PY_SUPPORTED 1
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define FRAME_CODE(f) ((uintptr_t)(f).f_executable)
+#define FRAME_INSTR(f) ((uintptr_t)(f).instr_ptr)
+#else
+#define FRAME_CODE(f) ((uintptr_t)(f).f_code)
+#define FRAME_INSTR(f) ((uintptr_t)(f).prev_instr)
+#endif
+
+#define CODE_HDR offsetof(PyCodeObject, co_code_adaptive)
+#define FRAME_HDR offsetof(_PyInterpreterFrame, localsplus)
+#define STR_HASH_BYTES 256
+#define MAX_CHAIN 100000 /* frames or thread states walked before calling it a cycle */
+
+static uintptr_t code_type, unicode_type, bytes_type;
+static uintptr_t g_interp, g_gil;
+
+int64_t ddp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- bloom filter of sampled code pointers (lock-free, signal-safe) ------------------- */
+#define BLOOM_BITS (1u << 20)
+static _Atomic uint64_t bloom[BLOOM_BITS / 64];
+
+static inline uint32_t bloom_hash(uintptr_t p)
+{
+    uint64_t x = (uint64_t)p * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(x >> 44); /* 20 bits */
+}
+void ddp_bloom_set(uintptr_t code)
+{
+    uint32_t h = bloom_hash(code);
+    uint64_t bit = 1ULL << (h & 63);
+    if (!(atomic_load_explicit(&bloom[h >> 6], memory_order_relaxed) & bit))
+        atomic_fetch_or_explicit(&bloom[h >> 6], bit, memory_order_relaxed);
+}
+int ddp_bloom_test(uintptr_t code)
+{
+    uint32_t h = bloom_hash(code);
+    return (atomic_load_explicit(&bloom[h >> 6], memory_order_relaxed) >> (h & 63)) & 1;
+}
+void ddp_bloom_clear(void)
+{
+    for (size_t i = 0; i < BLOOM_BITS / 64; i++)
+        atomic_store_explicit(&bloom[i], 0, memory_order_relaxed);
+}
+
+/* ---- strings ------------------------------------------------------------------------- */
+typedef struct {
+    int kind;          /* 1, 2, 4 */
+    Py_ssize_t length; /* code points */
+    uintptr_t data;
+} str_ref;
+
+/* Locate a str's characters through safe reads (every compact kind and legacy strings). */
+static int str_locate(uintptr_t s, int mode, str_ref *out)
+{
+    PyASCIIObject a;
+    if (ddp_safe_read(&a, s, sizeof a, mode) != 0)
+        return -1;
+    if ((uintptr_t)a.ob_base.ob_type != unicode_type)
+        return -1;
+    if (a.length < 0 || a.length > (1 << 24))
+        return -1;
+    int kind = a.state.kind;
+    if (kind != 1 && kind != 2 && kind != 4)
+        return -1;
+    out->kind = kind;
+    out->length = a.length;
+    if (a.state.compact) {
+        out->data = s + (a.state.ascii ? sizeof(PyASCIIObject) : sizeof(PyCompactUnicodeObject));
+    } else {
+        PyUnicodeObject u;
+        if (ddp_safe_read(&u, s, sizeof u, mode) != 0 || !u.data.any)
+            return -1;
+        out->data = (uintptr_t)u.data.any;
+    }
+    return 0;
+}
+
+static inline uint64_t fnv1a(const unsigned char *p, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001B3ULL;
+    }
+    return h;
+}
+
+/* Hash of a str's contents: kind, length and its first STR_HASH_BYTES bytes. */
+static int str_hash(uintptr_t s, int mode, uint64_t *h)
+{
+    str_ref r;
+    unsigned char buf[STR_HASH_BYTES];
+    if (str_locate(s, mode, &r) != 0)
+        return -1;
+    size_t n = (size_t)r.length * (size_t)r.kind;
+    if (n > sizeof buf)
+        n = sizeof buf;
+    if (n && ddp_safe_read(buf, r.data, n, mode) != 0)
+        return -1;
+    uint64_t x = 0xCBF29CE484222325ULL ^ ((uint64_t)r.kind << 56) ^ (uint64_t)r.length;
+    *h = fnv1a(buf, n, x * 0x100000001B3ULL);
+    return 0;
+}
+
+/* Fingerprint of a code object whose header was copied into `co`: ties a captured code
+ * pointer to the contents of its qualname and filename (so a recycled address with
+ * another function's code can never match) plus firstlineno and code size. */
+static int code_fp(const PyCodeObject *co, int mode, uint64_t *fp, uintptr_t *fname_memo, uint64_t *fhash_memo)
+{
+    uint64_t hq, hf;
+    if (str_hash((uintptr_t)co->co_qualname, mode, &hq) != 0)
+        return -1;
+    if (fname_memo && *fname_memo == (uintptr_t)co->co_filename) {
+        hf = *fhash_memo;
+    } else {
+        if (str_hash((uintptr_t)co->co_filename, mode, &hf) != 0)
+            return -1;
+        if (fname_memo) {
+            *fname_memo = (uintptr_t)co->co_filename;
+            *fhash_memo = hf;
+        }
+    }
+    uint64_t x = hq * 0x9E3779B97F4A7C15ULL;
+    x ^= (hf + 0x632BE59BD9B4E019ULL) * 0xC2B2AE3D27D4EB4FULL;
+    x ^= ((uint64_t)(uint32_t)co->co_firstlineno << 32) | (uint32_t)Py_SIZE(co);
+    *fp = x ? x : 1;
+    return 0;
+}
+
+/* ---- the frame walk ------------------------------------------------------------------- */
+#define MEMO 8
+
+static int top_frame(uintptr_t tstate, int mode, uintptr_t *frame)
+{
+    PyThreadState ts;
+    if (ddp_safe_read(&ts, tstate, sizeof ts, mode) != 0)
+        return -1;
+#if PY_VERSION_HEX >= 0x030D0000
+    *frame = (uintptr_t)ts.current_frame;
+#else
+    *frame = 0;
+    if (ts.cframe) { /* NULL while a thread state is being set up */
+        _PyCFrame cf;
+        if (ddp_safe_read(&cf, (uintptr_t)ts.cframe, sizeof cf, mode) != 0)
+            return -1;
+        *frame = (uintptr_t)cf.current_frame;
+    }
+#endif
+    return 0;
+}
+
+int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *flags)
+{
+#if !DDP_PY_SUPPORTED
+    return -1;
+#else
+    uintptr_t fptr, tortoise;
+    if (top_frame(tstate, mode, &fptr) != 0)
+        return -1;
+    tortoise = fptr;
+    struct { uintptr_t code; uint64_t fp; } memo[MEMO];
+    int memo_n = 0;
+    uintptr_t fname_memo = 0;
+    uint64_t fhash_memo = 0;
+    int depth = 0;
+    char fbuf[sizeof(_PyInterpreterFrame)] __attribute__((aligned(16)));
+    char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)fbuf;
+    PyCodeObject *co = (PyCodeObject *)cbuf;
+
+    for (int steps = 0; fptr; steps++) {
+        if (steps > MAX_CHAIN || (fptr & 7))
+            return -1;
+        if (ddp_safe_read(fbuf, fptr, FRAME_HDR, mode) != 0)
+            return -1;
+        uintptr_t next = (uintptr_t)f->previous;
+        /* Brent-free cycle check: a tortoise moving at half speed. */
+        if (steps & 1) {
+            uintptr_t tprev = 0;
+            if (ddp_safe_read(&tprev, tortoise + offsetof(_PyInterpreterFrame, previous), sizeof tprev, mode) != 0)
+                return -1;
+            tortoise = tprev;
+            if (tortoise && tortoise == next)
+                return -1;
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        if (f->owner == FRAME_OWNED_BY_CSTACK) { /* the C entry shim of 3.12+ */
+            fptr = next;
+            continue;
+        }
+#endif
+        if (f->owner < 0 || f->owner > 3)
+            return -1;
+        uintptr_t cptr = FRAME_CODE(*f);
+        if (!cptr || (cptr & 7))
+            return -1;
+        if (ddp_safe_read(cbuf, cptr, CODE_HDR, mode) != 0)
+            return -1;
+        if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type) {
+#if PY_VERSION_HEX >= 0x030D0000
+            fptr = next; /* f_executable may be None for some 3.13 internal frames */
+            continue;
+#else
+            return -1;
+#endif
+        }
+        Py_ssize_t size = Py_SIZE(co);
+        if (size <= 0 || size > (1 << 26))
+            return -1;
+        intptr_t instr = (intptr_t)FRAME_INSTR(*f);
+        intptr_t start = (intptr_t)(cptr + CODE_HDR);
+        intptr_t lasti = (instr - start) / (intptr_t)sizeof(_Py_CODEUNIT);
+        if (f->owner != FRAME_OWNED_BY_GENERATOR && lasti < co->_co_firsttraceable) {
+            fptr = next; /* incomplete frame: not started yet */
+            continue;
+        }
+        if (lasti < -1 || lasti >= size)
+            return -1;
+        if (depth == max) {
+            *flags |= DDP_REC_TRUNCATED;
+            break;
+        }
+        uint64_t fp = 0;
+        for (int i = 0; i < memo_n; i++)
+            if (memo[i].code == cptr) {
+                fp = memo[i].fp;
+                break;
+            }
+        if (!fp) {
+            if (code_fp(co, mode, &fp, &fname_memo, &fhash_memo) != 0)
+                return -1;
+            memo[memo_n % MEMO].code = cptr;
+            memo[memo_n % MEMO].fp = fp;
+            memo_n++;
+        }
+        ddp_bloom_set(cptr);
+        out[depth].code = cptr;
+        out[depth].fp = fp;
+        out[depth].lasti = (int32_t)lasti;
+        out[depth].firstlineno = co->co_firstlineno;
+        depth++;
+        fptr = next;
+    }
+    return depth;
+#endif
+}
+
+/* ---- GIL and GC --------------------------------------------------------------------- */
+int ddp_py_holds_gil(uintptr_t tstate, int mode)
+{
+    if (!g_gil)
+        return 0;
+    struct _gil_runtime_state gil;
+    if (ddp_safe_read(&gil, g_gil, sizeof gil, mode) != 0)
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    return gil.locked && (uintptr_t)gil.last_holder == tstate;
+#else
+    return gil.locked._value && (uintptr_t)gil.last_holder._value == tstate;
+#endif
+}
+
+int ddp_py_gc_on_thread(uintptr_t tstate, int mode)
+{
+    /* gc.collecting is interpreter-wide; the collector runs with the GIL held, so the
+     * thread holding the GIL is the one collecting (a finalizer that releases the GIL
+     * during a collection can misattribute a little; documented). */
+    if (!g_interp)
+        return 0;
+    int collecting = 0;
+    uintptr_t at = g_interp + offsetof(PyInterpreterState, gc) + offsetof(struct _gc_runtime_state, collecting);
+    if (ddp_safe_read(&collecting, at, sizeof collecting, mode) != 0 || !collecting)
+        return 0;
+    return ddp_py_holds_gil(tstate, mode);
+}
+
+void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = g_gil;
+    *hi = g_gil ? g_gil + sizeof(struct _gil_runtime_state) : 0;
+}
+
+/* ---- thread list ---------------------------------------------------------------------- */
+int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
+{
+    if (!g_interp)
+        return -1;
+    uintptr_t t = 0;
+    if (ddp_safe_read(&t, g_interp + offsetof(PyInterpreterState, threads.head), sizeof t, mode) != 0)
+        return -1;
+    uintptr_t seen_first = t;
+    for (int n = 0; t; n++) {
+        if (n > MAX_CHAIN || (t & 7))
+            return -1;
+        PyThreadState ts;
+        if (ddp_safe_read(&ts, t, sizeof ts, mode) != 0)
+            return -1;
+        if ((uintptr_t)ts.interp != g_interp)
+            return -1; /* freed or recycled under us: the caller retries next tick */
+        if (ts.native_thread_id)
+            cb(t, (long)ts.native_thread_id, ctx);
+        t = (uintptr_t)ts.next;
+        if (t == seen_first)
+            return -1;
+    }
+    return 0;
+}
+
+uintptr_t ddp_py_current_tstate(void) { return (uintptr_t)PyGILState_GetThisThreadState(); }
+
+/* ---- init (with the GIL) -------------------------------------------------------------- */
+void ddp_py_types_init(void)
+{
+    /* Addresses only: needs no GIL (resolution and benchmarks may run outside a session). */
+    code_type = (uintptr_t)&PyCode_Type;
+    unicode_type = (uintptr_t)&PyUnicode_Type;
+    bytes_type = (uintptr_t)&PyBytes_Type;
+}
+
+int ddp_py_init(void)
+{
+#if !DDP_PY_SUPPORTED
+    return DDP_EUNSUPPORTED;
+#else
+    ddp_py_types_init();
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    g_interp = (uintptr_t)interp;
+#if PY_VERSION_HEX >= 0x030C0000
+    g_gil = (uintptr_t)interp->ceval.gil;
+#else
+    g_gil = (uintptr_t)&_PyRuntime.ceval.gil;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13 publishes its offsets: refuse if the headers we were built with disagree. */
+    const _Py_DebugOffsets *d = &_PyRuntime.debug_offsets;
+    if (d->interpreter_frame.previous != offsetof(_PyInterpreterFrame, previous) ||
+        d->interpreter_frame.executable != offsetof(_PyInterpreterFrame, f_executable) ||
+        d->interpreter_frame.instr_ptr != offsetof(_PyInterpreterFrame, instr_ptr) ||
+        d->interpreter_frame.owner != offsetof(_PyInterpreterFrame, owner) ||
+        d->thread_state.current_frame != offsetof(PyThreadState, current_frame) ||
+        d->thread_state.native_thread_id != offsetof(PyThreadState, native_thread_id) ||
+        d->thread_state.next != offsetof(PyThreadState, next) ||
+        d->interpreter_state.threads_head != offsetof(PyInterpreterState, threads.head) ||
+        d->code_object.qualname != offsetof(PyCodeObject, co_qualname) ||
+        d->code_object.filename != offsetof(PyCodeObject, co_filename) ||
+        d->code_object.linetable != offsetof(PyCodeObject, co_linetable) ||
+        d->code_object.firstlineno != offsetof(PyCodeObject, co_firstlineno) ||
+        d->code_object.co_code_adaptive != offsetof(PyCodeObject, co_code_adaptive))
+        return DDP_EUNSUPPORTED;
+#endif
+    return DDP_OK;
+#endif
+}
+
+/* ---- resolution ----------------------------------------------------------------------- */
+/* UTF-8 of a str read through safe reads; returns the full UTF-8 length (may exceed cap). */
+static int str_utf8(uintptr_t s, int mode, char *dst, int cap, int *len)
+{
+    str_ref r;
+    if (str_locate(s, mode, &r) != 0)
+        return -1;
+    size_t nbytes = (size_t)r.length * (size_t)r.kind;
+    unsigned char *raw = malloc(nbytes ? nbytes : 1);
+    if (!raw)
+        return -1;
+    if (nbytes && ddp_safe_read(raw, r.data, nbytes, mode) != 0) {
+        free(raw);
+        return -1;
+    }
+    int n = 0;
+    for (Py_ssize_t i = 0; i < r.length; i++) {
+        uint32_t c = r.kind == 1 ? raw[i] : r.kind == 2 ? ((uint16_t *)raw)[i] : ((uint32_t *)raw)[i];
+        unsigned char enc[4];
+        int k;
+        if (c < 0x80) {
+            enc[0] = (unsigned char)c;
+            k = 1;
+        } else if (c < 0x800) {
+            enc[0] = 0xC0 | (c >> 6);
+            enc[1] = 0x80 | (c & 0x3F);
+            k = 2;
+        } else if (c < 0x10000) { /* lone surrogates pass through (decode with surrogatepass) */
+            enc[0] = 0xE0 | (c >> 12);
+            enc[1] = 0x80 | ((c >> 6) & 0x3F);
+            enc[2] = 0x80 | (c & 0x3F);
+            k = 3;
+        } else if (c < 0x110000) {
+            enc[0] = 0xF0 | (c >> 18);
+            enc[1] = 0x80 | ((c >> 12) & 0x3F);
+            enc[2] = 0x80 | ((c >> 6) & 0x3F);
+            enc[3] = 0x80 | (c & 0x3F);
+            k = 4;
+        } else {
+            free(raw);
+            return -1;
+        }
+        if (n + k <= cap)
+            memcpy(dst + n, enc, k);
+        n += k;
+    }
+    free(raw);
+    *len = n;
+    return 0;
+}
+
+static int bytes_copy(uintptr_t b, int mode, uint8_t *dst, int cap, int *len)
+{
+    PyBytesObject h;
+    if (ddp_safe_read(&h, b, offsetof(PyBytesObject, ob_sval), mode) != 0)
+        return -1;
+    if ((uintptr_t)h.ob_base.ob_base.ob_type != bytes_type)
+        return -1;
+    Py_ssize_t n = Py_SIZE(&h);
+    if (n < 0 || n > (1 << 26))
+        return -1;
+    *len = (int)n;
+    if (n <= cap && n && ddp_safe_read(dst, b + offsetof(PyBytesObject, ob_sval), (size_t)n, mode) != 0)
+        return -1;
+    return 0;
+}
+
+/* Resolve `code` if it is still the code object with fingerprint `fp` (fp 0: any). */
+static int resolve(uintptr_t code, uint64_t fp, ddp_code_info *info, char *q, int qcap, char *f, int fcap,
+                   uint8_t *lt, int lcap)
+{
+    char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
+    PyCodeObject *co = (PyCodeObject *)cbuf;
+    int mode = DDP_READ_SYSCALL;
+    if (!code_type || ddp_safe_read(cbuf, code, CODE_HDR, mode) != 0)
+        return DDP_EINVAL;
+    if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type)
+        return DDP_EINVAL;
+    uint64_t now_fp;
+    if (code_fp(co, mode, &now_fp, NULL, NULL) != 0 || (fp && now_fp != fp))
+        return DDP_EINVAL;
+    info->code = code;
+    info->fp = now_fp;
+    info->firstlineno = co->co_firstlineno;
+    if (str_utf8((uintptr_t)co->co_qualname, mode, q, qcap, &info->qualname_len) != 0 ||
+        str_utf8((uintptr_t)co->co_filename, mode, f, fcap, &info->filename_len) != 0 ||
+        bytes_copy((uintptr_t)co->co_linetable, mode, lt, lcap, &info->linetable_len) != 0)
+        return DDP_EINVAL;
+    if (info->qualname_len > qcap || info->filename_len > fcap || info->linetable_len > lcap)
+        return 1;
+    /* Re-check: everything copied belonged to the same code object (GIL held, so only a
+     * concurrent free on another interpreter could change it; cheap insurance). */
+    char cbuf2[sizeof(PyCodeObject)] __attribute__((aligned(16)));
+    if (ddp_safe_read(cbuf2, code, CODE_HDR, mode) != 0 || memcmp(cbuf + sizeof(PyObject), cbuf2 + sizeof(PyObject), CODE_HDR - sizeof(PyObject)) != 0)
+        return DDP_EINVAL;
+    return 0;
+}
+
+int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info, char *qualname, int qcap, char *filename,
+                     int fcap, uint8_t *linetable, int lcap)
+{
+    if (!Py_IsInitialized())
+        return DDP_EUNSUPPORTED;
+    ddp_py_types_init();
+    PyGILState_STATE g = PyGILState_Ensure();
+    memset(info, 0, sizeof *info);
+    int rc = resolve((uintptr_t)code, fp, info, qualname, qcap, filename, fcap, linetable, lcap);
+    PyGILState_Release(g);
+    return rc;
+}
+
+int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out)
+{
+    char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
+    PyCodeObject *co = (PyCodeObject *)cbuf;
+    ddp_py_types_init();
+    if (ddp_safe_read(cbuf, (uintptr_t)code, CODE_HDR, DDP_READ_SYSCALL) != 0 ||
+        (uintptr_t)co->ob_base.ob_base.ob_type != (uintptr_t)&PyCode_Type)
+        return DDP_EINVAL;
+    return code_fp(co, DDP_READ_SYSCALL, fp_out, NULL, NULL) == 0 ? 0 : DDP_EINVAL;
+}
+
+int ddp_addr2line(const uint8_t *lt, int len, int firstlineno, int lasti)
+{
+    /* co_linetable (3.11-3.13): entries start with a byte 1CCCCLLL: code C, length L+1
+     * code units.  Codes: 15 no location; 14 long form (svarint line delta + 3 varints);
+     * 13 no column (svarint line delta); 10-12 one-line form (delta C-10, 2 bytes);
+     * 0-9 short form (delta 0, 1 byte).  Varints: 6-bit chunks, 0x40 = more. */
+    if (lasti < 0)
+        return firstlineno;
+    int line = firstlineno, addr = 0, i = 0;
+    while (i < len) {
+        uint8_t b = lt[i++];
+        if (!(b & 0x80))
+            return firstlineno; /* malformed */
+        int code = (b >> 3) & 15, n = (b & 7) + 1, delta = 0, has_line = 1;
+        if (code == 15) {
+            has_line = 0;
+        } else if (code == 14 || code == 13) {
+            unsigned int v = 0, shift = 0;
+            while (i < len) {
+                uint8_t c = lt[i++];
+                v |= (unsigned)(c & 63) << shift;
+                shift += 6;
+                if (!(c & 64))
+                    break;
+            }
+            delta = (v & 1) ? -(int)(v >> 1) : (int)(v >> 1);
+            if (code == 14) /* skip end line, column, end column varints */
+                for (int k = 0; k < 3 && i < len; k++)
+                    while (i < len && (lt[i++] & 64))
+                        ;
+        } else if (code >= 10) {
+            delta = code - 10;
+            i += 2;
+        } else {
+            i += 1;
+        }
+        line += delta;
+        if (lasti < addr + n)
+            return has_line ? line : firstlineno;
+        addr += n;
+    }
+    return line;
+}
+
+/* ---- code watcher and graveyard (3.12+) ---------------------------------------------- */
+typedef struct gy_entry {
+    struct gy_entry *next;
+    ddp_code_info info;
+    char *q, *f;
+    uint8_t *lt;
+} gy_entry;
+
+static pthread_mutex_t gy_lock = PTHREAD_MUTEX_INITIALIZER;
+static gy_entry *gy_head, *gy_tail;
+static int gy_count;
+_Atomic uint64_t ddp_graveyard_overflow;
+#define GY_MAX 65536
+static int watcher_id = -1;
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* Runs with the GIL, just before a code object is freed: if samples may point at it,
+ * resolve it now, while it is certainly valid, and keep the result for the drain. */
+static int on_code_event(PyCodeEvent event, PyCodeObject *co)
+{
+    if (event != PY_CODE_EVENT_DESTROY || !atomic_load(&ddp_session_active) || !ddp_bloom_test((uintptr_t)co))
+        return 0;
+    if (gy_count >= GY_MAX) {
+        atomic_fetch_add(&ddp_graveyard_overflow, 1);
+        return 0;
+    }
+    gy_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return 0;
+    int qcap = 256, fcap = 1024, lcap = 4096;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        e->q = malloc(qcap);
+        e->f = malloc(fcap);
+        e->lt = malloc(lcap);
+        int rc = (e->q && e->f && e->lt) ? resolve((uintptr_t)co, 0, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap)
+                                         : DDP_ENOMEM;
+        if (rc == 1 && attempt == 0) {
+            free(e->q), free(e->f), free(e->lt);
+            qcap = e->info.qualname_len + 1, fcap = e->info.filename_len + 1, lcap = e->info.linetable_len + 1;
+            continue;
+        }
+        if (rc != 0) {
+            free(e->q), free(e->f), free(e->lt), free(e);
+            return 0;
+        }
+        break;
+    }
+    e->info.death_ns = ddp_now_ns();
+    pthread_mutex_lock(&gy_lock);
+    if (gy_tail)
+        gy_tail->next = e;
+    else
+        gy_head = e;
+    gy_tail = e;
+    gy_count++;
+    pthread_mutex_unlock(&gy_lock);
+    return 0;
+}
+#endif
+
+int ddp_py_watcher_start(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (watcher_id < 0) {
+        watcher_id = PyCode_AddWatcher(on_code_event);
+        if (watcher_id < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    return 0;
+#else
+    return -1; /* 3.11 has no code watchers: the fingerprint alone guards names */
+#endif
+}
+
+void ddp_py_watcher_stop(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (watcher_id >= 0) {
+        if (PyCode_ClearWatcher(watcher_id) < 0)
+            PyErr_Clear();
+        watcher_id = -1;
+    }
+#endif
+}
+
+int ddp_code_watcher_active(void) { return watcher_id >= 0; }
+
+int ddp_graveyard_pop(ddp_code_info *info, char *q, int qcap, char *f, int fcap, uint8_t *lt, int lcap)
+{
+    pthread_mutex_lock(&gy_lock);
+    gy_entry *e = gy_head;
+    if (!e) {
+        pthread_mutex_unlock(&gy_lock);
+        return 0;
+    }
+    *info = e->info;
+    if (e->info.qualname_len > qcap || e->info.filename_len > fcap || e->info.linetable_len > lcap) {
+        pthread_mutex_unlock(&gy_lock);
+        return 2;
+    }
+    gy_head = e->next;
+    if (!gy_head)
+        gy_tail = NULL;
+    gy_count--;
+    pthread_mutex_unlock(&gy_lock);
+    memcpy(q, e->q, e->info.qualname_len);
+    memcpy(f, e->f, e->info.filename_len);
+    memcpy(lt, e->lt, e->info.linetable_len);
+    free(e->q), free(e->f), free(e->lt), free(e);
+    return 1;
+}
+
+void ddp_py_graveyard_clear(void)
+{
+    pthread_mutex_lock(&gy_lock);
+    gy_entry *e = gy_head;
+    gy_head = gy_tail = NULL;
+    gy_count = 0;
+    pthread_mutex_unlock(&gy_lock);
+    while (e) {
+        gy_entry *n = e->next;
+        free(e->q), free(e->f), free(e->lt), free(e);
+        e = n;
+    }
+}
+
+void ddp_py_after_fork_child(void)
+{
+    /* The forking thread held the GIL; locks of other threads are gone: reinit ours.
+     * The watcher stays registered until the child's next start/release clears it; it
+     * is inert while no session is active. */
+    pthread_mutex_init(&gy_lock, NULL);
+    gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
+    gy_count = 0;
+}

@@ -1,0 +1,118 @@
+/* ring.c — preallocated bounded MPMC queue of fixed-size records (D. Vyukov's design).
+ *
+ * Why this one: producers are signal handlers (any thread, any moment) and the wall
+ * sampler thread; a producer never waits — a full ring makes reserve() return NULL and
+ * the caller counts a drop.  Each cell carries a sequence number: a producer claims a
+ * cell with one CAS on the enqueue position, writes it in place, then publishes it by
+ * storing the sequence (release).  The consumer only takes cells whose sequence says
+ * "published", so a producer interrupted between claim and publish just makes the
+ * consumer stop early and pick the cell up at the next drain.  No locks, no malloc
+ * after creation, memory is mmap'ed once and zeroed.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "ddp_internal.h"
+
+struct cell {
+    _Atomic size_t seq;
+    size_t pad;           /* records start 16-byte aligned */
+};
+
+struct ddp_ring {
+    _Atomic size_t enq;
+    char pad1[56];
+    _Atomic size_t deq;
+    char pad2[56];
+    size_t mask;
+    size_t record_size;
+    size_t cell_size;
+    size_t map_size;
+    char *cells;
+};
+
+static inline struct cell *cell_at(ddp_ring *r, size_t pos)
+{
+    return (struct cell *)(r->cells + (pos & r->mask) * r->cell_size);
+}
+
+ddp_ring *ddp_ring_new(size_t records, size_t record_size)
+{
+    size_t n = 2;
+    while (n < records)
+        n <<= 1;
+    size_t cell_size = (sizeof(struct cell) + record_size + 15) & ~(size_t)15;
+    size_t map_size = sizeof(ddp_ring) + 64 + n * cell_size;
+    void *mem = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return NULL;
+    ddp_ring *r = mem;
+    r->mask = n - 1;
+    r->record_size = record_size;
+    r->cell_size = cell_size;
+    r->map_size = map_size;
+    r->cells = (char *)mem + ((sizeof(ddp_ring) + 63) & ~(size_t)63);
+    for (size_t i = 0; i < n; i++)
+        atomic_store_explicit(&cell_at(r, i)->seq, i, memory_order_relaxed);
+    atomic_store(&r->enq, 0);
+    atomic_store(&r->deq, 0);
+    return r;
+}
+
+void ddp_ring_free(ddp_ring *r)
+{
+    if (r)
+        munmap(r, r->map_size);
+}
+
+void *ddp_ring_reserve(ddp_ring *r, size_t *ticket)
+{
+    size_t pos = atomic_load_explicit(&r->enq, memory_order_relaxed);
+    for (;;) {
+        struct cell *c = cell_at(r, pos);
+        size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        intptr_t dif = (intptr_t)seq - (intptr_t)pos;
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&r->enq, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *ticket = pos;
+                return (char *)c + sizeof(struct cell);
+            }
+        } else if (dif < 0) {
+            return NULL; /* full */
+        } else {
+            pos = atomic_load_explicit(&r->enq, memory_order_relaxed);
+        }
+    }
+}
+
+void ddp_ring_publish(ddp_ring *r, size_t ticket)
+{
+    atomic_store_explicit(&cell_at(r, ticket)->seq, ticket + 1, memory_order_release);
+}
+
+int ddp_ring_pop(ddp_ring *r, void *dst)
+{
+    size_t pos = atomic_load_explicit(&r->deq, memory_order_relaxed);
+    for (;;) {
+        struct cell *c = cell_at(r, pos);
+        size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        intptr_t dif = (intptr_t)seq - (intptr_t)(pos + 1);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&r->deq, &pos, pos + 1, memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                /* Copy only the frames in use: records are sized for max_depth. */
+                const ddp_record *rec = (const ddp_record *)((char *)c + sizeof(struct cell));
+                size_t used = sizeof(ddp_record) + (size_t)rec->depth * sizeof(ddp_frame);
+                memcpy(dst, rec, used <= r->record_size ? used : r->record_size);
+                atomic_store_explicit(&c->seq, pos + r->mask + 1, memory_order_release);
+                return 1;
+            }
+        } else if (dif < 0) {
+            return 0; /* empty, or the next cell is still being written */
+        } else {
+            pos = atomic_load_explicit(&r->deq, memory_order_relaxed);
+        }
+    }
+}

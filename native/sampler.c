@@ -1,0 +1,916 @@
+/* sampler.c — sessions, the thread registry, per-thread CPU timers, the SIGPROF handler
+ * and the wall sampler thread.
+ *
+ * Threads.  Python threads are found in the interpreter's thread-state list: under the
+ * GIL at start (PyInterpreterState_ThreadHead), then every wall tick from the native
+ * sampler thread by a racy walk through safe reads.  Why a racy walk rather than a
+ * Python-side hook: it needs no cooperation from threading (threads started by C
+ * extensions or _thread are covered), costs a few loads per thread per tick, and a torn
+ * walk (a thread state unlinked while we read) is detected (interp pointer check, cycle
+ * bound) and simply retried at the next tick.  A thread is removed only when its tid is
+ * gone from two complete scans or from the kernel (tgkill(pid, tid, 0) fails).
+ * Slots live in a preallocated array and are never freed or reused during a session, so
+ * the pointer a timer carries in sigev_value always points to valid memory; the handler
+ * also checks that the slot's tid is its own thread's (a signal queued before a
+ * timer_delete is then ignored).
+ *
+ * CPU.  One POSIX timer per thread on that thread's CPU-time clock ((~tid << 3) | 6, as
+ * async-profiler's ctimer), SIGEV_THREAD_ID -> SIGPROF delivered to that very thread, first
+ * expiry uniform in (0, period] (as Go does).  The handler walks its own thread's frames:
+ * no malloc, no locks, no CPython API.  Weight = period * (1 + overruns).
+ *
+ * WALL.  A pthread (never a Python thread, all async signals blocked) wakes every
+ * interval and samples up to N registered threads (round-robin) through safe reads,
+ * without the GIL and without signalling them.  Weight = wall time since that thread's
+ * previous wall sample, so skipped or torn ticks never lose time.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <Python.h>
+#include "ddp_internal.h"
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+#define MAX_SLOTS 4096
+#define MAP_SIZE 16384 /* tid -> slot, open addressing, power of two */
+#define DEFAULT_RING_RECORDS 4096
+#define RING_BUDGET_BYTES (32u << 20)
+#define DEFAULT_WALL_PER_TICK 64
+#define SCAN_MAX (MAX_SLOTS * 2)
+
+enum { ST_IDLE, ST_STARTING, ST_RUNNING, ST_STOPPED };
+
+typedef struct {
+    _Atomic int32_t tid;
+    _Atomic int32_t active;       /* sampled: has a thread state, not excluded, present */
+    _Atomic uintptr_t tstate;
+    _Atomic uint64_t label_id;
+    _Atomic int32_t excluded;
+    int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
+    /* below: owned by the sampler thread (or by start/stop when it is not running) */
+    int has_timer;
+    int timer_failed;
+    timer_t timer;
+    clockid_t clock;
+    int64_t last_wall_ns;
+    int64_t last_cpu_ns;
+    int absent;
+    uint32_t seen_gen;
+} slot_t;
+
+static _Atomic int state = ST_IDLE;
+_Atomic int ddp_session_active;
+static ddp_config cfg;
+static ddp_ring *ring;
+static size_t rec_size;
+static slot_t *slots;
+static _Atomic int32_t nslots;
+static _Atomic int32_t map_key[MAP_SIZE];
+static _Atomic int32_t map_val[MAP_SIZE]; /* slot index + 1; -1 overflow */
+static struct sigaction old_prof;
+static int prof_installed;
+static _Atomic int in_handler;
+static pthread_t sampler_thread;
+static int sampler_started;
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cond;
+static int wake_stop;
+static int my_pid;
+static uint64_t rng_state;
+static uintptr_t gil_lo, gil_hi;
+
+static struct {
+    _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
+    _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
+    _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns;
+    int64_t start_mono_ns, stop_mono_ns;
+} st;
+
+static inline int32_t my_tid(void) { return (int32_t)syscall(SYS_gettid); }
+
+static uint64_t rng_next(void)
+{
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+/* ---- tid -> slot map (lock-free; used by the sampler thread and Python threads) -------- */
+static inline uint32_t tid_hash(int32_t tid) { return ((uint32_t)tid * 2654435761u) & (MAP_SIZE - 1); }
+
+static int slot_lookup(int32_t tid)
+{
+    uint32_t h = tid_hash(tid);
+    for (int i = 0; i < MAP_SIZE; i++, h = (h + 1) & (MAP_SIZE - 1)) {
+        int32_t k = atomic_load(&map_key[h]);
+        if (k == 0)
+            return -1;
+        if (k == tid) {
+            int32_t v;
+            while ((v = atomic_load(&map_val[h])) == 0)
+                sched_yield(); /* being inserted by another thread (never a signal handler) */
+            return v > 0 ? v - 1 : -1;
+        }
+    }
+    return -1;
+}
+
+static int slot_get_or_create(int32_t tid)
+{
+    uint32_t h = tid_hash(tid);
+    for (int i = 0; i < MAP_SIZE; i++, h = (h + 1) & (MAP_SIZE - 1)) {
+        int32_t k = atomic_load(&map_key[h]);
+        if (k == 0) {
+            int32_t zero = 0;
+            if (atomic_compare_exchange_strong(&map_key[h], &zero, tid)) {
+                int32_t idx = atomic_fetch_add(&nslots, 1);
+                if (idx >= MAX_SLOTS) {
+                    atomic_fetch_add(&st.threads_overflow, 1);
+                    atomic_store(&map_val[h], -1);
+                    return -1;
+                }
+                slot_t *s = &slots[idx];
+                memset(s, 0, sizeof *s);
+                atomic_store(&s->tid, tid);
+                s->clock = ((~(clockid_t)tid) << 3) | 6; /* CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED */
+                atomic_fetch_add(&st.threads_seen, 1);
+                atomic_store(&map_val[h], idx + 1);
+                return idx;
+            }
+            k = atomic_load(&map_key[h]);
+        }
+        if (k == tid) {
+            int32_t v;
+            while ((v = atomic_load(&map_val[h])) == 0)
+                sched_yield();
+            return v > 0 ? v - 1 : -1;
+        }
+    }
+    atomic_fetch_add(&st.threads_overflow, 1);
+    return -1;
+}
+
+static int is_excluded_cfg(int32_t tid)
+{
+    for (int i = 0; i < cfg.n_exclude && i < 8; i++)
+        if (cfg.exclude_tids[i] == tid)
+            return 1;
+    return 0;
+}
+
+/* ---- timers ---------------------------------------------------------------------------- */
+static void timer_arm(slot_t *s)
+{
+    if (s->has_timer || s->timer_failed || !(cfg.events & (1u << DDP_EVENT_CPU)))
+        return;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev.sigev_value.sival_ptr = s;
+    sev.sigev_notify_thread_id = atomic_load(&s->tid);
+    if (timer_create(s->clock, &sev, &s->timer) != 0) {
+        /* EAGAIN (signal queue limit) and friends: this thread gets no CPU samples. */
+        s->timer_failed = 1;
+        if (errno != EINVAL && errno != ESRCH) /* EINVAL: the thread exited meanwhile */
+            atomic_fetch_add(&st.timer_failures, 1);
+        ddp_set_errno(errno);
+        return;
+    }
+    int64_t period = cfg.interval_ns;
+    int64_t first = 1 + (int64_t)(rng_next() % (uint64_t)period); /* uniform in (0, period] */
+    struct itimerspec its;
+    its.it_interval.tv_sec = period / 1000000000LL;
+    its.it_interval.tv_nsec = period % 1000000000LL;
+    its.it_value.tv_sec = first / 1000000000LL;
+    its.it_value.tv_nsec = first % 1000000000LL;
+    if (timer_settime(s->timer, 0, &its, NULL) != 0) {
+        timer_delete(s->timer);
+        s->timer_failed = 1;
+        atomic_fetch_add(&st.timer_failures, 1);
+        return;
+    }
+    s->has_timer = 1;
+}
+
+static void timer_disarm(slot_t *s)
+{
+    if (s->has_timer) {
+        timer_delete(s->timer);
+        s->has_timer = 0;
+    }
+}
+
+static int64_t thread_cpu_ns(slot_t *s)
+{
+    struct timespec ts;
+    if (clock_gettime(s->clock, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A thread seen in the interpreter's list: make sure it has a slot, a timer, a state. */
+static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t now)
+{
+    if (tid <= 0 || is_excluded_cfg(tid))
+        return;
+    int idx = slot_lookup(tid);
+    if (idx < 0 || !atomic_load(&slots[idx].active)) {
+        /* New (or label-only) slot: make sure the tid is a live thread of ours, not a
+         * value read from a thread state freed under the racy scan. */
+        if (syscall(SYS_tgkill, my_pid, tid, 0) != 0)
+            return;
+        if (idx < 0)
+            idx = slot_get_or_create(tid);
+        if (idx < 0)
+            return;
+    }
+    slot_t *s = &slots[idx];
+    if (s->seen_gen == gen)
+        return; /* two thread states with one tid: the older one (seen first) is the thread's */
+    s->seen_gen = gen;
+    s->absent = 0;
+    if (atomic_load(&s->excluded)) {
+        atomic_store(&s->active, 0);
+        timer_disarm(s);
+        return;
+    }
+    if (atomic_load(&s->tstate) != tstate)
+        atomic_store(&s->tstate, tstate);
+    if (!atomic_load(&s->active)) {
+        s->last_wall_ns = now;
+        s->last_cpu_ns = thread_cpu_ns(s);
+        atomic_store(&s->active, 1);
+    }
+    timer_arm(s);
+}
+
+/* ---- producing records ------------------------------------------------------------------- */
+enum { PROD_OK, PROD_FULL, PROD_TORN };
+
+static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
+        return PROD_FULL;
+    }
+    rec->event = (uint8_t)event;
+    rec->state = (uint8_t)tstate_kind;
+    rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+    rec->label_id = atomic_load_explicit(&s->label_id, memory_order_relaxed);
+    rec->ts_ns = ts;
+    rec->count = 1;
+    rec->value = weight;
+    rec->aux = 0;
+    rec->reserved = 0;
+    rec->reserved2 = 0;
+    ddp_frame *frames = (ddp_frame *)(rec + 1);
+    uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
+    volatile int depth = -1;
+    volatile uint16_t flags = 0;
+    if (mode == DDP_READ_GUARDED) {
+        ddp_guard g, *prev = ddp_tls_guard; /* keep an interrupted guard (bench code) intact */
+        if (sigsetjmp(g.jb, 0) == 0) {
+            DDP_GUARD_ARM(&g);
+            uint16_t f = 0;
+            int d = ddp_py_walk(tstate, mode, frames, cfg.max_depth, &f);
+            if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
+                f |= DDP_REC_GC;
+            flags = f;
+            depth = d;
+        } else {
+            depth = -1;
+        }
+        DDP_GUARD_SET(prev);
+    } else {
+        uint16_t f = 0;
+        int d = ddp_py_walk(tstate, mode, frames, cfg.max_depth, &f);
+        if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
+            f |= DDP_REC_GC;
+        flags = f;
+        depth = d;
+    }
+    int torn = depth < 0;
+    rec->depth = torn ? 0 : (uint16_t)depth;
+    rec->flags = torn ? DDP_REC_INVALID : flags;
+    ddp_ring_publish(ring, ticket);
+    if (torn) {
+        atomic_fetch_add_explicit(&st.dropped_torn[event], 1, memory_order_relaxed);
+        return PROD_TORN;
+    }
+    atomic_fetch_add_explicit(&st.samples[event], 1, memory_order_relaxed);
+    return PROD_OK;
+}
+
+static void on_sigprof(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig, (void)uc;
+    int saved_errno = errno;
+    atomic_fetch_add(&in_handler, 1);
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
+        goto out;
+    slot_t *s = si->si_value.sival_ptr;
+    slot_t *base = slots;
+    if (!base || s < base || s >= base + MAX_SLOTS || ((char *)s - (char *)base) % sizeof(slot_t)) {
+        atomic_fetch_add(&st.stale_signals, 1);
+        goto out;
+    }
+    if (atomic_load(&s->tid) != my_tid()) {
+        atomic_fetch_add(&st.stale_signals, 1);
+        goto out;
+    }
+    if (!atomic_load(&s->active) || atomic_load(&s->excluded))
+        goto out;
+    int64_t t0 = ddp_now_ns();
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
+        mode = DDP_READ_SYSCALL; /* our fault handler was replaced: never risk a fault */
+    int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
+    int64_t weight = cfg.interval_ns * (1 + overrun) + s->cpu_carry;
+    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
+    s->cpu_carry = r == PROD_TORN ? weight : 0;
+    atomic_fetch_add_explicit(&st.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&st.handler_calls, 1, memory_order_relaxed);
+out:
+    atomic_fetch_sub(&in_handler, 1);
+    errno = saved_errno;
+}
+
+/* ---- the wall sampler thread --------------------------------------------------------------- */
+/* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
+static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
+{
+    int64_t dcpu = (cpu_now >= 0 && s->last_cpu_ns >= 0) ? cpu_now - s->last_cpu_ns : -1;
+    if (dcpu >= 0 && dwall > 0 && dcpu * 2 >= dwall)
+        return DDP_STATE_CPU;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)atomic_load(&s->tid));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return DDP_STATE_OFFCPU;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return DDP_STATE_OFFCPU;
+    buf[n] = 0;
+    if (!strncmp(buf, "running", 7))
+        return DDP_STATE_CPU;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    if (nr == SYS_futex && gil_lo) {
+        unsigned long long uaddr = strtoull(end, NULL, 16);
+        if (uaddr >= gil_lo && uaddr < gil_hi) /* blocked on the GIL's mutex or condition */
+            return DDP_STATE_GIL;
+    }
+    return DDP_STATE_OFFCPU;
+}
+
+typedef struct {
+    uintptr_t tstate[SCAN_MAX];
+    int32_t tid[SCAN_MAX];
+    int n;
+} scan_buf;
+
+static void scan_cb(uintptr_t tstate, long tid, void *ctx)
+{
+    scan_buf *b = ctx;
+    if (b->n < SCAN_MAX) {
+        b->tstate[b->n] = tstate;
+        b->tid[b->n] = (int32_t)tid;
+        b->n++;
+    }
+}
+
+static void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
+{
+    int mode = atomic_load(&ddp_read_mode_now);
+    volatile int rc = -1;
+    b->n = 0;
+    if (mode == DDP_READ_GUARDED) {
+        ddp_guard g;
+        if (sigsetjmp(g.jb, 0) == 0) {
+            DDP_GUARD_ARM(&g);
+            rc = ddp_py_scan_threads(mode, scan_cb, b);
+        }
+        DDP_GUARD_SET(NULL);
+    } else {
+        rc = ddp_py_scan_threads(mode, scan_cb, b);
+    }
+    /* Oldest first (new thread states are pushed at the head).  On 3.11 a new thread
+     * state carries its *creator's* native id until the new thread binds it, so a tid can
+     * appear twice; register_thread keeps the first (older) one per scan. */
+    for (int i = b->n - 1; i >= 0; i--)
+        register_thread(b->tstate[i], b->tid[i], gen, now);
+    int n = atomic_load(&nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    for (int i = 0; i < n; i++) {
+        slot_t *s = &slots[i];
+        if (!atomic_load(&s->active))
+            continue;
+        if (atomic_load(&s->excluded)) {
+            atomic_store(&s->active, 0);
+            timer_disarm(s);
+            continue;
+        }
+        if (s->seen_gen == gen)
+            continue;
+        /* Not in this scan.  Gone from the kernel: certainly exited.  Still alive but
+         * missing from two complete scans: its thread state is gone (it left Python). */
+        int dead = syscall(SYS_tgkill, my_pid, (int)atomic_load(&s->tid), 0) != 0;
+        if (rc == 0)
+            s->absent++;
+        if (dead || s->absent >= 2) {
+            atomic_store(&s->active, 0);
+            timer_disarm(s);
+        }
+    }
+}
+
+static void wall_tick(int *cursor)
+{
+    int n = atomic_load(&nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    int budget = cfg.wall_threads_per_tick > 0 ? cfg.wall_threads_per_tick : DEFAULT_WALL_PER_TICK;
+    int start = n ? *cursor % n : 0;
+    for (int k = 0; k < n && budget > 0; k++) {
+        int i = (start + k) % n;
+        slot_t *s = &slots[i];
+        if (!atomic_load(&s->active) || atomic_load(&s->excluded))
+            continue;
+        budget--;
+        int64_t now = ddp_now_ns();
+        int64_t dwall = now - s->last_wall_ns;
+        if (dwall <= 0)
+            continue;
+        int64_t cpu_now = thread_cpu_ns(s);
+        int state_kind = thread_state_of(s, dwall, cpu_now);
+        int mode = atomic_load(&ddp_read_mode_now);
+        int r = produce(s, DDP_EVENT_WALL, dwall, state_kind, mode, now);
+        if (r != PROD_TORN) { /* a torn read keeps its time for the next sample */
+            s->last_wall_ns = now;
+            s->last_cpu_ns = cpu_now;
+        }
+        *cursor = (i + 1) % n;
+    }
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, SIGSEGV); /* synchronous faults must stay deliverable (guarded reads) */
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    pthread_sigmask(SIG_SETMASK, &set, NULL);
+    scan_buf *b = malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    uint32_t gen = 1; /* 1 was the start-time registration */
+    int cursor = 0;
+    int64_t next = ddp_now_ns() + cfg.interval_ns;
+    pthread_mutex_lock(&wake_lock);
+    while (!wake_stop) {
+        struct timespec ts = { next / 1000000000LL, next % 1000000000LL };
+        int rc = pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+        if (wake_stop)
+            break;
+        if (rc != ETIMEDOUT)
+            continue;
+        pthread_mutex_unlock(&wake_lock);
+        int64_t t0 = ddp_now_ns();
+        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED)
+            ddp_saferead_check();
+        registry_tick(b, ++gen, t0);
+        if (cfg.events & (1u << DDP_EVENT_WALL))
+            wall_tick(&cursor);
+        int64_t t1 = ddp_now_ns();
+        atomic_fetch_add(&st.wall_ticks, 1);
+        atomic_fetch_add(&st.wall_ns, (uint64_t)(t1 - t0));
+        next += cfg.interval_ns;
+        if (next <= t1)
+            next = t1 + cfg.interval_ns; /* late: skip ticks (weights are time-based) */
+        pthread_mutex_lock(&wake_lock);
+    }
+    pthread_mutex_unlock(&wake_lock);
+    free(b);
+    return NULL;
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+static void free_session(void)
+{
+    ddp_ring_free(ring);
+    ring = NULL;
+    free(slots);
+    slots = NULL;
+    rec_size = 0;
+}
+
+static void atfork_child(void)
+{
+    /* POSIX: the child has no timers and no sampler thread.  Put the signal handlers
+     * back and forget the session so the child runs on unharmed and may profile itself. */
+    if (atomic_load(&state) == ST_IDLE)
+        return;
+    atomic_store(&ddp_session_active, 0);
+    if (prof_installed) {
+        sigaction(SIGPROF, &old_prof, NULL);
+        prof_installed = 0;
+    }
+    ddp_saferead_after_fork_child();
+    ddp_py_after_fork_child();
+    pthread_mutex_init(&wake_lock, NULL);
+    sampler_started = 0;
+    /* Our copies of the buffers: no other thread exists here to use them (and malloc is
+     * usable in a fork child of a threaded glibc process), so give the memory back. */
+    free_session();
+    atomic_store(&in_handler, 0);
+    my_pid = getpid();
+    atomic_store(&state, ST_IDLE);
+}
+
+static int register_at_start(void)
+{
+    /* Under the GIL: the official API gives a consistent list. */
+    int64_t now = ddp_now_ns();
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    int n = 0;
+    for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t; t = PyThreadState_Next(t))
+        n++;
+    PyThreadState **all = malloc(sizeof(*all) * (size_t)(n ? n : 1));
+    if (!all)
+        return -1;
+    n = 0;
+    for (PyThreadState *t = PyInterpreterState_ThreadHead(interp); t; t = PyThreadState_Next(t))
+        all[n++] = t;
+    for (int i = n - 1; i >= 0; i--) /* oldest first, as registry_tick */
+        if (all[i]->native_thread_id)
+            register_thread((uintptr_t)all[i], (int32_t)all[i]->native_thread_id, 1, now);
+    free(all);
+    return 0;
+}
+
+int ddp_running(void) { return atomic_load(&state) == ST_RUNNING; }
+
+int ddp_start(const ddp_config *c)
+{
+    static int atfork_done;
+    if (!c)
+        return DDP_EINVAL;
+    if (c->interval_ns < 100000 || c->interval_ns > 60000000000LL || c->max_depth < 1 || c->max_depth > 4096 ||
+        c->ring_records < 0 || c->n_exclude < 0 || c->n_exclude > 8 ||
+        (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
+        return DDP_EINVAL;
+    uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL);
+    if (!c->events || (c->events & ~supported))
+        return DDP_EINVAL;
+    int expect = ST_IDLE;
+    if (!atomic_compare_exchange_strong(&state, &expect, ST_STARTING))
+        return DDP_EBUSY;
+    if (!Py_IsInitialized()) {
+        atomic_store(&state, ST_IDLE);
+        return DDP_EUNSUPPORTED;
+    }
+    if (!atfork_done) {
+        pthread_atfork(NULL, NULL, atfork_child);
+        atfork_done = 1;
+    }
+    cfg = *c;
+    my_pid = getpid();
+    ddp_saferead_set_pid(my_pid);
+    rng_state = (uint64_t)ddp_now_ns() ^ ((uint64_t)my_pid << 32) ^ 0x9E3779B97F4A7C15ULL;
+    if (!rng_state)
+        rng_state = 1;
+    memset(&st, 0, sizeof st);
+    atomic_store(&ddp_fault_count, 0);
+    atomic_store(&ddp_graveyard_overflow, 0);
+
+    int rc = DDP_OK;
+    PyGILState_STATE g = PyGILState_Ensure();
+    rc = ddp_py_init();
+    if (rc != DDP_OK)
+        goto fail_gil;
+    ddp_py_gil_range(&gil_lo, &gil_hi);
+
+    int want_cpu = (cfg.events & (1u << DDP_EVENT_CPU)) != 0;
+    if (want_cpu) {
+        struct sigaction cur;
+        sigaction(SIGPROF, NULL, &cur);
+        int custom = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL
+                                                 : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
+        if (custom) {
+            rc = DDP_ESIGNAL;
+            goto fail_gil;
+        }
+    }
+    rec_size = sizeof(ddp_record) + (size_t)cfg.max_depth * sizeof(ddp_frame);
+    size_t records = cfg.ring_records > 0 ? (size_t)cfg.ring_records : DEFAULT_RING_RECORDS;
+    if (cfg.ring_records <= 0 && records * rec_size > RING_BUDGET_BYTES)
+        records = RING_BUDGET_BYTES / rec_size < 256 ? 256 : RING_BUDGET_BYTES / rec_size;
+    ring = ddp_ring_new(records, rec_size);
+    slots = calloc(MAX_SLOTS, sizeof(slot_t));
+    if (!ring || !slots) {
+        rc = DDP_ENOMEM;
+        goto fail_gil;
+    }
+    for (int i = 0; i < MAP_SIZE; i++) {
+        atomic_store(&map_key[i], 0);
+        atomic_store(&map_val[i], 0);
+    }
+    atomic_store(&nslots, 0);
+    ddp_bloom_clear();
+    ddp_py_graveyard_clear();
+    for (int i = 0; i < cfg.n_exclude; i++) {
+        int idx = slot_get_or_create(cfg.exclude_tids[i]);
+        if (idx >= 0)
+            atomic_store(&slots[idx].excluded, 1);
+    }
+    atomic_store(&ddp_read_mode_now, cfg.read_mode);
+    if (cfg.read_mode == DDP_READ_GUARDED && ddp_saferead_install() < 0)
+        atomic_store(&ddp_read_mode_now, DDP_READ_SYSCALL);
+    if (want_cpu) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigprof;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGPROF, &sa, &old_prof) != 0) {
+            ddp_set_errno(errno);
+            rc = DDP_ESYS;
+            goto fail_gil;
+        }
+        prof_installed = 1;
+    }
+    st.start_mono_ns = ddp_now_ns();
+    atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
+    register_at_start();
+    ddp_py_watcher_start(); /* 3.12+: resolve dying code objects; absent on 3.11 */
+    PyGILState_Release(g);
+
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    wake_stop = 0;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the sampler thread starts with signals blocked */
+    int prc = pthread_create(&sampler_thread, NULL, sampler_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc != 0) {
+        ddp_set_errno(prc);
+        ddp_stop();
+        g = PyGILState_Ensure();
+        ddp_py_watcher_stop();
+        PyGILState_Release(g);
+        free_session();
+        atomic_store(&state, ST_IDLE);
+        return DDP_ESYS;
+    }
+    sampler_started = 1;
+    atomic_store(&state, ST_RUNNING);
+    return DDP_OK;
+
+fail_gil:
+    atomic_store(&ddp_session_active, 0);
+    if (prof_installed) {
+        sigaction(SIGPROF, &old_prof, NULL);
+        prof_installed = 0;
+    }
+    ddp_saferead_uninstall();
+    PyGILState_Release(g);
+    free_session();
+    atomic_store(&state, ST_IDLE);
+    return rc;
+}
+
+int ddp_stop(void)
+{
+    int s = atomic_load(&state);
+    if (s != ST_RUNNING && s != ST_STARTING)
+        return DDP_ENOTRUNNING;
+    if (sampler_started) {
+        pthread_mutex_lock(&wake_lock);
+        wake_stop = 1;
+        pthread_cond_signal(&wake_cond);
+        pthread_mutex_unlock(&wake_lock);
+        pthread_join(sampler_thread, NULL);
+        sampler_started = 0;
+        pthread_cond_destroy(&wake_cond);
+    }
+    atomic_store_explicit(&ddp_session_active, 0, memory_order_release);
+    int n = atomic_load(&nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    for (int i = 0; slots && i < n; i++) {
+        timer_disarm(&slots[i]);
+        atomic_store(&slots[i].active, 0);
+    }
+    if (prof_installed) {
+        /* SIG_IGN discards SIGPROFs still queued for any thread, so restoring a SIG_DFL
+         * disposition can never let a late timer signal kill the process. */
+        struct sigaction ign;
+        memset(&ign, 0, sizeof ign);
+        ign.sa_handler = SIG_IGN;
+        sigemptyset(&ign.sa_mask);
+        sigaction(SIGPROF, &ign, NULL);
+        sigaction(SIGPROF, &old_prof, NULL);
+        prof_installed = 0;
+    }
+    for (int spins = 0; atomic_load(&in_handler) && spins < 1000000; spins++)
+        sched_yield();
+    ddp_saferead_uninstall();
+    st.stop_mono_ns = ddp_now_ns();
+    atomic_store(&state, ST_STOPPED);
+    return DDP_OK;
+}
+
+void ddp_release(void)
+{
+    if (atomic_load(&state) == ST_RUNNING)
+        ddp_stop();
+    if (Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        ddp_py_watcher_stop();
+        PyGILState_Release(g);
+    }
+    ddp_py_graveyard_clear();
+    if (atomic_load(&state) == ST_STOPPED) {
+        free_session();
+        atomic_store(&state, ST_IDLE);
+    }
+}
+
+int ddp_record_size(void) { return ring ? (int)rec_size : 0; }
+
+int ddp_drain(void *buf, int max_records)
+{
+    int s = atomic_load(&state);
+    if (!ring || (s != ST_RUNNING && s != ST_STOPPED))
+        return DDP_ENOTRUNNING;
+    if (!buf || max_records < 0)
+        return DDP_EINVAL;
+    int n = 0;
+    while (n < max_records && ddp_ring_pop(ring, (char *)buf + (size_t)n * rec_size))
+        n++;
+    return n;
+}
+
+int ddp_get_stats(ddp_stats *out)
+{
+    if (!out)
+        return DDP_EINVAL;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < 8; i++) {
+        out->samples[i] = atomic_load(&st.samples[i]);
+        out->dropped_full[i] = atomic_load(&st.dropped_full[i]);
+        out->dropped_torn[i] = atomic_load(&st.dropped_torn[i]);
+    }
+    out->timer_failures = atomic_load(&st.timer_failures);
+    out->threads_seen = atomic_load(&st.threads_seen);
+    out->threads_overflow = atomic_load(&st.threads_overflow);
+    out->stale_signals = atomic_load(&st.stale_signals);
+    out->faults = atomic_load(&ddp_fault_count);
+    out->handler_ns = atomic_load(&st.handler_ns);
+    out->handler_calls = atomic_load(&st.handler_calls);
+    out->wall_ticks = atomic_load(&st.wall_ticks);
+    out->wall_ns = atomic_load(&st.wall_ns);
+    out->graveyard_overflow = atomic_load(&ddp_graveyard_overflow);
+    out->read_mode = atomic_load(&ddp_read_mode_now);
+    out->segv_replaced = atomic_load(&ddp_segv_replaced);
+    out->start_mono_ns = st.start_mono_ns;
+    out->stop_mono_ns = st.stop_mono_ns;
+    return DDP_OK;
+}
+
+uint64_t ddp_dropped(int event)
+{
+    if (event < 0 || event >= DDP_EVENT_COUNT)
+        return 0;
+    return atomic_load(&st.dropped_full[event]) + atomic_load(&st.dropped_torn[event]);
+}
+
+int ddp_set_thread_labels_for(int32_t tid, uint64_t id)
+{
+    if (atomic_load(&state) != ST_RUNNING || !slots)
+        return DDP_ENOTRUNNING;
+    if (tid <= 0)
+        return DDP_EINVAL;
+    int idx = slot_get_or_create(tid);
+    if (idx < 0)
+        return DDP_ENOMEM;
+    atomic_store(&slots[idx].label_id, id);
+    return DDP_OK;
+}
+
+int ddp_set_thread_labels(uint64_t id) { return ddp_set_thread_labels_for(my_tid(), id); }
+
+int ddp_exclude_thread(int32_t tid)
+{
+    if (atomic_load(&state) != ST_RUNNING || !slots)
+        return DDP_ENOTRUNNING;
+    int idx = slot_get_or_create(tid);
+    if (idx < 0)
+        return DDP_ENOMEM;
+    atomic_store(&slots[idx].excluded, 1); /* the handler drops from now; the timer goes next tick */
+    return DDP_OK;
+}
+
+/* ---- test and benchmark helpers ------------------------------------------------------------- */
+int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out)
+{
+    uintptr_t tstate = ddp_py_current_tstate();
+    if (atomic_load(&state) == ST_IDLE) { /* outside a session: interpreter addresses, with the GIL */
+        PyGILState_STATE gs = PyGILState_Ensure();
+        ddp_py_init();
+        PyGILState_Release(gs);
+    }
+    if (!tstate || iterations <= 0 || max_depth < 1 || max_depth > 4096)
+        return DDP_EINVAL;
+    int installed_here = 0;
+    if (read_mode == DDP_READ_GUARDED) {
+        installed_here = ddp_saferead_install();
+        if (installed_here < 0)
+            return DDP_ESYS;
+    }
+    ddp_saferead_set_pid(getpid());
+    ddp_frame *frames = malloc(sizeof(ddp_frame) * (size_t)max_depth);
+    if (!frames)
+        return DDP_ENOMEM;
+    int64_t t0 = ddp_now_ns();
+    volatile int depth = -1;
+    for (int i = 0; i < iterations; i++) {
+        uint16_t flags = 0;
+        if (read_mode == DDP_READ_GUARDED) {
+            ddp_guard g, *prev = ddp_tls_guard;
+            ddp_saferead_check_segv(); /* the handler does this per sample too */
+            if (sigsetjmp(g.jb, 0) == 0) {
+                DDP_GUARD_ARM(&g);
+                depth = ddp_py_walk(tstate, read_mode, frames, max_depth, &flags);
+                ddp_py_gc_on_thread(tstate, read_mode);
+            }
+            DDP_GUARD_SET(prev);
+        } else {
+            depth = ddp_py_walk(tstate, read_mode, frames, max_depth, &flags);
+            ddp_py_gc_on_thread(tstate, read_mode);
+        }
+    }
+    int64_t elapsed = ddp_now_ns() - t0;
+    free(frames);
+    if (installed_here == 1)
+        ddp_saferead_uninstall();
+    if (depth_out)
+        *depth_out = depth;
+    return elapsed;
+}
+
+int ddp_test_safe_read(uint64_t addr, int read_mode)
+{
+    int installed_here = 0;
+    if (read_mode == DDP_READ_GUARDED) {
+        installed_here = ddp_saferead_install();
+        if (installed_here < 0)
+            return DDP_ESYS;
+    }
+    ddp_saferead_set_pid(getpid());
+    volatile int rc = -1;
+    char buf[64];
+    if (read_mode == DDP_READ_GUARDED) {
+        ddp_guard g, *prev = ddp_tls_guard;
+        if (sigsetjmp(g.jb, 0) == 0) {
+            DDP_GUARD_ARM(&g);
+            /* plain load, no plausibility filter: exercise the fault path itself */
+            memcpy(buf, (const void *)(uintptr_t)addr, sizeof buf);
+            rc = 0;
+        } else {
+            rc = -1;
+        }
+        DDP_GUARD_SET(prev);
+    } else {
+        rc = ddp_safe_read(buf, (uintptr_t)addr, sizeof buf, DDP_READ_SYSCALL);
+    }
+    if (installed_here == 1)
+        ddp_saferead_uninstall();
+    return rc;
+}

@@ -1,0 +1,139 @@
+"""Accuracy with loose bounds (the strict numbers belong to the benchmark)."""
+
+from __future__ import annotations
+
+from nhelpers import run_script
+
+
+def test_cpu_split_between_three_functions_by_caller():
+    # GIVEN three functions burning CPU 60/30/10 (burn() inlined so the leaf is the function)
+    r = run_script(
+        """
+        def spin(sec):
+            pass
+        def sixty():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.060:
+                pass
+        def thirty():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.030:
+                pass
+        def ten():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.010:
+                pass
+        e = engine(interval="4ms", events=("cpu",))
+        e.start()
+        for _ in range(15):
+            sixty(); thirty(); ten()
+        p = e.stop()
+        t = totals(p, EventType.CPU, py_leaf)
+        emit(t=dict(t), total=p.total("cpu"))
+        """
+    )
+    # WHEN shares are computed / THEN each is within +-6 points of the truth
+    share = {k: v / r["total"] for k, v in r["t"].items()}
+    for name, want in (("sixty", 0.6), ("thirty", 0.3), ("ten", 0.1)):
+        assert abs(share.get(name, 0.0) - want) <= 0.06, share
+
+
+def test_cpu_of_gil_releasing_threads_beside_a_sleeper():
+    # GIVEN two threads hashing big buffers (GIL released) for 2:1 CPU and a sleeping main thread
+    r = run_script(
+        """
+        import hashlib
+        data = b"x" * (4 << 20)
+        truth = {}
+        def hasher(sec):
+            t = time.thread_time()
+            while time.thread_time() - t < sec:
+                hashlib.sha256(data).digest()
+            truth[threading.get_native_id()] = time.thread_time()
+        e = engine(interval="4ms", events=("cpu",))
+        e.start()
+        a = threading.Thread(target=hasher, args=(0.8,), name="A")
+        b = threading.Thread(target=hasher, args=(0.4,), name="B")
+        a.start(); b.start()
+        while a.is_alive() or b.is_alive():
+            time.sleep(0.05)
+        p = e.stop()
+        t = totals(p, EventType.CPU, lambda s: s.thread.name)
+        emit(t=dict(t), total=p.total("cpu"))
+        """
+    )
+    # WHEN the CPU profile is split by thread
+    t, total = r["t"], r["total"]
+    a, b = t.get("A", 0), t.get("B", 0)
+    # THEN A:B is 2:1 within 6 points and the sleeper has < 2%
+    assert abs(a / (a + b) - 2 / 3) <= 0.06, t
+    assert t.get("MainThread", 0) / total < 0.02, t
+
+
+def test_wall_shares_of_three_threads_and_states():
+    # GIVEN three threads alive for the same second: one spins, one sleeps, one waits on an Event
+    r = run_script(
+        """
+        ev = threading.Event()
+        deadline = time.monotonic() + 1.0  # all three live until the same moment
+        def burner():
+            while time.monotonic() < deadline:
+                pass
+        def sleeper(): time.sleep(max(0, deadline - time.monotonic()))
+        def waiter(): ev.wait(max(0, deadline - time.monotonic()))
+        e = engine(interval="10ms", events=("wall",))
+        ths = [threading.Thread(target=f, name=f.__name__) for f in (burner, sleeper, waiter)]
+        e.start()
+        t0 = time.monotonic()
+        for th in ths: th.start()
+        for th in ths: th.join()
+        elapsed = time.monotonic() - t0
+        p = e.stop()
+        t = totals(p, EventType.WALL, lambda s: s.thread.name)
+        st = totals(p, EventType.WALL, lambda s: s.thread.name + ":" + (s.labels.get("state") or "?"))
+        emit(t=dict(t), st=dict(st), elapsed=elapsed, duration=p.metadata.duration_ns,
+             names=[th.name for th in p.threads])
+        """
+    )
+    t = r["t"]
+    three = sum(t.get(n, 0) for n in ("burner", "sleeper", "waiter"))
+    # THEN each thread gets a third of the three threads' wall time (+-6 points)
+    for n in ("burner", "sleeper", "waiter"):
+        assert abs(t.get(n, 0) / three - 1 / 3) <= 0.06, t
+    # AND the main thread's wall time covers the profile's duration (weights are time-based)
+    assert abs(t["MainThread"] / r["duration"] - 1) < 0.1, (t, r["duration"])
+    # AND states: the burner is mostly on CPU, the sleeper and waiter mostly off CPU
+    st = r["st"]
+    assert st.get("burner:cpu", 0) + st.get("burner:gil", 0) > 0.7 * t["burner"], st
+    assert st.get("sleeper:off-cpu", 0) > 0.8 * t["sleeper"], st
+    assert st.get("waiter:off-cpu", 0) > 0.8 * t["waiter"], st
+    # AND the profiler's own thread never appears
+    assert "ddprof_nb-drain" not in r["names"]
+
+
+def test_label_block_samples_carry_the_label():
+    # GIVEN CPU burnt inside and outside a labels block
+    r = run_script(
+        """
+        from ddprof_nb.labeling import labels
+        def inside(): burn(0.3)
+        def outside(): burn(0.3)
+        with labels(req="pre"):
+            pass
+        e = engine(interval="4ms")
+        e.start()
+        with labels(req="a"):
+            inside()
+        outside()
+        p = e.stop()
+        where = lambda s: "inside" if any(f.name == "inside" for f in s.stack) else ("outside" if any(f.name == "outside" for f in s.stack) else "other")
+        t = totals(p, EventType.CPU, lambda s: (where(s), s.labels.get("req")))
+        emit(t=[[k[0], k[1], v] for k, v in t.items()])
+        """
+    )
+    rows = r["t"]
+    inside = {req: v for name, req, v in rows if name == "inside"}
+    outside = {req: v for name, req, v in rows if name == "outside"}
+    # THEN every sample of the block carries req=a and none outside does
+    assert set(inside) == {"a"} and inside["a"] > 0, rows
+    assert "a" not in outside and sum(outside.values()) > 0, rows

@@ -1,0 +1,239 @@
+"""The binding: tables, version checks, errors, safe reads, code resolution, line tables."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ddprof_nb import _binding
+from ddprof_nb.config import SamplerConfig
+from ddprof_nb.engines.native import NativeEngine
+from ddprof_nb.errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from ddprof_nb.events import EventType, FrameKind
+
+from nhelpers import run_script
+
+lib, ffi = _binding.lib, _binding.ffi
+
+
+def test_compiled_tables_equal_events_h():
+    # GIVEN the loaded native module / WHEN its table is compared row by row / THEN it matches
+    assert _binding._check_tables(lib, ffi) is None
+    for ev in EventType:
+        assert ffi.string(lib.ddp_event_name(ev.value)).decode() == ev.label
+        assert lib.ddp_event_leaf_kind(ev.value) == ev.leaf_kind.value
+        want = [x for vt in ev.value_types for x in vt]
+        assert [ffi.string(lib.ddp_event_value_type(ev.value, i)).decode() for i in range(4)] == want
+    for fk in FrameKind:
+        assert ffi.string(lib.ddp_frame_kind_name(fk.value)).decode() == fk.label
+    # out-of-range ids are total: NULL / -1, never garbage
+    assert lib.ddp_event_name(len(EventType)) == ffi.NULL
+    assert lib.ddp_event_leaf_kind(-1) == -1
+
+
+def test_module_compiled_for_this_python():
+    # GIVEN this interpreter / THEN the module was built against its exact version
+    assert _binding._version_hex_tuple(lib.ddp_compiled_python_version()) == tuple(sys.version_info[:3])
+    assert NativeEngine.unavailable_reason() is None
+
+
+def test_version_mismatch_is_refused_with_the_versions_named(monkeypatch):
+    # GIVEN a module that claims another CPython's layout
+    class FakeLib:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        @staticmethod
+        def ddp_compiled_python_version():
+            return 0x030A0CF0  # 3.10.12
+
+    class FakeNative:
+        lib = FakeLib()
+        ffi = _binding.ffi
+
+    import ddprof_nb
+
+    monkeypatch.setitem(sys.modules, "ddprof_nb._native", FakeNative)
+    monkeypatch.setattr(ddprof_nb, "_native", FakeNative, raising=False)
+    monkeypatch.setattr(_binding, "_reason", None)
+    monkeypatch.setattr(_binding, "lib", None)
+    # WHEN the binding loads it
+    _binding._load()
+    # THEN the engine is refused, naming both versions
+    reason = _binding.unavailable_reason()
+    assert reason and "3.10.12" in reason and ".".join(map(str, sys.version_info[:3])) in reason
+    assert _binding.lib is None
+    with pytest.raises(EngineUnavailableError):
+        NativeEngine(SamplerConfig.make()).start()
+
+
+def test_error_codes_become_exceptions():
+    # GIVEN each error code / WHEN checked / THEN the matching exception type with the strerror text
+    with pytest.raises(ProfilerBusyError, match="already running"):
+        _binding.check(lib.DDP_EBUSY, "x")
+    with pytest.raises(EngineUnavailableError):
+        _binding.check(lib.DDP_EUNSUPPORTED, "x")
+    with pytest.raises(NotRunningError):
+        _binding.check(lib.DDP_ENOTRUNNING, "x")
+    with pytest.raises(ProfilerError, match="SIGPROF already has a handler"):
+        _binding.check(lib.DDP_ESIGNAL, "x")
+    assert _binding.check(3, "x") == 3
+
+
+def test_invalid_interval_is_einval():
+    # GIVEN an interval below the native minimum / WHEN starting / THEN DDP_EINVAL -> ProfilerError
+    session = _binding.Session(10, 64, [EventType.CPU])
+    with pytest.raises(ProfilerError, match="invalid argument"):
+        session.start()
+    assert not lib.ddp_running()
+
+
+def test_stop_without_start_is_not_running():
+    with pytest.raises(NotRunningError):
+        NativeEngine(SamplerConfig.make()).stop()
+
+
+def test_guarded_and_syscall_reads_survive_bad_addresses():
+    # GIVEN a valid buffer and invalid addresses / WHEN read safely / THEN no crash, -1 for bad ones
+    buf = ffi.new("char[64]")
+    good = int(ffi.cast("uintptr_t", buf))
+    for mode in (lib.DDP_READ_GUARDED, lib.DDP_READ_SYSCALL):
+        assert lib.ddp_test_safe_read(good, mode) == 0
+        assert lib.ddp_test_safe_read(8, mode) == -1
+        assert lib.ddp_test_safe_read(0x7FF000000000, mode) == -1
+
+
+def _resolve(code_obj):
+    fp = ffi.new("uint64_t *")
+    assert lib.ddp_fingerprint_of(id(code_obj), fp) == 0
+    r = _binding.Resolver()
+    return r.code(id(code_obj), fp[0]), fp[0], r
+
+
+@pytest.mark.parametrize("name", ["plain_ascii", "caf\u00e9_latin1", "\u0444\u0443\u043d\u043a\u0446\u0438\u044f", "\U00020000\U00020001_astral"])
+def test_resolution_copies_every_unicode_kind(name):
+    # GIVEN a function whose name and file name are ASCII, Latin-1, UCS-2 or UCS-4
+    ns = {}
+    filename = f"<file-{name}>"
+    exec(compile(f"class K:\n    def {name}(self):\n        return 1\n", filename, "exec"), ns)
+    code = getattr(ns["K"], name).__code__
+    # WHEN resolved through safe reads
+    info, _, _ = _resolve(code)
+    # THEN the qualified name and file name come back exactly
+    assert info is not None
+    assert info.qualname == f"K.{name}" and info.filename == filename
+    assert info.firstlineno == code.co_firstlineno and info.linetable == code.co_linetable
+
+
+def test_resolution_refuses_a_wrong_fingerprint_or_address():
+    def some_function():
+        return 2
+
+    info, fp, r = _resolve(some_function.__code__)
+    assert info.qualname.endswith("some_function")
+    # a different fingerprint at the same address: another code object, never this name
+    assert r.code(id(some_function.__code__), fp ^ 1) is None
+    # not a code object / unmapped memory: refused, no crash
+    assert r.code(id(object()), fp) is None
+    assert r.code(0x7FF000000000, fp) is None
+
+
+def _lines_reference(code):
+    return [pos[0] for pos in code.co_positions()]
+
+
+def _all_codes(obj, seen=None):
+    import types
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    yield obj
+    for c in obj.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _all_codes(c, seen)
+
+
+def test_addr2line_matches_cpython_for_every_instruction():
+    # GIVEN real code objects (a stdlib module's, with long/short/no-location entries)
+    import json.decoder
+    import threading
+
+    src = open(threading.__file__).read() + open(json.decoder.__file__).read()
+    top = compile(src, "x.py", "exec")
+    checked = 0
+    for code in _all_codes(top):
+        ref = _lines_reference(code)
+        lt = ffi.from_buffer(code.co_linetable) if code.co_linetable else ffi.NULL
+        for i, want in enumerate(ref):
+            # WHEN the native line table walk answers / THEN it equals co_positions()
+            got = lib.ddp_addr2line(lt, len(code.co_linetable), code.co_firstlineno, i)
+            assert got == (want if want is not None else code.co_firstlineno), (code.co_qualname, i)
+            checked += 1
+    assert checked > 10000
+
+
+def test_second_start_raises_busy_and_first_keeps_working():
+    r = run_script(
+        """
+        from ddprof_nb.errors import ProfilerBusyError
+        a = engine()
+        a.start()
+        busy = False
+        try:
+            engine().start()
+        except ProfilerBusyError as exc:
+            busy = "already" in str(exc)
+        # also the C level: a raw second session is refused with DDP_EBUSY
+        from ddprof_nb import _binding
+        s = _binding.Session(10_000_000, 64, [EventType.CPU])
+        try:
+            s.start(); raw = False
+        except ProfilerBusyError:
+            raw = True
+        burn(0.2)
+        p = a.stop()
+        emit(busy=busy, raw=raw, cpu=p.total("cpu"))
+        """
+    )
+    assert r["busy"] and r["raw"]
+    assert r["cpu"] > 0
+
+
+def test_existing_sigprof_handler_is_detected_and_kept():
+    r = run_script(
+        """
+        import signal
+        from ddprof_nb.errors import ProfilerError
+        def mine(sig, frame):
+            pass
+        signal.signal(signal.SIGPROF, mine)
+        try:
+            engine().start(); msg = ""
+        except ProfilerError as exc:
+            msg = str(exc)
+        # wall-only sampling needs no SIGPROF: allowed
+        e = engine(events=("wall",)); e.start(); time.sleep(0.1); p = e.stop()
+        emit(msg=msg, kept=signal.getsignal(signal.SIGPROF) is mine, wall=p.total("wall"))
+        """
+    )
+    assert "SIGPROF" in r["msg"]
+    assert r["kept"]
+    assert r["wall"] > 0
+
+
+def test_sigprof_disposition_restored_exactly():
+    r = run_script(
+        """
+        import signal
+        signal.signal(signal.SIGPROF, signal.SIG_IGN)
+        e = engine(interval="1ms"); e.start(); burn(0.2); e.stop()
+        ign = signal.getsignal(signal.SIGPROF) is signal.SIG_IGN
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        e = engine(interval="1ms"); e.start(); burn(0.2); e.stop()
+        emit(ign=ign, dfl=signal.getsignal(signal.SIGPROF) is signal.SIG_DFL)
+        """
+    )
+    assert r == {"ign": True, "dfl": True}

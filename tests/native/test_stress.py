@@ -1,0 +1,291 @@
+"""Stress and lifecycle: each scenario runs in its own interpreter (a crash = a failure)."""
+
+from __future__ import annotations
+
+from nhelpers import run_script
+
+
+def test_500_threads_start_and_exit_at_1khz_and_nothing_leaks():
+    r = run_script(
+        """
+        def task():
+            burn(0.003)
+        tasks_before = len(os.listdir("/proc/self/task"))
+        e = engine(interval="1ms")
+        e.start()
+        during = timers_of_ours()
+        for _ in range(10):
+            batch = [threading.Thread(target=task) for _ in range(50)]
+            for t in batch: t.start()
+            for t in batch: t.join()
+        burn(0.05)
+        p = e.stop()
+        time.sleep(0.05)
+        emit(during=during, after=timers_of_ours(), threads=len(p.threads), cpu=p.total("cpu"),
+             tasks_before=tasks_before, tasks_after=len(os.listdir("/proc/self/task")),
+             py_threads=threading.active_count(), notes=p.metadata.notes)
+        """,
+        timeout=90,
+    )
+    # THEN timers existed while sampling, none is left, and no thread of ours outlives stop()
+    assert r["during"] >= 1
+    assert r["after"] == 0, r
+    assert r["tasks_after"] == r["tasks_before"], r
+    assert r["py_threads"] == 1
+    # AND short threads were sampled
+    assert r["threads"] > 50, r
+    assert r["cpu"] > 0
+
+
+def test_exec_code_objects_never_get_a_wrong_name():
+    # GIVEN thousands of exec'd functions, each freed soon after it ran (addresses recycled);
+    # each one's name encodes its file index, def line and body line
+    r = run_script(
+        """
+        import collections
+        keep = collections.deque(maxlen=150)   # some stay alive until a drain, most die
+        tt = time.thread_time
+        e = engine(interval="1ms", events=("cpu",))
+        e.start()
+        t_end = tt() + 1.0  # CPU seconds: enough samples even on a loaded machine
+        i = 0
+        while tt() < t_end:
+            pad = i % 7
+            d, b = pad + 1, pad + 2
+            src = "\\n" * pad + f"def fn_{i}_d{d}_b{b}(deadline, tt):\\n    while tt() < deadline: pass\\n"
+            ns = {}
+            exec(compile(src, f"<exec-{i}>", "exec"), ns)
+            f = ns[f"fn_{i}_d{d}_b{b}"]
+            f(tt() + 0.001, tt)
+            keep.append(f)
+            del f, ns
+            i += 1
+        p = e.stop()
+        frames = []
+        for fr in p.frames:
+            if fr.name.startswith("fn_"):
+                frames.append([fr.name, fr.filename, fr.line, fr.first_line])
+        unknown = sum(1 for fr in p.frames if fr.kind is FrameKind.UNKNOWN)
+        emit(frames=frames, made=i, unknown=unknown, notes=p.metadata.notes)
+        """,
+        timeout=90,
+    )
+    assert r["made"] > 300
+    assert len(r["frames"]) > 20, r["notes"]
+    # THEN every resolved frame is self-consistent: its file, def line and line match its name
+    for name, filename, line, first_line in r["frames"]:
+        _, idx, d, b = name.split("_")
+        d, b = int(d[1:]), int(b[1:])
+        assert filename == f"<exec-{idx}>", (name, filename)
+        assert first_line == d, (name, first_line)
+        assert line in (d, b), (name, line)
+
+
+def test_recursion_5000_deep_is_truncated_not_crashed():
+    r = run_script(
+        """
+        sys.setrecursionlimit(30000)
+        def down(n):
+            if n == 0:
+                return burn(0.3)
+            return down(n - 1)
+        e = engine(interval="4ms", max_depth=64)
+        e.start()
+        down(5000)
+        p = e.stop()
+        deep = [s.stack for s in p.samples() if s.event is EventType.CPU and any(f.name == "burn" for f in s.stack)]
+        emit(n=len(deep), lens=sorted({len(st) for st in deep}),
+             roots=sorted({st[0].kind.label for st in deep}), leaves=sorted({st[-1].name for st in deep}))
+        """
+    )
+    # THEN deep stacks keep the 64 leaf-most frames under a [truncated] root
+    assert r["n"] > 0
+    assert r["lens"] == [65], r
+    assert r["roots"] == ["truncated"]
+    assert r["leaves"] == ["burn"]
+
+
+def test_generators_and_coroutines_show_their_callers():
+    r = run_script(
+        """
+        import asyncio
+        def gen():
+            for _ in range(3):
+                burn(0.05)
+                yield 1
+        async def inner():
+            burn(0.15)
+        async def outer():
+            await inner()
+        e = engine(interval="4ms", events=("cpu",))
+        e.start()
+        for _ in gen():
+            pass
+        asyncio.run(outer())
+        p = e.stop()
+        chains = {" > ".join(f.name for f in s.stack[-3:]) for s in p.samples()}
+        emit(chains=sorted(chains))
+        """
+    )
+    chains = r["chains"]
+    # THEN the generator's and the coroutines' frames are in the stacks, callers included
+    assert any(c.endswith("gen > burn") for c in chains), chains
+    assert any(c.endswith("outer > inner > burn") for c in chains), chains
+
+
+def test_c_code_with_gil_released_is_sampled_at_the_calling_line():
+    r = run_script(
+        """
+        import zlib
+        data = os.urandom(1 << 20) * 4
+        def compressor():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.4:
+                zlib.compress(data, 6)
+        e = engine(interval="4ms", events=("cpu",))
+        e.start()
+        th = threading.Thread(target=compressor, name="z"); th.start(); th.join()
+        p = e.stop()
+        t = totals(p, EventType.CPU, lambda s: (s.thread.name, s.stack[-1].name))
+        emit(t=[[k[0], k[1], v] for k, v in t.items()], total=p.total("cpu"))
+        """
+    )
+    z = sum(v for th, leaf, v in r["t"] if th == "z" and leaf == "compressor")
+    # THEN the thread's CPU time in zlib (GIL released) lands on compressor()
+    assert z > 0.8 * sum(v for th, _, v in r["t"] if th == "z"), r
+    assert z >= 0.25e9
+
+
+def test_gc_time_appears_under_a_gc_pseudo_frame():
+    r = run_script(
+        """
+        import gc
+        class Node:
+            def __init__(self): self.me = self
+        def churn():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.4:
+                junk = [Node() for _ in range(20000)]
+                del junk
+                gc.collect()
+        e = engine(interval="4ms", events=("cpu", "wall"))
+        e.start()
+        churn()
+        p = e.stop()
+        gcs = [s for s in p.samples() if s.stack[-1].kind is FrameKind.GC]
+        emit(cpu=sum(s.values[1] for s in gcs if s.event is EventType.CPU),
+             callers=sorted({s.stack[-2].name for s in gcs}), total=p.total("cpu"))
+        """
+    )
+    # THEN a good part of churn()'s CPU is in [GC], as a leaf under the caller of gc.collect
+    assert r["cpu"] > 0.1 * r["total"], r
+    assert "churn" in r["callers"], r
+
+
+def test_fork_while_profiling():
+    r = run_script(
+        """
+        e = engine(interval="4ms")
+        e.start()
+        burn(0.1)
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                burn(0.05)  # no timers, no sampler here: must just run
+                c = engine(interval="4ms"); c.start(); burn(0.2); cp = c.stop()
+                ok = cp.total("cpu") > 0 and timers_of_ours() == 0
+            finally:
+                os._exit(0 if ok else 3)
+        burn(0.1)
+        _, status = os.waitpid(pid, 0)
+        p = e.stop()
+        emit(child=os.waitstatus_to_exitcode(status), cpu=p.total("cpu"), wall=p.total("wall"),
+             after=timers_of_ours())
+        """
+    )
+    # THEN the child ran, exited 0 and profiled itself; the parent's profile is intact
+    assert r["child"] == 0
+    assert r["cpu"] >= 0.1e9 and r["wall"] > 0
+    assert r["after"] == 0
+
+
+def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
+    r = run_script(
+        """
+        import _thread
+        e = engine(interval="4ms")
+        e.start()
+        try:
+            def raiser():
+                burn(0.1)
+                raise ValueError("boom")
+            raiser()
+        except ValueError:
+            pass
+        try:
+            threading.Timer(0.1, _thread.interrupt_main).start()
+            while True:
+                burn(0.01)
+        except KeyboardInterrupt:
+            kbd = True
+        p = e.stop()
+        emit(kbd=kbd, cpu=p.total("cpu"), raiser=any(f.name == "raiser" for f in p.frames))
+        """
+    )
+    assert r["kbd"] and r["raiser"] and r["cpu"] > 0.1e9
+
+
+def test_full_buffer_counts_drops_and_keeps_the_profile():
+    r = run_script(
+        """
+        e = engine(interval="1ms", ring_records=16, drain_interval=3600)
+        e.start()
+        burn(0.3)
+        p = e.stop()
+        emit(dropped={k.label: v for k, v in p.metadata.dropped.items()}, rows=int(p.values[:, 0].sum()),
+             notes=p.metadata.notes)
+        """
+    )
+    # THEN drops are counted per event type and the 16 buffered samples survive
+    assert sum(r["dropped"].values()) > 10, r
+    assert 0 < r["rows"] <= 16
+    assert any("buffer full" in n for n in r["notes"])
+
+
+def test_replaced_fault_handler_degrades_to_syscall_reads():
+    r = run_script(
+        """
+        import signal
+        e = engine(interval="4ms")
+        e.start()
+        burn(0.1)
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # another library takes SIGSEGV over
+        burn(0.2)
+        p = e.stop()
+        emit(notes=p.metadata.notes, mode=p.metadata.extra["read_mode"], cpu=p.total("cpu"),
+             still=signal.getsignal(signal.SIGSEGV) is signal.SIG_DFL)
+        """
+    )
+    # THEN sampling went on through process_vm_readv, the profile says so, their handler stays
+    assert r["mode"] == "syscall"
+    assert any("degraded" in n and "SIGSEGV" in n for n in r["notes"])
+    assert r["cpu"] >= 0.2e9
+    assert r["still"]
+
+
+def test_profiler_threads_never_sampled_and_cpu_timers_are_per_thread():
+    r = run_script(
+        """
+        e = engine(interval="4ms")
+        e.start()
+        th = threading.Thread(target=burn, args=(0.2,), name="worker"); th.start()
+        time.sleep(0.3); th.join()
+        p = e.stop()
+        emit(names=sorted({t.name for t in p.threads}),
+             cpu=dict(totals(p, EventType.CPU, lambda s: s.thread.name)))
+        """
+    )
+    assert "ddprof_nb-drain" not in r["names"]
+    assert r["cpu"].get("worker", 0) >= 0.15e9
+    assert r["cpu"].get("MainThread", 0) < 0.05e9
