@@ -80,6 +80,11 @@ int ddp_bloom_test(uintptr_t code);
 void ddp_bloom_clear(void);
 
 int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
+/* Record `event` with the calling thread's own Python stack (from ordinary code, e.g. the
+ * allocator hook or a lock-wait wrapper).  DDP_ENOTRUNNING without a session, DDP_EINVAL
+ * when the event is not enabled or the caller is not a Python thread, DDP_ENOMEM when the
+ * ring is full (counted as dropped). */
+int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux);
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);

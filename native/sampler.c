@@ -262,7 +262,8 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
 /* ---- producing records ------------------------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 
-static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
+                      int tstate_kind, int mode, int64_t ts)
 {
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(ring, &ticket);
@@ -275,13 +276,12 @@ static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mo
     rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
     rec->label_id = atomic_load_explicit(&s->label_id, memory_order_relaxed);
     rec->ts_ns = ts;
-    rec->count = 1;
+    rec->count = count;
     rec->value = weight;
-    rec->aux = 0;
+    rec->aux = aux;
     rec->reserved = 0;
     rec->reserved2 = 0;
     ddp_frame *frames = (ddp_frame *)(rec + 1);
-    uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     volatile int depth = -1;
     volatile uint16_t flags = 0;
     if (mode == DDP_READ_GUARDED) {
@@ -316,6 +316,39 @@ static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mo
     }
     atomic_fetch_add_explicit(&st.samples[event], 1, memory_order_relaxed);
     return PROD_OK;
+}
+
+static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+{
+    return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
+                      tstate_kind, mode, ts);
+}
+
+/* Record an event with the CALLING thread's own stack, from ordinary code (the allocator
+ * hook, lock/park wrappers) rather than a signal handler.  The caller's frame chain is
+ * stable (only this thread changes it), so the same guarded walk as the CPU handler
+ * applies; a SIGPROF arriving meanwhile nests safely (the ring is MPMC, guards nest). */
+int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
+{
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire))
+        return DDP_ENOTRUNNING;
+    if (event < 0 || event >= DDP_EVENT_COUNT || !(cfg.events & (1u << event)))
+        return DDP_EINVAL;
+    uintptr_t tstate = ddp_py_current_tstate();
+    if (!tstate)
+        return DDP_EINVAL; /* not a Python thread */
+    int32_t tid = my_tid();
+    int idx = slot_get_or_create(tid);
+    if (idx < 0)
+        return DDP_ENOMEM;
+    slot_t *s = &slots[idx];
+    if (atomic_load(&s->excluded))
+        return DDP_OK;
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
+        mode = DDP_READ_SYSCALL;
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ddp_now_ns());
+    return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
 static void on_sigprof(int sig, siginfo_t *si, void *uc)
