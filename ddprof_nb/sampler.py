@@ -167,6 +167,16 @@ class Sampler:
         return self.profile
 
 
+def _named_cells(profile: Profile) -> Profile:
+    """In IPython, frames of notebook cells read ``Cell In[N]``, as in its tracebacks.
+    (The magics do this themselves, after rooting stacks at the cell.)"""
+    if "IPython" not in sys.modules:
+        return profile
+    from .cells import name_cells
+
+    return name_cells(profile)
+
+
 def active() -> Sampler | None:
     """The running sampler, if any."""
     return _active
@@ -199,7 +209,7 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", eng
     try:
         yield handle
     finally:
-        handle.profile = sampler.stop()
+        handle.profile = _named_cells(sampler.stop())
 
 
 def profiled(func=None, **options):
@@ -215,7 +225,7 @@ def profiled(func=None, **options):
         try:
             return func(*args, **kwargs)
         finally:
-            wrapper.last_profile = sampler.stop()
+            wrapper.last_profile = _named_cells(sampler.stop())
 
     wrapper.last_profile = None
     return wrapper

@@ -121,8 +121,11 @@ class NativeEngine(Engine):
                 self._names[t.native_id] = t.name
 
     def _drain_once(self) -> None:
+        session = self._session  # stop() clears it before joining this thread
+        if session is None:
+            return
         self._refresh_names()
-        self._session.drain(self._converter)
+        session.drain(self._converter)
 
     def _drain_loop(self) -> None:
         self._go.wait()

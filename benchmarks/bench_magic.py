@@ -1,0 +1,178 @@
+"""The fixed cost ``%%ddprof`` adds to a trivial cell.
+
+    python benchmarks/bench_magic.py [--runs 30] [--engine auto|native|python|all]
+
+Runs ``x = 1`` in an isolated IPython InteractiveShell, plain and under ``%%ddprof``,
+``--runs`` times each (after warm-up runs, the cases interleaved), and prints a table of
+medians and 90th percentiles.  The cell variants, cumulatively:
+
+- ``--no-show``: start and stop the sampler, root and name the stacks, store the
+  profile in the history, print the status line;
+- widget: the above plus building the explorer widget and its mimebundle (widget view,
+  text/plain and text/html fallbacks) — what a notebook pays after each profiled cell;
+- static: the above with the static text + HTML fallback instead of the explorer.
+
+Parts are also timed alone: Sampler start+stop, and Explorer(profile) + its mimebundle.
+The goal from the issue: start + stop + building the explorer <= 50 ms added to a
+trivial cell (the "widget" row).  First-use costs (importing plotly, the native
+module) are shown apart from the medians: the first profiled cell of a session pays them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+GOAL_MS = 50.0
+
+
+def make_shell(ipython_dir: str):
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    InteractiveShell.clear_instance()
+    cfg = Config()
+    cfg.HistoryManager.enabled = False
+    return InteractiveShell.instance(config=cfg, ipython_dir=ipython_dir, display_pub_class=CapturingDisplayPublisher)
+
+
+def time_cell(shell, code: str) -> float:
+    from IPython.utils.capture import capture_output
+
+    with capture_output():
+        t0 = time.perf_counter()
+        result = shell.run_cell(code, store_history=True)
+        elapsed = time.perf_counter() - t0
+    if not result.success:
+        raise SystemExit(f"cell failed: {code!r}: {result.error_before_exec or result.error_in_exec}")
+    shell.display_pub.outputs.clear()
+    return elapsed
+
+
+def stats(samples: list[float]) -> tuple[float, float]:
+    ms = sorted(s * 1e3 for s in samples)
+    return statistics.median(ms), ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
+
+
+def bench_engine(shell, engine: str, runs: int, warmup: int) -> list[tuple[str, list[float], float | None]]:
+    """Time each cell variant; runs are interleaved round-robin so that a machine whose
+    load drifts during the benchmark biases every case alike."""
+    from ddprof_nb import magics
+    from ddprof_nb.history import history
+
+    cases = [
+        ("plain cell `x = 1`", "auto", "x = 1"),
+        ("%%ddprof --no-show", "auto", f"%%ddprof --no-show --engine {engine}\nx = 1"),
+        ("%%ddprof (explorer widget)", "widget", f"%%ddprof --engine {engine}\nx = 1"),
+        ("%%ddprof (static fallback)", "static", f"%%ddprof --engine {engine}\nx = 1"),
+    ]
+    first: dict[str, float] = {}
+    samples: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    try:
+        for i in range(warmup + 1 + runs):
+            for label, mode, code in cases:
+                magics.display_mode = mode
+                t = time_cell(shell, code)
+                if i == 0:
+                    first[label] = t
+                elif i > warmup:
+                    samples[label].append(t)
+            history.clear()
+    finally:
+        magics.display_mode = "auto"
+    return [(label, samples[label], first[label]) for label, _, _ in cases]
+
+
+def bench_parts(engine: str, runs: int) -> list[tuple[str, list[float], float | None]]:
+    from ddprof_nb.sampler import Sampler
+
+    rows = []
+    starts = []
+    profile = None
+    for _ in range(runs + 2):
+        s = Sampler(engine=engine)
+        t0 = time.perf_counter()
+        s.start(trim="none")
+        profile = s.stop()
+        starts.append(time.perf_counter() - t0)
+    rows.append(("  part: Sampler start + stop", starts[2:], None))
+    try:
+        from ddprof_nb.explorer.widget import Explorer
+    except Exception as exc:  # noqa: BLE001
+        print(f"- explorer unavailable: {exc}")
+        return rows
+    builds = []
+    for _ in range(runs + 2):
+        t0 = time.perf_counter()
+        widget = Explorer(profile)
+        widget._repr_mimebundle_()
+        builds.append(time.perf_counter() - t0)
+        widget.close()
+    rows.append(("  part: Explorer(profile) + mimebundle", builds[2:], None))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=30, help="measured runs per case (>= 30 for the report)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--engine", default="all", help="auto, native, python, or all (default)")
+    args = ap.parse_args(argv)
+
+    import ddprof_nb
+    from ddprof_nb.sampler import choose_engine
+    from ddprof_nb.config import SamplerConfig
+
+    engines = ["native", "python"] if args.engine == "all" else [args.engine]
+    print(f"# bench_magic — Python {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"- ddprof_nb {ddprof_nb.__version__}; {args.runs} runs per case after {args.warmup} warm-up runs; "
+          f"goal: explorer row adds <= {GOAL_MS:.0f} ms")
+    verdicts = []
+    with tempfile.TemporaryDirectory() as ipython_dir:
+        shell = make_shell(ipython_dir)
+        t0 = time.perf_counter()
+        shell.run_cell("%load_ext ddprof_nb", store_history=True)
+        print(f"- %load_ext ddprof_nb: {1e3 * (time.perf_counter() - t0):.1f} ms")
+        for engine in engines:
+            try:
+                cls, note = choose_engine(SamplerConfig.make(engine=engine))
+            except Exception as exc:  # noqa: BLE001
+                print(f"\n### engine {engine}: unavailable ({exc})")
+                continue
+            rows = bench_engine(shell, engine, args.runs, args.warmup) + bench_parts(engine, args.runs)
+            base = statistics.median(rows[0][1]) * 1e3
+            print(f"\n### engine {engine} ({cls.name}{'; ' + note if note else ''})\n")
+            header = ("case", "median ms", "p90 ms", "added ms", "first run ms", "goal")
+            table = []
+            for label, samples, first in rows:
+                med, p90 = stats(samples)
+                is_cell = not label.startswith("  part")
+                added = med - base if is_cell and label != rows[0][0] else None
+                goal = ""
+                if label == "%%ddprof (explorer widget)":
+                    goal = "ok" if added <= GOAL_MS else "MISSED"
+                    verdicts.append((engine, added))
+                table.append((label, f"{med:.1f}", f"{p90:.1f}", "" if added is None else f"{added:+.1f}",
+                              "" if first is None else f"{first * 1e3:.0f}", goal))
+            widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+            print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+            for r in table:
+                print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    if verdicts:
+        print()
+        for engine, added in verdicts:
+            print(f"- {engine}: %%ddprof with the explorer adds {added:.1f} ms to a trivial cell "
+                  f"({'within' if added <= GOAL_MS else 'over'} the {GOAL_MS:.0f} ms goal)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The command line: ``python -m ddprof_nb record | convert | report``.
+
+``record`` runs a script (or ``-m module``) exactly as ``python script.py`` would — its
+folder first on ``sys.path``, ``__name__ == "__main__"``, its own ``sys.argv``, its exit
+code (``SystemExit`` codes included) — under the sampler, then writes the profile.  An
+exception in the script prints its traceback and exits 1; the profile is still written.
+``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the top
+table.  Our own errors (bad options, unreadable files) print one line on stderr and
+exit 2.  The magics never import this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+__all__ = ["main"]
+
+PROG = "python -m ddprof_nb"
+_OUTPUT_SUFFIXES = (".pprof", ".pb.gz", ".speedscope.json", ".folded", ".html")
+_RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "-o", "--output",
+                         "--folded", "--html", "-l", "--label", "--max-depth"}
+
+
+class CLIError(Exception):
+    """A user error: printed as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise CLIError(f"{self.prog}: {message}")
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
+    sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
+    rec = sub.add_parser(
+        "record", help="run a script or module under the profiler",
+        usage=f"{PROG} record [options] -- script.py [args ...]\n"
+              f"       {PROG} record [options] -m module [args ...]")
+    rec.add_argument("-e", "--events", default="cpu,wall", help="event types: cpu,wall,alloc,lock,park (default cpu,wall)")
+    rec.add_argument("-i", "--interval", default="10ms", help="sampling interval for cpu and wall (default 10ms)")
+    rec.add_argument("--alloc-rate", default="512KiB", help="mean bytes between allocation samples (default 512KiB)")
+    rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
+    rec.add_argument("--max-depth", type=int, default=None, help="frames kept per stack")
+    rec.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
+                     help="label every sample (repeatable)")
+    rec.add_argument("-o", "--output", default=None,
+                     help="profile file: .pprof/.pb.gz, .speedscope.json, .folded or .html (default <script>.pprof)")
+    rec.add_argument("--folded", default=None, metavar="DIR", help="also write <event>.folded files into DIR")
+    rec.add_argument("--html", default=None, metavar="FILE", help="also write an HTML report")
+    conv = sub.add_parser("convert", help="convert a profile file to another format",
+                          usage=f"{PROG} convert IN OUT")
+    conv.add_argument("input", metavar="IN")
+    conv.add_argument("output", metavar="OUT", help="format from the name (.pprof, .speedscope.json, .folded, .html, or a folder)")
+    rep = sub.add_parser("report", help="print the top functions of a profile file",
+                         usage=f"{PROG} report IN [--top N] [-e EVENT] [--by function|line]")
+    rep.add_argument("input", metavar="IN")
+    rep.add_argument("--top", type=int, default=20, metavar="N", help="rows per event (default 20)")
+    rep.add_argument("-e", "--event", default=None, help="only this event (default: every event)")
+    rep.add_argument("--by", choices=("function", "line"), default="function")
+    return p
+
+
+def _split_record(argv: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    """record's argv -> (its options, script, module, target args).
+
+    Options end at ``--``, at ``-m MODULE`` or at the first word that is not an option;
+    everything after the target belongs to the target, dashes included."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            rest = argv[i + 1:]
+            if not rest:
+                raise CLIError(f"{PROG} record: no script after --")
+            if rest[0] == "-m":
+                return argv[:i], None, _module_name(rest[1:]), rest[2:]
+            return argv[:i], rest[0], None, rest[1:]
+        if a == "-m":
+            return argv[:i], None, _module_name(argv[i + 1:]), argv[i + 2:]
+        if a.startswith("-m") and len(a) > 2 and not a.startswith("--"):
+            return argv[:i], None, a[2:], argv[i + 1:]
+        if a.startswith("-") and a != "-":
+            if a in _RECORD_VALUE_OPTIONS:
+                i += 1
+            i += 1
+            continue
+        return argv[:i], a, None, argv[i + 1:]
+    return argv, None, None, []
+
+
+def _module_name(rest: list[str]) -> str:
+    if not rest:
+        raise CLIError(f"{PROG} record: -m needs a module name")
+    return rest[0]
+
+
+def _check_output(path: str, what: str) -> None:
+    p = Path(path)
+    if not p.name.lower().endswith(_OUTPUT_SUFFIXES) and not p.is_dir():
+        raise CLIError(f"{PROG} record: {what} {path!r}: unknown format; use one of {', '.join(_OUTPUT_SUFFIXES)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise CLIError(f"{PROG} record: {what} {path!r}: folder {str(parent)!r} does not exist")
+
+
+def _target_file(script: str | None, module: str | None) -> str | None:
+    """The file the target's code is compiled from (its frames are the stacks' root)."""
+    if script is not None:
+        return os.path.abspath(script)
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(module + ".__main__")
+    except (ImportError, ValueError) as exc:
+        raise CLIError(f"{PROG} record: cannot find module {module!r}: {exc}") from None
+    if spec is None:
+        raise CLIError(f"{PROG} record: no module named {module!r}")
+    return spec.origin
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback as Python prints it for a script: our and runpy's frames left out."""
+    tb = exc.__traceback__
+    ours = os.path.abspath(__file__)
+    while tb is not None and (
+        tb.tb_frame.f_globals.get("__name__") == "runpy"
+        or os.path.abspath(tb.tb_frame.f_code.co_filename) == ours
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits 1
+    return 1
+
+
+def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
+    from . import cells
+    from .config import SamplerConfig
+    from .errors import ProfilerError
+    from .sampler import Sampler
+
+    args = _parser().parse_args(["record", *options])
+    if script is None and module is None:
+        raise CLIError(f"{PROG} record: nothing to run; give -- script.py [args] or -m module [args]")
+    if script is not None and not os.path.isfile(script):
+        raise CLIError(f"{PROG} record: cannot open script {script!r}: no such file")
+    labels = {}
+    for item in args.label:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise CLIError(f"{PROG} record: invalid label {item!r}: use KEY=VALUE")
+        labels[k] = v
+    try:
+        config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
+                              engine=args.engine, labels=labels)
+        if args.max_depth is not None:
+            config_options["max_depth"] = args.max_depth
+        config = SamplerConfig.make(**config_options)
+    except ValueError as exc:
+        raise CLIError(f"{PROG} record: {exc}") from None
+    stem = Path(script).stem if script is not None else module.rsplit(".", 1)[-1]
+    output = args.output if args.output is not None or args.folded or args.html else f"{stem}.pprof"
+    if output:
+        _check_output(output, "-o")
+    if args.html:
+        if not args.html.lower().endswith(".html"):
+            raise CLIError(f"{PROG} record: --html {args.html!r}: the name must end in .html")
+        _check_output(args.html, "--html")
+    if args.folded:
+        try:
+            Path(args.folded).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CLIError(f"{PROG} record: --folded {args.folded!r}: {exc.strerror or exc}") from None
+    root_file = _target_file(script, module)
+
+    import runpy
+
+    sampler = Sampler(config)
+    saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
+    sys.argv = [script if script is not None else (root_file or module), *target_args]
+    if script is not None:
+        # `python script.py` puts the script's folder first on sys.path (not the cwd)
+        script_dir = os.path.dirname(os.path.abspath(script))
+        if sys.path:
+            sys.path[0] = script_dir
+        else:
+            sys.path.insert(0, script_dir)
+    try:
+        sampler.start(trim="none")
+    except (ProfilerError, ValueError, OSError) as exc:
+        raise CLIError(f"{PROG} record: cannot start profiling: {exc}") from None
+    tid = threading.get_native_id()
+    started = time.perf_counter()
+    code = 0
+    try:
+        try:
+            if script is not None:
+                runpy.run_path(os.path.abspath(script), run_name="__main__")
+            else:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            # like the interpreter at exit: wait for the script's non-daemon threads
+            me = threading.current_thread()
+            for t in threading.enumerate():
+                if t is not me and not t.daemon:
+                    t.join()
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        except KeyboardInterrupt as exc:
+            _print_traceback(exc)
+            code = 130
+        except BaseException as exc:  # noqa: BLE001 - the script's error: traceback, exit 1
+            _print_traceback(exc)
+            code = 1
+    finally:
+        profile = sampler.stop()
+        elapsed = time.perf_counter() - started
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+    if root_file is not None:
+        root = os.path.abspath(root_file)
+        profile = cells.reroot(profile, tid, lambda f: f.filename == root or f.filename == root_file)
+    from .summary import status_line
+
+    written = []
+    try:
+        if output:
+            profile.save(output)
+            written.append(output)
+        if args.folded:
+            profile.save(args.folded)
+            written.append(args.folded + os.sep)
+        if args.html:
+            profile.to_html(args.html)
+            written.append(args.html)
+    except (OSError, ValueError, ImportError) as exc:
+        raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
+    print(f"ddprof_nb: wrote {', '.join(written)} — {status_line(profile, wall_s=elapsed).split(': ', 1)[1]}",
+          file=sys.stderr)
+    return code
+
+
+def _load(path: str):
+    from .loading import load
+
+    try:
+        return load(path)
+    except OSError as exc:
+        raise CLIError(f"{PROG}: cannot read {path!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CLIError(f"{PROG}: {exc}") from None
+
+
+def _convert(args) -> int:
+    profile = _load(args.input)
+    try:
+        profile.save(args.output)
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"{PROG} convert: cannot write {args.output!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    print(f"ddprof_nb: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _report(args) -> int:
+    from .summary import status_line, top_table
+
+    if args.top < 1:
+        raise CLIError(f"{PROG} report: --top must be at least 1")
+    profile = _load(args.input)
+    try:
+        events = [args.event] if args.event else list(profile.events)
+        tables = [top_table(profile, e, n=args.top, by=args.by) for e in events]
+    except ValueError as exc:
+        raise CLIError(f"{PROG} report: {exc}") from None
+    print(status_line(profile, Path(args.input).name))
+    print()
+    print("\n\n".join(tables) if tables else "(no samples)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "record":
+            if any(a in ("-h", "--help") for a in _split_record(argv[1:])[0]):
+                _parser().parse_args(["record", "-h"])
+            options, script, module, target_args = _split_record(argv[1:])
+            return _record(options, script, module, target_args)
+        args = _parser().parse_args(argv)
+        if args.command == "convert":
+            return _convert(args)
+        if args.command == "report":
+            return _report(args)
+        _parser().print_help(sys.stderr)
+        return 2
+    except CLIError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `report ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Plain-text views of a Profile: the top table, the one-line status, the history list.
+
+These are what a terminal (or any frontend without widgets) shows: ``%ddprof top``,
+the text/plain part of the magics' output, ``python -m ddprof_nb report``.  Pure
+functions of the model; nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from .events import EventType, FrameKind
+from .model import Profile
+
+__all__ = [
+    "format_value", "format_duration", "top_table", "text_summary", "status_line",
+    "history_table", "diff_table", "sample_counts",
+]
+
+
+def format_duration(ns: float) -> str:
+    """``1.23 s``, ``45.6 ms``, ``789 µs``, ``12 ns``."""
+    ns = float(ns)
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.0f} µs"
+    return f"{ns:.0f} ns"
+
+
+def format_bytes(n: float) -> str:
+    n = float(n)
+    a = abs(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_value(value: float, event: EventType, value_index: int = 1) -> str:
+    """A value of ``event`` in its unit (value 0 is always a count)."""
+    if value_index == 0:
+        return f"{int(value):,}"
+    return format_bytes(value) if event.unit == "bytes" else format_duration(value)
+
+
+def sample_counts(profile: Profile) -> dict[EventType, int]:
+    """Samples per event (the count value, summed)."""
+    return {e: profile.total(e, 0) for e in profile.events}
+
+
+def _location(filename: str, line: int, kind: FrameKind) -> str:
+    if kind is not FrameKind.PYTHON or not filename:
+        return ""
+    if filename.startswith("Cell In["):
+        return f"{filename}:{line}" if line else filename
+    return f"{_short_path(filename)}:{line}"
+
+
+def _short_path(path: str, keep: int = 3) -> str:
+    """The last ``keep`` parts of a path (site-packages paths are long)."""
+    parts = path.replace("\\", "/").split("/")
+    return path if len(parts) <= keep else "…/" + "/".join(parts[-keep:])
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", value_index: int = 1,
+              width: int = 100) -> str:
+    """The top ``n`` functions (or lines) of one event as a fixed-width text table.
+
+    Columns: self, self %, total, total %, function, location.  The header names the
+    event, its total and its sample count.  An event with no samples says so.
+    """
+    if event is None:
+        if not profile.events:
+            return "(no samples)"
+        event = profile.events[0]
+    e = EventType.parse(event)
+    total = profile.total(e, value_index)
+    count = profile.total(e, 0)
+    head = (f"{e.display_name}: top {n} {'lines' if by == 'line' else 'functions'} "
+            f"(total {format_value(total, e, value_index)}, {count:,} samples)")
+    rows = profile.top(e, n=n, by=by, value_index=value_index)
+    if not rows or total <= 0:
+        return head + "\n  (no samples)"
+    cols = [("self", "self%", "total", "total%", "function", "location")]
+    for r in rows:
+        cols.append((
+            format_value(r.self, e, value_index),
+            f"{100 * r.self / total:.1f}%",
+            format_value(r.total, e, value_index),
+            f"{100 * r.total / total:.1f}%",
+            r.name,
+            _location(r.filename, r.line, r.kind),
+        ))
+    w = [max(len(c[i]) for c in cols) for i in range(4)]
+    fixed = sum(w) + 4 * 2 + 2
+    name_w = max(12, min(max(len(c[4]) for c in cols), max(20, (width - fixed) // 2)))
+    lines = [head]
+    for c in cols:
+        lines.append(
+            f"{c[0]:>{w[0]}}  {c[1]:>{w[1]}}  {c[2]:>{w[2]}}  {c[3]:>{w[3]}}  "
+            f"{_clip(c[4], name_w):<{name_w}}  {c[5]}".rstrip()
+        )
+    return "\n".join(lines)
+
+
+def status_line(profile: Profile, name: str | None = None, wall_s: float | None = None) -> str:
+    """One line: engine, duration, samples per event, dropped counts if any, notes."""
+    meta = profile.metadata
+    counts = sample_counts(profile)
+    n = sum(counts.values())
+    per = ", ".join(f"{e.label} {c:,}" for e, c in counts.items())
+    duration = wall_s * 1e9 if wall_s is not None else meta.duration_ns
+    parts = [f"{meta.engine or 'unknown'} engine", format_duration(duration),
+             f"{n:,} samples" + (f" ({per})" if per else "")]
+    dropped = {EventType.parse(e): int(v) for e, v in dict(meta.dropped).items() if int(v)}
+    if dropped:
+        parts.append("dropped " + ", ".join(f"{e.label} {v:,}" for e, v in dropped.items()))
+    if meta.notes:
+        parts.append("notes: " + "; ".join(meta.notes))
+    label = f"ddprof [{name}]" if name else "ddprof"
+    return f"{label}: " + " · ".join(parts)
+
+
+def text_summary(profile: Profile, n: int = 10, events: Sequence | None = None, name: str | None = None) -> str:
+    """The text view of a profile: the status line and one top table per event."""
+    evs = [EventType.parse(e) for e in events] if events else list(profile.events)
+    parts = [status_line(profile, name)]
+    if not evs:
+        parts.append("(no samples)")
+    for e in evs:
+        parts.append(top_table(profile, e, n=n))
+    return "\n\n".join(parts)
+
+
+def history_table(entries: Iterable, max_count: int, max_bytes: int) -> str:
+    """The ``%ddprof list`` table: one row per stored profile, oldest first."""
+    entries = list(entries)
+    rows = [("name", "events", "duration", "samples", "engine", "size")]
+    total = 0
+    for en in entries:
+        p = en.profile
+        total += en.nbytes
+        rows.append((
+            en.name,
+            ",".join(e.label for e in p.events) or "-",
+            format_duration(p.metadata.duration_ns),
+            f"{sum(sample_counts(p).values()):,}",
+            p.metadata.engine or "-",
+            format_bytes(en.nbytes),
+        ))
+    w = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = [f"{len(entries)} of at most {max_count} profiles, {format_bytes(total)} of {format_bytes(max_bytes)}"]
+    if entries:
+        for r in rows:
+            lines.append("  ".join(f"{c:<{w[i]}}" if i in (0, 1, 4) else f"{c:>{w[i]}}" for i, c in enumerate(r)).rstrip())
+    return "\n".join(lines)
+
+
+def diff_table(before: Profile, after: Profile, event=None, n: int = 10, value_index: int = 1) -> str:
+    """Functions whose self value changed most from ``before`` to ``after`` (text)."""
+    if event is None:
+        common = [e for e in after.events if e in before.events]
+        if not common:
+            return "(the two profiles share no event type)"
+        event = common[0]
+    e = EventType.parse(event)
+    a = {(r.name, r.filename, r.line): r.self for r in before.top(e, n=None, value_index=value_index)}
+    b = {(r.name, r.filename, r.line): r.self for r in after.top(e, n=None, value_index=value_index)}
+    ta, tb = before.total(e, value_index), after.total(e, value_index)
+    deltas = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), key=lambda t: -abs(t[0]))[:n]
+    head = (f"{e.display_name}: {format_value(ta, e, value_index)} -> {format_value(tb, e, value_index)} "
+            f"({'+' if tb >= ta else '-'}{format_value(abs(tb - ta), e, value_index)}); biggest self changes")
+    rows = [("change", "before", "after", "function", "location")]
+    for d, k in deltas:
+        rows.append((("+" if d >= 0 else "-") + format_value(abs(d), e, value_index),
+                     format_value(a.get(k, 0), e, value_index), format_value(b.get(k, 0), e, value_index),
+                     k[0], _location(k[1], k[2], FrameKind.PYTHON)))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [head] + [
+        f"{r[0]:>{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip() for r in rows
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""``%ddprof`` line magic: STATEMENT, start/stop, show, list, top, save, load, diff,
+status, and what each shows — driven through a real, isolated InteractiveShell (the
+fixture lives in test_magics.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("IPython")
+
+import ddprof_nb  # noqa: E402
+from ddprof_nb import magics  # noqa: E402
+from ddprof_nb.events import EventType  # noqa: E402
+from ddprof_nb.exporters import html as html_export  # noqa: E402
+from ddprof_nb.history import history  # noqa: E402
+from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
+from test_magics import assert_rooted_at, run, shell, top_name  # noqa: E402,F401 - the shared fixture
+
+
+def test_line_magic_profiles_one_statement_and_returns_its_value(shell):
+    # GIVEN one statement after %ddprof, with options before it
+    res, count = run(shell, "%ddprof -e cpu -l kind=line busy(0.3)")
+    # THEN the statement's value is the cell's value and its profile is stored under the
+    # cell's count, rooted at the statement, busy() on top, labelled
+    assert res.success and res.result > 0
+    profile = history[count]
+    assert top_name(profile) == "busy"
+    assert profile.events == (EventType.CPU,)
+    assert_rooted_at(profile, f"Cell In[{count}]")
+    assert all(profile.labelsets[i].get("kind") == "line" for i in set(profile.labels.tolist()))
+
+
+def test_line_magic_statement_is_kept_verbatim_and_exceptions_propagate(shell):
+    # GIVEN a statement with quotes and spaces, then one that raises
+    res, _ = run(shell, '%ddprof --no-show text = "a  b" + \'{x}\'')
+    assert res.success and shell.user_ns["text"] == "a  b{x}"
+    res, count = run(shell, "%ddprof --no-show -o boom 1/0")
+    # THEN the exception fails the cell and the profile is still stored
+    assert isinstance(res.error_in_exec, ZeroDivisionError)
+    assert "boom" in history
+
+
+def test_start_stop_profiles_across_cells(shell, capsys):
+    # GIVEN %ddprof start, two cells of work, %ddprof stop
+    res, first = run(shell, "%ddprof start -e cpu")
+    assert res.success
+    _, work1 = run(shell, "busy(0.2)")
+    _, work2 = run(shell, "busy(0.2)")
+    res, last = run(shell, "%ddprof stop")
+    assert res.success
+    # THEN one profile, named after the first and last cell, holds both cells' work,
+    # every stack of this thread rooted at one of those cells
+    name = f"{first}-{last}"
+    assert history.list() == [name]
+    profile = history[name]
+    assert top_name(profile) == "busy"
+    roots = {profile.stack_frames(s)[0].filename for s in set(profile.stack.tolist())}
+    assert roots <= {f"Cell In[{work1}]", f"Cell In[{work2}]", "Cell In[2]"}
+    assert {f"Cell In[{work1}]", f"Cell In[{work2}]"} <= roots
+    assert profile.total("cpu") >= 0.3e9
+    # AND status said it was running, and says so no longer
+    out = capsys.readouterr().out
+    assert "profiling until %ddprof stop" in out
+
+
+def test_start_twice_and_stop_without_start_say_so(shell, capsys):
+    # GIVEN a running profile
+    _, first = run(shell, "%ddprof start")
+    run(shell, "%ddprof status")
+    out = capsys.readouterr().out
+    assert f"started by %ddprof start in In[{first}]" in out
+    # WHEN start is asked again
+    res, _ = run(shell, "%ddprof start")
+    err = capsys.readouterr().err
+    # THEN one line says a profile is already running
+    assert not res.success
+    assert err.strip() == (f"UsageError: %ddprof start: a profile is already running "
+                           f"(started by %ddprof start in In[{first}]); run %ddprof stop first")
+    # AND after stopping, a second stop says nothing is running
+    assert run(shell, "%ddprof stop")[0].success
+    res, _ = run(shell, "%ddprof stop")
+    err = capsys.readouterr().err
+    assert not res.success
+    assert err.strip() == "UsageError: %ddprof stop: no profile is running (start one with %ddprof start)"
+    run(shell, "%ddprof status")
+    assert "ddprof: not profiling" in capsys.readouterr().out
+
+
+def test_list_top_show_and_status(shell, capsys):
+    # GIVEN two stored profiles
+    run(shell, "%%ddprof --no-show -o first\nbusy()\n")
+    run(shell, "%%ddprof --no-show -o second\nidle(0.05)\nbusy(0.1)\n")
+    capsys.readouterr()
+    # WHEN listing
+    run(shell, "%ddprof list")
+    out = capsys.readouterr().out
+    # THEN both are listed, oldest first, with events, duration, samples and size
+    lines = out.splitlines()
+    assert lines[0].startswith("2 of at most 20 profiles")
+    assert lines[1].split()[:3] == ["name", "events", "duration"]
+    assert [ln.split()[0] for ln in lines[2:]] == ["first", "second"]
+    assert "cpu,wall" in lines[2]
+    # WHEN asking for the top table of a named profile
+    res, _ = run(shell, "%ddprof top 3 first")
+    out = capsys.readouterr().out
+    # THEN a text table per event, busy() first under its header
+    assert res.success
+    assert out.startswith("ddprof [first]")
+    cpu = out.split("CPU time: top 3 functions")[1]
+    rows = cpu.splitlines()[1:]
+    assert rows[0].split()[0] == "self" and "busy" in rows[1]
+    # AND top with only a name, and with -e, work; a missing profile is one line
+    assert run(shell, "%ddprof top second -e wall")[0].success
+    assert "Wall time: top 10" in capsys.readouterr().out
+    res, _ = run(shell, "%ddprof top 5 nosuch")
+    err = capsys.readouterr().err
+    assert not res.success and "no profile named 'nosuch' in the history (known: first, second)" in err
+    # WHEN showing the latest profile
+    shell.display_pub.outputs.clear()
+    assert run(shell, "%ddprof show")[0].success
+    (output,) = shell.display_pub.outputs
+    assert "ddprof [second]" in output["data"]["text/plain"]
+    # AND status reports the history
+    run(shell, "%ddprof status")
+    assert "history: 2 of at most 20 profiles" in capsys.readouterr().out
+
+
+def test_save_load_and_diff(shell, tmp_path, capsys):
+    # GIVEN two profiles with different hot spots
+    run(shell, "%%ddprof --no-show -o before\nbusy(0.3)\n")
+    run(shell, "%%ddprof --no-show -o after\nbusy(0.1)\n")
+    # WHEN saving it in each format the exporters know (HTML: see test_cli.py, it is slow)
+    for name in ("before.pprof", "before.speedscope.json", "before.cpu.folded"):
+        res, _ = run(shell, f"%ddprof save before {tmp_path / name}")
+        assert res.success, name
+    assert ddprof_nb.load(tmp_path / "before.pprof").total("cpu") > 0
+    assert ddprof_nb.load(tmp_path / "before.speedscope.json").total("cpu") > 0
+    assert "busy" in (tmp_path / "before.cpu.folded").read_text()
+    # AND loading the pprof file back into the history
+    res, _ = run(shell, f"%ddprof load {tmp_path / 'before.pprof'} -o reloaded")
+    assert res.success
+    assert top_name(history["reloaded"]) == "busy"
+    assert abs(history["reloaded"].total("cpu") - history["before"].total("cpu")) <= 1
+    # AND diffing two stored profiles displays one view of both
+    shell.display_pub.outputs.clear()
+    assert run(shell, "%ddprof diff before after")[0].success
+    (output,) = shell.display_pub.outputs
+    text = output["data"]["text/plain"]
+    assert "ddprof [A]" in text and "ddprof [B]" in text and "busy" in text
+    # AND errors are one line each
+    capsys.readouterr()
+    for cmd, message in [
+        ("%ddprof save before", "usage: %ddprof save NAME PATH"),
+        (f"%ddprof save nosuch {tmp_path / 'x.pprof'}", "no profile named 'nosuch'"),
+        (f"%ddprof save before {tmp_path / 'x.unknown'}", "cannot tell the format"),
+        (f"%ddprof load {tmp_path / 'missing.pprof'}", "cannot read"),
+        ("%ddprof diff before", "usage: %ddprof diff A B"),
+    ]:
+        res, _ = run(shell, cmd)
+        out = capsys.readouterr()
+        assert not res.success, cmd
+        assert message in out.err + out.out, (cmd, out)
+        assert "Traceback" not in out.err + out.out
+
+
+def test_history_evicts_the_oldest_with_a_message(shell, capsys):
+    # GIVEN a history bounded to two profiles
+    ddprof_nb.history.max_count = 2
+    names = []
+    for i in range(3):
+        _, count = run(shell, "%%ddprof --no-show\nx = 1\n")
+        names.append(str(count))
+    out = capsys.readouterr().out
+    # THEN the oldest was evicted, with a message naming it
+    assert history.list() == names[1:]
+    assert f"ddprof: evicted profile {names[0]!r} from the history (more than 2 profiles" in out
+
+
+def test_help_and_unknown_statement_errors(shell, capsys):
+    run(shell, "%ddprof help")
+    assert "%%ddprof [-e EVENTS]" in capsys.readouterr().out
+    res, _ = run(shell, "%ddprof -e cpu")
+    err = capsys.readouterr().err
+    assert not res.success and "nothing to profile" in err
+    res, _ = run(shell, "%ddprof --no-show 1 +")
+    err = capsys.readouterr().err
+    assert not res.success and "invalid statement" in err and "Traceback" not in err
+
+
+# -- what is shown where ----------------------------------------------------------------
+
+
+def test_widget_display_uses_the_explorer_mimebundle(shell):
+    # GIVEN a frontend that renders widgets (forced: no kernel in this test)
+    magics.display_mode = "widget"
+    res, count = run(shell, "%%ddprof\nbusy()\n")
+    assert res.success
+    # THEN the explorer is displayed with its widget view and text/html fallbacks
+    (output,) = shell.display_pub.outputs
+    data = output["data"]
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "busy" in data["text/plain"]
+    assert "busy" in data["text/html"]
+
+
+def test_terminal_display_prints_the_text_table(shell, capsys):
+    # GIVEN a terminal (no rich display)
+    magics.display_mode = "text"
+    res, count = run(shell, "%%ddprof -e cpu\nbusy()\n")
+    out = capsys.readouterr().out
+    # THEN nothing goes to the display system; the status line and a top table are printed
+    assert res.success
+    assert shell.display_pub.outputs == []
+    assert f"ddprof [{count}]: " in out
+    table = out.split("CPU time: top 10 functions")[1].splitlines()
+    assert "busy" in table[2] and "Cell In[2]:2" in table[2]
+
+
+def test_static_html_escapes_every_name_label_and_path(tmp_path):
+    # GIVEN a profile (as if loaded from an untrusted file) whose names, files, labels,
+    # notes and thread names carry markup
+    evil = '<script>alert("x")</script>'
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=10**9, engine="<b>eng</b>", notes=(evil,),
+                                extra={"cell": "<img src=x onerror=alert(1)>"}))
+    frames = [Frame(evil, '/tmp/"><img src=x onerror=alert(2)>.py', 3, 1), Frame("leaf&<i>", "<f>.py", 9, 8)]
+    sid = b.stack_of(frames)
+    tid = b.thread_id(1, "<thread>")
+    lid = b.labels_id({"user": "<b>bob</b>"})
+    b.add(EventType.CPU, sid, tid, lid, 0, 5, 50_000_000)
+    profile = b.build()
+    # WHEN rendering the static report (document and fragment) and writing it
+    doc = html_export.render(profile, title="<title>")
+    fragment = magics.fallback_bundle(profile, name="<n>")["text/html"]
+    html_export.write(profile, tmp_path / "r.html", static=True)
+    written = (tmp_path / "r.html").read_text(encoding="utf-8")
+    # THEN no markup from the profile survives unescaped
+    for text in (doc, fragment, written):
+        assert "<script" not in text and "<img" not in text and "<b>" not in text and "<i>" not in text
+        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
+        assert "leaf&amp;&lt;i&gt;" in text
+    assert "&lt;b&gt;bob&lt;/b&gt;" in doc
+    assert "&lt;title&gt;" in doc
