@@ -19,7 +19,7 @@ import numpy as np
 from .events import EventType, FrameKind
 from .model import Frame, LabelSet, Metadata, Profile, ProfileBuilder, Thread, aggregate_columns
 
-__all__ = ["filter", "merge", "map_stacks", "top", "TopRow", "frame_matches", "compile_regex"]
+__all__ = ["filter", "merge", "map_stacks", "top", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
 
 class TopRow(NamedTuple):
@@ -256,3 +256,22 @@ def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", 
                int(self_v[i]), int(total_v[i]), reps[i].kind)
         for i in order
     ]
+
+
+def drop_threads_only_in(profile: Profile, infrastructure: str, keep_tids=()) -> tuple[Profile, list[str]]:
+    """Drop the threads whose every sampled frame matches ``infrastructure`` (a regex over
+    frame names/files), except ``keep_tids``: e.g. a kernel's idle IOPub/heartbeat threads,
+    which otherwise fill a notebook cell's wall view.  Returns the view and the dropped
+    thread names (so callers can say what they hid)."""
+    if not len(profile):
+        return profile, []
+    user_frame = ~frame_matches(profile, infrastructure)
+    has_user = _stacks_containing(profile, user_frame)[profile.stack]
+    keep = set(np.unique(profile.thread[has_user]).tolist())
+    keep |= {i for i, t in enumerate(profile.threads) if t.tid in set(keep_tids)}
+    present = set(np.unique(profile.thread).tolist())
+    dropped = sorted(present - keep)
+    if not dropped:
+        return profile, []
+    rows = np.isin(profile.thread, sorted(keep))
+    return _select(profile, rows), [profile.threads[i].name for i in dropped]

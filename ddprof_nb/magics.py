@@ -54,7 +54,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from . import cells, summary
+from . import aggregate, cells, summary
 from .config import DEFAULT_ALLOC_RATE, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
 from .model import Frame, Profile
@@ -66,6 +66,13 @@ __all__ = ["DDProfMagics", "load_ipython_extension", "unload_ipython_extension",
 display_mode = "auto"
 
 _OWN_FILES = frozenset({__file__, os.path.realpath(__file__)})
+# Frames of the kernel's own machinery: a thread that only ever runs these during a
+# cell (IOPub, heartbeat, control, output watchers) is hidden from the cell's profile.
+_KERNEL_MACHINERY = (
+    r"[/\\](ipykernel|zmq|tornado|jupyter_client|traitlets|IPython|comm)[/\\]"
+    r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\]asyncio[/\\]"
+    r"|^\[(no Python frames|truncated|unknown|GC)\]$"
+)
 _MARKER = "__cell__"
 _HOOKS_ATTR = "_ddprof_cell"
 _CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
@@ -124,6 +131,8 @@ def _sampler_options(p: "_Parser", statement: bool = False) -> None:
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")
     p.add_argument("--save", default=None, metavar="PATH", help="also write the profile to PATH")
     p.add_argument("--no-show", action="store_true", help="store the profile without showing it")
+    p.add_argument("--all-threads", action="store_true",
+                   help="keep the kernel's own idle threads (IOPub, heartbeat, ...) in the profile")
     p.add_argument("--engine", default="auto", metavar="|".join(ENGINES), help=f"sampling engine: {'|'.join(ENGINES)}")
     p.add_argument("-h", "--help", action="store_true", help="show this help")
 
@@ -185,6 +194,7 @@ class _Session:
     root_files: frozenset[str] | None = None  # the cell's file (None: any cell)
     frame: object = None  # the cell's frame (a cell's begin/end must match)
     is_async: bool = False
+    all_threads: bool = False
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -222,7 +232,8 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
         except (ProfilerError, ValueError, OSError) as exc:
             raise UsageError(f"{what}: cannot start profiling: {exc}") from None
         _session = _Session(sampler, kind, threading.get_native_id(), args.name, args.save,
-                            not args.no_show, count, root_files, frame, is_async)
+                            not args.no_show, count, root_files, frame, is_async,
+                            getattr(args, "all_threads", False))
         return _session
 
 
@@ -262,6 +273,11 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
             name = f"{session.count}-{end}" if session.count is not None and end is not None else None
         else:
             name = str(session.count) if session.count is not None else None
+    if not session.all_threads:
+        profile, hidden = aggregate.drop_threads_only_in(profile, _KERNEL_MACHINERY, keep_tids=(session.tid,))
+        if hidden:
+            note = f"hid {len(hidden)} idle kernel thread(s) ({', '.join(sorted(set(hidden)))}); --all-threads keeps them"
+            profile = profile.with_metadata(notes=profile.metadata.notes + (note,))
     extra = dict(profile.metadata.extra)
     if session.count is not None:
         extra.setdefault("cell", f"In[{session.count}]")

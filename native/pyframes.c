@@ -259,7 +259,7 @@ int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *f
             break;
         }
         uint64_t fp = 0;
-        for (int i = 0; i < memo_n; i++)
+        for (int i = 0; i < memo_n && i < MEMO; i++) /* memo_n counts past MEMO: slots wrap */
             if (memo[i].code == cptr) {
                 fp = memo[i].fp;
                 break;

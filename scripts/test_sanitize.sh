@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The native stress tests under AddressSanitizer + UndefinedBehaviorSanitizer (Python 3.11).
+# The extension is built with DDPROF_NB_SANITIZE=1 into its own venv (not editable, so
+# the source tree's regular build is untouched); Python itself is not instrumented, so
+# the sanitizer runtimes are preloaded.  Leak checking is off: CPython keeps memory
+# alive until exit by design.  Any sanitizer report aborts the process and fails a test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+v=${SANITIZE_PYTHON:-3.11}
+py=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | sort -V | tail -1)")/bin/python3
+venv="$ROOT/.venvs/asan-$v"
+[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check "$ROOT[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+DDPROF_NB_SANITIZE=1 DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check \
+    --force-reinstall --no-deps "$ROOT" 2>&1 | grep -v "^WARNING: Location" || true
+export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allow_user_segv_handler=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+work=$(mktemp -d)
+cd "$work"  # import ddprof_nb from the venv, not from the source tree
+"$venv/bin/python" -c "import ddprof_nb._native, ddprof_nb; print('sanitized build:', ddprof_nb.__file__)"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$ROOT" "$ROOT/tests/native" "$@"
