@@ -70,6 +70,8 @@ def _check_tables(lib_, ffi_) -> str | None:
 
 def _load() -> None:
     global ffi, lib, _reason
+    ffi = lib = None  # a refusal must never leave an earlier load usable
+    _reason = None
     if not sys.platform.startswith("linux"):
         _reason = f"the native engine needs Linux (this is {sys.platform})"
         return
@@ -147,8 +149,8 @@ def check(rc: int, what: str) -> int:
 
 # -- records -------------------------------------------------------------------------------
 def _record_dtype(record_size: int) -> np.dtype:
-    fields = ["event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value"]
-    formats = ["u1", "u1", "<u2", "<u2", "<i4", "<u8", "<i8", "<i8", "<i8"]
+    fields = ["event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux"]
+    formats = ["u1", "u1", "<u2", "<u2", "<i4", "<u8", "<i8", "<i8", "<i8", "<u8"]
     offsets = [ffi.offsetof("ddp_record", f) for f in fields]
     return np.dtype({"names": fields, "formats": formats, "offsets": offsets, "itemsize": record_size})
 
@@ -269,6 +271,8 @@ class RecordConverter:
         self.skipped_invalid = 0
         self.unknown_frames = 0
         self._dtype = None
+        self.alloc = None  # allocations: an _alloc.AllocTracker when ALLOC is sampled (set by the engine)
+        self.waits = None  # lock/park: a lockpark.WaitClassifier when LOCK/PARK are sampled (set by the engine)
 
     def _frame_id(self, code: int, fp: int, lasti: int) -> int | None:
         key = (code, fp, lasti)
@@ -360,6 +364,17 @@ class RecordConverter:
                 EventType.from_id(events[i])  # raises: never cast an unknown id
             off = i * record_size + hsize
             sid = self._stack_id(flags[i] & keep, raw[off : off + depths[i] * FRAME_SIZE])
+            if self.alloc is not None and ev is EventType.ALLOC:  # allocations: held for the type leaf (_alloc.py)
+                self.alloc.hold(int(hdr["aux"][i]), sid, self._thread_id(tids[i]),
+                                self._labels_id(label_ids[i], states[i], events[i]),
+                                max(0, ts[i] - self.start_mono_ns), counts[i], values[i])
+                continue
+            if self.waits is not None and (ev is EventType.LOCK or ev is EventType.PARK):
+                # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
+                ev_id, sid = self.waits.classify(int(hdr["aux"][i]), sid)
+                if ev_id is None:
+                    continue
+                events[i] = ev_id
             rows_ev.append(events[i])
             rows_st.append(sid)
             rows_th.append(self._thread_id(tids[i]))
@@ -388,7 +403,8 @@ class Session:
     BATCH = 1024
 
     def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0,
-                 wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=()):
+                 wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
+                 alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0):
         _require()
         if ffi.sizeof("ddp_frame") != FRAME_SIZE:
             raise EngineUnavailableError("native module's frame record has an unexpected size; reinstall ddprof_nb")
@@ -409,6 +425,9 @@ class Session:
         cfg.n_exclude = len(exclude_tids)
         for i, t in enumerate(exclude_tids):
             cfg.exclude_tids[i] = int(t)
+        cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
+        cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
+        cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         self._cfg = cfg
         self.record_size = 0
         self._buf = None
@@ -455,6 +474,15 @@ class Session:
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
+
+
+def wait_stats() -> dict:
+    """Lock/park hook counters (native/waits.c): patched slots, records, sampled-out, dropped."""
+    s = ffi.new("ddp_wait_stats *")
+    lib.ddp_wait_get_stats(s)
+    return {name: int(getattr(s, name)) for name in (
+        "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
+        "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns")}
 
 
 def set_thread_labels(label_id: int) -> None:

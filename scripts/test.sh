@@ -51,6 +51,16 @@ for v in $PYTHONS; do
     [ $rc -eq 0 ] || failed+=("tests-$v(rc=$rc)")
 done
 
+if [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]]; then
+    step "native tests under ASan + UBSan (3.11)"
+    bash scripts/test_sanitize.sh || failed+=("sanitizers")
+fi
+
+if [ "${RUN_CHROOT:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
+    step "python 3.14 / 3.15 in a Debian chroot"
+    bash scripts/test_chroot.sh || failed+=("chroot-3.14/3.15")
+fi
+
 step "summary"
 if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED: ${failed[*]}"

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The interpreter-dependent tests on CPython 3.14 and 3.15 (a Debian sid chroot, see
+# tools/README.md), where only the portable python engine is expected to work.
+#
+#   bash scripts/test_chroot.sh                 # 3.14 and 3.15
+#   CHROOT_PYTHONS=3.15 bash scripts/test_chroot.sh
+#
+# Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
+# compile: the install must still succeed, and the native engine must then say it is
+# unavailable), then pytest on tests/unit, the python-engine and engine-choice
+# integration tests, plus tests/native when the native engine says it supports that
+# version, then the python engine's overhead at 100 Hz.  The time of each phase is
+# printed, and a summary at the end; the exit code is non-zero if any phase failed.
+# Needs root (tools/pychroot.sh mounts and chroots).  `--inside` is the part that
+# runs in the chroot.
+set -uo pipefail
+
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ------------------------------------------------------------------ inside the chroot
+inside() {
+    local v log t rc=0 native_ok=0 native_reason
+    v=$(python -c 'import platform; print(platform.python_version())')
+    log=/tmp/ddprof_nb-install-$v.log
+    echo "--- python $v ($(command -v python)) in $(pwd)"
+
+    t=$(now)
+    echo "--- install: pip install -e .[dev] (log: chroot:$log)"
+    if ! python -m pip install --disable-pip-version-check -v -e ".[dev]" >"$log" 2>&1; then
+        tail -n 40 "$log"
+        echo "PHASE install: FAILED after $(since "$t") s"
+        echo "@@summary $v install=$(since "$t") tests=- overhead=- native=install-failed rc=3"
+        return 3
+    fi
+    local install_s
+    install_s=$(since "$t")
+    echo "PHASE install: $install_s s"
+    if grep -q "native sampler could not be built" "$log"; then
+        echo "native part did not compile (the install went on without it):"
+        grep -E "native sampler could not be built|error:" "$log" | grep -v "^ *warning" | head -n 12 | sed 's/^/    /'
+    fi
+    # dependencies pip had to build from source (no wheel for this Python)
+    local built
+    built=$(grep -oE "Building wheel for [A-Za-z0-9_.-]+" "$log" | awk '{print $4}' | grep -vx "ddprof_nb" | sort -u | tr '\n' ' ')
+    [[ -n $built ]] && echo "built from source (no wheel for $v): $built"
+    python -m pip list --disable-pip-version-check --format=freeze 2>/dev/null \
+        | grep -iE '^(numpy|plotly|ipywidgets|anywidget|cffi|ipython|ipykernel|pyzmq|psutil|debugpy|tornado|pytest)==' \
+        | tr '\n' ' ' | sed 's/^/versions: /'; echo
+
+    native_reason=$(python - <<'EOF'
+try:
+    import ddprof_nb._native  # noqa: F401
+    built = "module built"
+except Exception as exc:  # noqa: BLE001
+    built = f"module not built ({type(exc).__name__})"
+try:
+    from ddprof_nb.engines.native import NativeEngine
+    reason = NativeEngine.unavailable_reason()
+except Exception as exc:  # noqa: BLE001
+    reason = f"engines/native.py failed to import: {type(exc).__name__}: {exc}"
+print(f"{built}; " + ("native engine available" if reason is None else f"native engine unavailable: {reason}"))
+EOF
+)
+    echo "native: $native_reason"
+    [[ $native_reason == "module built; native engine available" ]] && native_ok=1
+
+    local targets=(tests/unit tests/integration/test_api_python_engine.py)
+    local f
+    for f in tests/integration/test_python_engine*.py tests/integration/test_engine_choice.py; do
+        [[ -e $f ]] && targets+=("$f")
+    done
+    (( native_ok )) && [[ -d tests/native ]] && targets+=(tests/native)
+    t=$(now)
+    echo "--- tests: pytest ${targets[*]}"
+    python -m pytest -q -p no:cacheprovider "${targets[@]}" \
+        --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop
+    rc=$?
+    local tests_s
+    tests_s=$(since "$t")
+    echo "PHASE tests: $tests_s s (pytest exit $rc)"
+    [[ $rc -eq 5 ]] && echo "pytest ran no test: counted as a failure"
+
+    local overhead="-" ov_rc=0
+    if [[ -e tests/integration/test_python_engine_overhead.py ]]; then
+        t=$(now)
+        echo "--- overhead: python engine at 100 Hz, 30 alternating pairs of 0.2 s slices"
+        local out
+        out=$(python tests/integration/test_python_engine_overhead.py 30 2>&1) || ov_rc=$?
+        echo "$out"
+        overhead=$(grep -oE "overhead -?[0-9.]+%" <<<"$out" | head -n1 | awk '{print $2}')
+        overhead="${overhead:--}/$(grep -oE "per CPU second -?[0-9.]+%" <<<"$out" | head -n1 | awk '{print $4}')"
+        echo "PHASE overhead: $(since "$t") s"
+    fi
+    local native_word=unavailable
+    (( native_ok )) && native_word=available
+    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} native=$native_word rc=$(( rc != 0 ? rc : ov_rc ))"
+    (( rc != 0 )) && return "$rc"
+    return "$ov_rc"
+}
+
+if [[ ${1:-} == --inside ]]; then
+    inside
+    exit $?
+fi
+
+# ------------------------------------------------------------------ on the host
+cd "$(dirname "$0")/.." || exit 2
+PYTHONS=${CHROOT_PYTHONS:-"3.14 3.15"}
+status=0
+summaries=()
+t_all=$(now)
+
+t=$(now)
+echo "=== chroot: tools/pychroot.sh ensure ($(date +%T))"
+if ! bash tools/pychroot.sh ensure; then
+    echo "PHASE chroot: FAILED after $(since "$t") s"
+    exit 2
+fi
+chroot_s=$(since "$t")
+echo "PHASE chroot: $chroot_s s"
+
+for v in $PYTHONS; do
+    t=$(now)
+    echo
+    echo "=== python $v in the chroot ($(date +%T))"
+    out=$(mktemp)
+    bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E "^@@summary " "$out" | tail -n1)
+    rm -f "$out"
+    [[ -n $line ]] || line="@@summary $v install=- tests=- overhead=- native=? rc=$rc"
+    summaries+=("${line#@@summary } total=$(since "$t")")
+    echo "PHASE python $v total: $(since "$t") s (exit $rc)"
+    (( rc != 0 )) && status=1
+done
+
+echo
+echo "=== summary (chroot ensure ${chroot_s} s; all $(since "$t_all") s)"
+printf '%-8s %-8s %-10s %-10s %-16s %-12s %s\n' version result install_s tests_s overhead:wall/cpu native total_s
+for s in "${summaries[@]}"; do
+    declare -A f=()
+    read -r ver rest <<<"$s"
+    for kv in $rest; do f[${kv%%=*}]=${kv#*=}; done
+    result=passed
+    [[ ${f[rc]} == 0 ]] || result="FAILED(${f[rc]})"
+    printf '%-8s %-8s %-10s %-10s %-16s %-12s %s\n' "$ver" "$result" "${f[install]}" "${f[tests]}" \
+        "${f[overhead]}" "${f[native]}" "${f[total]}"
+    unset f
+done
+exit $status
