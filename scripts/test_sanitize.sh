@@ -12,8 +12,15 @@ py=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" 
 venv="$ROOT/.venvs/asan-$v"
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check "$ROOT[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+# build from a clean copy: setuptools would otherwise reuse ./build's unsanitized objects
+src=$(mktemp -d)
+tar -C "$ROOT" --exclude=./build --exclude=./.venvs --exclude=./.git --exclude='*.so' --exclude='*.egg-info' -cf - . \
+    | tar -C "$src" -xf -
 DDPROF_NB_SANITIZE=1 DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check \
-    --force-reinstall --no-deps "$ROOT" 2>&1 | grep -v "^WARNING: Location" || true
+    --force-reinstall --no-deps --no-cache-dir "$src" 2>&1 | grep -v "^WARNING: Location" || true
+rm -rf "$src"
+so=$(ls "$venv"/lib/python*/site-packages/ddprof_nb/_native*.so)
+case "$(nm -D "$so")" in *__asan_init*) ;; *) echo "the native module is not sanitized: $so"; exit 1 ;; esac
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allow_user_segv_handler=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

@@ -58,6 +58,7 @@ def test_version_mismatch_is_refused_with_the_versions_named(monkeypatch):
     monkeypatch.setattr(ddprof_nb, "_native", FakeNative, raising=False)
     monkeypatch.setattr(_binding, "_reason", None)
     monkeypatch.setattr(_binding, "lib", None)
+    monkeypatch.setattr(_binding, "ffi", _binding.ffi)  # _load() clears both on refusal
     # WHEN the binding loads it
     _binding._load()
     # THEN the engine is refused, naming both versions
