@@ -44,7 +44,7 @@ for v in $PYTHONS; do
     if [ "$v" = "3.11" ]; then
         targets=(tests)
     else
-        targets=(tests/unit tests/native tests/integration -m "not browser")
+        targets=(tests/unit tests/native tests/integration -m "not browser and not slow")
     fi
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}"
     rc=$?
