@@ -434,9 +434,12 @@ class Session:
         self._lock = threading.Lock()  # one consumer at a time
 
     def start(self) -> None:
+        # the drain buffer is allocated before start, so the allocation sampler never sees it
+        size = ffi.sizeof("ddp_record") + self._cfg.max_depth * FRAME_SIZE
+        buf = ffi.new("char[]", size * self.BATCH)
         check(lib.ddp_start(self._cfg), "cannot start the native sampler")
         self.record_size = lib.ddp_record_size()
-        self._buf = ffi.new("char[]", self.record_size * self.BATCH)
+        self._buf = buf if self.record_size == size else ffi.new("char[]", self.record_size * self.BATCH)
 
     def stop(self) -> None:
         check(lib.ddp_stop(), "cannot stop the native sampler")

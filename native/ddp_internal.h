@@ -85,6 +85,17 @@ int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
  * when the event is not enabled or the caller is not a Python thread, DDP_ENOMEM when the
  * ring is full (counted as dropped). */
 int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux);
+/* ---- lock/park (waits.c) ---- */
+uint32_t ddp_waits_events_mask(void);      /* the events waits.c produces */
+int ddp_waits_start(const ddp_config *cfg); /* patch the GOT slots (no GIL held), start recording */
+void ddp_waits_stop(void);                  /* stop recording, restore every slot exactly */
+/* ---- end lock/park ---- */
+/* ---- allocations (alloc.c) ---- */
+int ddp_alloc_start(const ddp_config *cfg); /* with the GIL: install the PyMem hooks */
+void ddp_alloc_stop(void);                  /* takes the GIL: uninstall (or pass through), freeze LIVE */
+void ddp_alloc_stop_locked(void);           /* same, GIL already held */
+void ddp_alloc_after_fork_child(void);
+/* ---- end allocations ---- */
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);

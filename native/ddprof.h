@@ -82,6 +82,14 @@ typedef struct {
     int32_t read_mode;           /* DDP_READ_GUARDED (default) or DDP_READ_SYSCALL */
     int32_t n_exclude;
     int32_t exclude_tids[8];     /* threads never sampled (the profiler's own Python threads) */
+    /* ---- lock/park (waits.c) ---- */
+    int64_t wait_threshold_ns;   /* waits shorter are recorded with p = d/T, weight T; 0 = 100 us */
+    int32_t wait_max_rate;       /* lock/park records per second (token bucket); 0 = 2000 */
+    int32_t wait_reserved;
+    /* ---- end lock/park ---- */
+    /* ---- allocations (alloc.c) ---- */
+    int64_t alloc_rate;          /* ALLOC: mean bytes between samples (Poisson); 0 = 512 KiB */
+    /* ---- end allocations ---- */
 } ddp_config;
 
 typedef struct {
@@ -139,6 +147,78 @@ int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti)
 int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out);
 int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault recovered */
 int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
+
+/* ---- lock/park: blocking waits hooked through GOT slots (waits.c) --------------------------
+ * LOCK/PARK records carry the libc call in aux (low byte: DDP_WAIT_*, plus the flags below);
+ * the event is provisional (sem waits LOCK, the rest PARK): Python picks the final one from
+ * the stack (ddprof_nb/lockpark.py). */
+#define DDP_WAIT_SEM_WAIT 1
+#define DDP_WAIT_SEM_TIMEDWAIT 2
+#define DDP_WAIT_SEM_CLOCKWAIT 3
+#define DDP_WAIT_CLOCK_NANOSLEEP 4
+#define DDP_WAIT_NANOSLEEP 5
+#define DDP_WAIT_SELECT 6
+#define DDP_WAIT_PSELECT 7
+#define DDP_WAIT_POLL 8
+#define DDP_WAIT_PPOLL 9
+#define DDP_WAIT_EPOLL_WAIT 10
+#define DDP_WAIT_EPOLL_PWAIT 11
+#define DDP_WAIT_RECV 12
+#define DDP_WAIT_RECVFROM 13
+#define DDP_WAIT_RECVMSG 14
+#define DDP_WAIT_ACCEPT 15
+#define DDP_WAIT_ACCEPT4 16
+#define DDP_WAIT_COND_WAIT 17       /* libpython's only: the GIL */
+#define DDP_WAIT_COND_TIMEDWAIT 18
+#define DDP_WAIT_SOCK_POLL 19       /* poll() called by _socket: a socket op with a timeout */
+#define DDP_WAIT_KIND_MASK 255
+#define DDP_WAIT_SAMPLED 256        /* a short wait recorded with p = d/T (value T) */
+#define DDP_WAIT_FAILED 512         /* the call returned an error/timeout */
+typedef struct {
+    uint64_t records, short_skipped, rate_dropped, emit_failed, calls;
+    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded;
+    int64_t active_patches, threshold_ns;
+} ddp_wait_stats;
+int ddp_wait_get_stats(ddp_wait_stats *out);
+/* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,
+ * DDP_WAIT_* kind.  Returns how many exist (may exceed cap). */
+int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
+uint64_t ddp_wait_wrapper(int kind);       /* our wrapper's address for a kind (tests) */
+/* ---- end lock/park ---- */
+
+/* ---- allocations: PyMem hooks on the MEM and OBJ domains, live-heap table (alloc.c) --------
+ * ALLOC records carry a per-session sample id in aux; LIVE is computed at stop from the
+ * sampled blocks still allocated then.  Type names are "" when unknown. */
+typedef struct {
+    uint64_t id;                 /* the ALLOC record's aux */
+    uint64_t size;               /* requested bytes of the sampled block */
+    char type_name[48];          /* tp_name of the object in the block, "" unknown */
+} ddp_alloc_info;
+
+typedef struct {
+    uint64_t sampled;            /* allocations sampled */
+    uint64_t emit_failed;        /* sampled but not recorded (buffer full, ...) */
+    uint64_t live_overflow;      /* recorded but not tracked for LIVE: live table full */
+    uint64_t notes_dropped;      /* type notes lost: the drain was too slow */
+    uint64_t typed;              /* sampled OBJ blocks whose type was read */
+    uint64_t untyped;            /* sampled OBJ blocks whose type could not be read */
+    uint64_t reentered;          /* hook re-entered from its own sampled path (skipped) */
+    uint64_t live_at_stop;
+    int32_t left_installed;      /* 1: another allocator sat on top of ours at stop: ours stays as a pass-through */
+    int32_t layers_in_use;
+    uint64_t sample_ns;          /* time spent recording samples (stack walk + record) */
+    uint64_t type_ns;            /* time spent reading types */
+} ddp_alloc_stats;
+
+int ddp_alloc_types_pop(ddp_alloc_info *out, int max);  /* type notes since the last call (takes the GIL) */
+int ddp_alloc_live_ids(uint64_t *out, int max);         /* ids of sampled blocks still allocated; returns how many (may exceed max) */
+int ddp_alloc_live_list(ddp_alloc_info *out, int max);  /* after ddp_stop: the live samples; returns how many (may exceed max) */
+int ddp_alloc_get_stats(ddp_alloc_stats *out);
+/* Test helpers: the allocator of a domain (0 RAW, 1 MEM, 2 OBJ) as ctx + 4 function pointers;
+ * install (1) / remove (0) a foreign pass-through allocator over MEM and OBJ. */
+int ddp_alloc_test_get_allocator(int domain, uint64_t *out5);
+int ddp_alloc_test_foreign(int on);
+/* ---- end allocations ---- */
 /* cdef-end */
 
 #endif /* DDPROF_H */

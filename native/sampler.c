@@ -572,6 +572,7 @@ static void atfork_child(void)
     }
     ddp_saferead_after_fork_child();
     ddp_py_after_fork_child();
+    ddp_alloc_after_fork_child(); /* allocations: hooks become pass-throughs */
     pthread_mutex_init(&wake_lock, NULL);
     sampler_started = 0;
     /* Our copies of the buffers: no other thread exists here to use them (and malloc is
@@ -615,6 +616,8 @@ int ddp_start(const ddp_config *c)
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
     uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL);
+    supported |= ddp_waits_events_mask(); /* lock/park (waits.c) */
+    supported |= 1u << DDP_EVENT_ALLOC;   /* allocations (alloc.c) */
     if (!c->events || (c->events & ~supported))
         return DDP_EINVAL;
     int expect = ST_IDLE;
@@ -694,6 +697,10 @@ int ddp_start(const ddp_config *c)
         }
         prof_installed = 1;
     }
+    /* ---- allocations: install the PyMem hooks (needs the GIL, held here) ---- */
+    if ((cfg.events & (1u << DDP_EVENT_ALLOC)) && (rc = ddp_alloc_start(&cfg)) != DDP_OK)
+        goto fail_gil;
+    /* ---- end allocations ---- */
     st.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();
@@ -723,6 +730,10 @@ int ddp_start(const ddp_config *c)
     }
     sampler_started = 1;
     atomic_store(&state, ST_RUNNING);
+    /* ---- lock/park: patch GOT slots now, without the GIL (dl_iterate_phdr takes the loader lock) */
+    if (cfg.events & ddp_waits_events_mask())
+        ddp_waits_start(&cfg);
+    /* ---- end lock/park ---- */
     return DDP_OK;
 
 fail_gil:
@@ -743,6 +754,7 @@ int ddp_stop(void)
     int s = atomic_load(&state);
     if (s != ST_RUNNING && s != ST_STARTING)
         return DDP_ENOTRUNNING;
+    ddp_waits_stop(); /* lock/park: restore the GOT slots first (a no-op without them) */
     if (sampler_started) {
         pthread_mutex_lock(&wake_lock);
         wake_stop = 1;
@@ -752,6 +764,7 @@ int ddp_stop(void)
         sampler_started = 0;
         pthread_cond_destroy(&wake_cond);
     }
+    ddp_alloc_stop(); /* allocations: takes the GIL, restores the allocators, freezes LIVE */
     atomic_store_explicit(&ddp_session_active, 0, memory_order_release);
     int n = atomic_load(&nslots);
     if (n > MAX_SLOTS)

@@ -15,6 +15,7 @@ import time
 
 from .. import _binding
 from .. import labeling as _labels
+from .._alloc import AllocTracker
 from ..config import SamplerConfig
 from ..errors import NotRunningError, ProfilerBusyError
 from ..events import EventType
@@ -42,15 +43,19 @@ class NativeEngine(Engine):
 
     name = "native"
     supported_events = frozenset({EventType.CPU, EventType.WALL})
+    supported_events |= {EventType.LOCK, EventType.PARK}  # lock/park: GOT-hooked waits (native/waits.c)
+    supported_events |= {EventType.ALLOC}  # allocations (native/alloc.c); LIVE is produced at stop
 
     def __init__(self, config: SamplerConfig, *, ring_records: int = 0, drain_interval: float = 0.1,
-                 read_mode: str = "guarded", wall_threads_per_tick: int = 0):
+                 read_mode: str = "guarded", wall_threads_per_tick: int = 0,
+                 wait_threshold_ns: int = 0, wait_max_rate: int = 0):
         """``ring_records``, ``read_mode`` and ``wall_threads_per_tick`` are tuning/test knobs."""
         super().__init__(config)
         self._ring_records = ring_records
         self._drain_interval = drain_interval
         self._read_mode = read_mode
         self._wall_per_tick = wall_threads_per_tick
+        self._wait_knobs = {"wait_threshold_ns": wait_threshold_ns, "wait_max_rate": wait_max_rate}  # lock/park
         self._session = None
         self._converter = None
         self._thread = None
@@ -85,6 +90,8 @@ class NativeEngine(Engine):
             self.config.interval_ns, self.config.max_depth, self.config.events,
             ring_records=self._ring_records, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
+            alloc_rate=self.config.alloc_rate,
+            **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
         )
         try:
             session.start()
@@ -101,6 +108,15 @@ class NativeEngine(Engine):
             ProfileBuilder(), mono0, exclude_tids=(self._drain_tid,), thread_names=self._names,
             base_labels=dict(self.config.labels),
         )
+        # ---- lock/park: classify wait records at drain time (ddprof_nb/lockpark.py)
+        waits = [e for e in self.config.events if e in (EventType.LOCK, EventType.PARK)]
+        if waits:
+            from ..lockpark import WaitClassifier
+
+            self._converter.waits = WaitClassifier(self._converter.builder, waits)
+        # ---- end lock/park
+        if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
+            self._converter.alloc = AllocTracker(self._converter.builder)
         self._refresh_names()
         by_ident = {t.ident: t.native_id for t in threading.enumerate()}
         for ident, label_id in list(_labels.thread_label_ids.items()):
@@ -126,6 +142,8 @@ class NativeEngine(Engine):
             return
         self._refresh_names()
         session.drain(self._converter)
+        if self._converter.alloc is not None:  # allocations
+            self._converter.alloc.flush()
 
     def _drain_loop(self) -> None:
         self._go.wait()
@@ -156,6 +174,10 @@ class NativeEngine(Engine):
             self._refresh_names()
             session.drain(self._converter)
             stats = session.stats()
+            if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
+                self._converter.alloc.flush(final=True)
+                self._converter.alloc.add_live()
+                stats["alloc"] = AllocTracker.stats()
         finally:
             session.release()
         return self._build(stats)
@@ -201,6 +223,9 @@ class NativeEngine(Engine):
             notes.append(f"{conv.unknown_frames} frame(s) could not be resolved (code freed before resolution): [unknown]")
         if stats["graveyard_overflow"]:
             notes.append(f"{stats['graveyard_overflow']} dying code object(s) not kept: graveyard full")
+        notes.extend(self._lockpark_notes())  # lock/park
+        if "alloc" in stats:  # allocations
+            notes.extend(_alloc_notes(self.config.alloc_rate, stats["alloc"], conv.alloc))
         notes.extend(self._errors)
         meta = Metadata(
             start_ns=self._start_ns,
@@ -219,3 +244,45 @@ class NativeEngine(Engine):
         builder = conv.builder
         builder.metadata = meta
         return builder.build(end_ns=meta.end_ns)
+
+    # ---- lock/park ------------------------------------------------------------------------
+    def _lockpark_notes(self) -> list[str]:
+        """What the lock/park hooks saw and what they cannot see."""
+        if not any(e in self.config.events for e in (EventType.LOCK, EventType.PARK)):
+            return []
+        w = _binding.wait_stats()
+        notes = [
+            f"lock/park: {w['slots_patched']} GOT slot(s) hooked in {w['objects']} loaded object(s); "
+            f"{w['records']} wait(s) recorded; waits under {w['threshold_ns'] / 1e3:.0f} us sampled with "
+            f"p = d/T and weight T ({w['short_skipped']} skipped); modules loaded after start are not hooked; "
+            "lock creation sites are unknown (locks created before start are covered)"
+        ]
+        if w["rate_dropped"]:
+            notes.append(f"lock/park: {w['rate_dropped']} wait(s) dropped by the records-per-second limit")
+        if not w["slots_patched"]:
+            notes.append("lock/park: degraded: no wait function could be hooked in this process")
+        if w["restore_mismatch"]:
+            notes.append(f"lock/park: {w['restore_mismatch']} slot(s) re-patched by someone else were left as found")
+        return notes
+
+
+# ---- allocations ------------------------------------------------------------------------------
+def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
+    """Profile notes of the allocation sampler: rate, typing coverage, losses, limits."""
+    notes = [f"alloc: {st['sampled']} samples (Poisson over bytes, mean {rate} B; Horvitz-Thompson weights); "
+             f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
+    total = tracker.typed + tracker.untyped
+    if total:
+        notes.append(f"alloc type leaf: known for {100 * tracker.typed / total:.0f}% of samples "
+                     "(unknown for MEM-domain buffers and objects freed before their type could be read)")
+    notes.append("alloc: numpy array data (numpy's own allocator) and the RAW domain are not sampled")
+    if st["emit_failed"]:
+        notes.append(f"alloc: {st['emit_failed']} sample(s) lost (sample buffer full)")
+    if st["live_overflow"]:
+        notes.append(f"live: {st['live_overflow']} sample(s) not tracked (live table full): live heap underestimated")
+    if st["notes_dropped"]:
+        notes.append(f"alloc: {st['notes_dropped']} type note(s) lost")
+    if st["left_installed"]:
+        notes.append("alloc: another allocator was installed over ours while profiling; ours stays in place as a "
+                     "pass-through (no sampling) so theirs keeps working")
+    return notes

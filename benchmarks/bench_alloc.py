@@ -1,0 +1,242 @@
+"""Allocation sampling: accuracy (ALLOC split, LIVE share) and overhead beside tracemalloc and memray.
+
+    python benchmarks/bench_alloc.py [--quick] [--pairs N] [--rate 512KiB]
+
+Accuracy (strict bounds; tests/native/test_alloc.py has the loose ones):
+  - two functions allocating bytes objects in a 3:1 ratio, 2 GB in all (with pauses for the drain): ALLOC split within
+    +-2 points of 75/25, and the estimated total within 5% of the truth;
+  - one function keeping 50 MB in a list beside one allocating and freeing 50 MB: the
+    keeper holds >= 95% of LIVE and LIVE is within 3 standard deviations of 50 MB
+    (~10% at the default rate: only ~90 of the 500 blocks are sampled).
+Overhead: an allocation-heavy workload (many small dicts, tuples and strings) cut into
+slices of ~0.1 s, timed in pairs in ONE process, one slice with the tool running and one
+without (order alternating), the tool's start/stop excluded; the median with/without
+ratio over >= 30 pairs, with its interquartile range.  Tools: ddprof_nb at the given rate
+(alloc only), tracemalloc (1 frame, its default), memray (memray.Tracker writing to a
+temporary file, in-process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+from ddprof_nb.config import SamplerConfig
+from ddprof_nb.engines.native import NativeEngine
+from ddprof_nb.events import EventType, FrameKind
+
+
+def py_leaf(s):
+    for f in reversed(s.stack):
+        if f.kind is FrameKind.PYTHON:
+            return f.name
+    return "?"
+
+
+def leaf_totals(p, event):
+    out = collections.Counter()
+    for s in p.samples():
+        if s.event is event:
+            out[py_leaf(s)] += s.values[1]
+    return out
+
+
+def engine(rate):
+    return NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate=rate))
+
+
+# -- accuracy ---------------------------------------------------------------------------------
+def three(n):
+    for _ in range(n):
+        x = b"a" * 20000  # noqa: F841
+
+
+def one(n):
+    for _ in range(n):
+        x = b"a" * 20000  # noqa: F841
+
+
+KEPT = []
+
+
+def keeper():
+    for _ in range(500):
+        KEPT.append(bytes(100_000))
+
+
+def churner():
+    for _ in range(500):
+        x = bytes(100_000)  # noqa: F841
+
+
+def accuracy(rate, quick):
+    rows = []
+    n = 25_000 if quick else 100_000  # n bytes objects of 20 kB split 3:1: 2 GB (0.5 GB quick)
+    e = engine(rate)
+    e.start()
+    for _ in range(20):  # interleaved, so time-varying effects hit both
+        three(3 * n // 80)
+        one(n // 80)
+        # bytes(20000) is allocated at up to ~50 GB/s here; a pause lets the 10 Hz drain
+        # empty the 4096-record buffer (bursts over ~2 GB per 100 ms at 512 KiB overflow it)
+        time.sleep(0.03)
+    p = e.stop()
+    t = leaf_totals(p, EventType.ALLOC)
+    share = t["three"] / max(1, t["three"] + t["one"])
+    truth = 20 * (3 * n // 80 + n // 80) * sys.getsizeof(b"a" * 20000)
+    est = (t["three"] + t["one"]) / truth
+    rows.append(("ALLOC split 3:1", f"{100 * share:.1f}% / {100 - 100 * share:.1f}%", "75.0% / 25.0%",
+                 f"{100 * (share - 0.75):+.1f} pts", "+-2 pts", abs(share - 0.75) <= 0.02))
+    rows.append(("ALLOC total", f"{(t['three'] + t['one']) / 1e9:.3f} GB", f"{truth / 1e9:.3f} GB",
+                 f"{100 * (est - 1):+.1f}%", "+-5%", abs(est - 1) <= 0.05))
+    e = engine(rate)
+    e.start()
+    keeper()
+    churner()
+    p = e.stop()
+    live = leaf_totals(p, EventType.LIVE)
+    share = live["keeper"] / max(1, sum(live.values()))
+    truth = 500 * sys.getsizeof(bytes(100_000))
+    rows.append(("LIVE keeper share", f"{100 * share:.1f}%", "100%", f"{100 * (share - 1):+.1f} pts", ">= 95%",
+                 share >= 0.95))
+    # 500 blocks of 100 kB at R = 512 KiB: p = 1 - exp(-s/R) ~ 0.17, so the estimate's relative
+    # standard deviation is sqrt((1 - p) / (p * 500)) ~ 10%: the goal is 3 sigma
+    p_s = 1 - math.exp(-sys.getsizeof(bytes(100_000)) / SamplerConfig.make(alloc_rate=rate).alloc_rate)
+    sd = math.sqrt((1 - p_s) / (p_s * 500))
+    rows.append(("LIVE keeper bytes", f"{live['keeper'] / 1e6:.1f} MB", f"{truth / 1e6:.1f} MB",
+                 f"{100 * (live['keeper'] / truth - 1):+.1f}%", f"+-{300 * sd:.0f}%",
+                 abs(live["keeper"] / truth - 1) <= 3 * sd))
+    KEPT.clear()
+    return rows
+
+
+# -- overhead ---------------------------------------------------------------------------------
+def workload(n):
+    """Many small, short-lived objects: dicts, tuples, strings (and a few kept a while)."""
+    keep = collections.deque(maxlen=1000)
+    for i in range(n):
+        d = {"k": i, "s": str(i), "t": (i, i + 1, "x")}
+        s = f"item-{i}-{d['s']}"
+        keep.append((d, s))
+    return len(keep)
+
+
+def calibrate(target_s=0.1):
+    n = 2000
+    while True:
+        t = time.perf_counter()
+        workload(n)
+        dt = time.perf_counter() - t
+        if dt > 0.02:
+            return max(1000, int(n * target_s / dt))
+        n *= 4
+
+
+class DDProf:
+    name = "ddprof_nb alloc"
+
+    def __init__(self, rate):
+        self.rate = rate
+
+    def start(self):
+        self.e = engine(self.rate)
+        self.e.start()
+
+    def stop(self):
+        self.e.stop()
+
+
+class Tracemalloc:
+    name = "tracemalloc"
+
+    def start(self):
+        import tracemalloc
+
+        tracemalloc.start()
+
+    def stop(self):
+        import tracemalloc
+
+        tracemalloc.stop()
+
+
+class Memray:
+    name = "memray (Tracker)"
+
+    def __init__(self):
+        import memray
+
+        self.memray = memray
+        self.dir = tempfile.mkdtemp(prefix="bench_alloc_")
+        self.i = 0
+
+    def start(self):
+        self.i += 1
+        path = os.path.join(self.dir, f"t{self.i}.bin")
+        self.t = self.memray.Tracker(path)
+        self.t.__enter__()
+        self.path = path
+
+    def stop(self):
+        self.t.__exit__(None, None, None)
+        os.unlink(self.path)
+
+
+def overhead(tool, n, pairs):
+    ratios = []
+    for i in range(pairs):
+        times = {}
+        for with_tool in ((True, False) if i % 2 == 0 else (False, True)):
+            gc.collect()
+            if with_tool:
+                tool.start()
+            t = time.perf_counter()
+            workload(n)
+            times[with_tool] = time.perf_counter() - t
+            if with_tool:
+                tool.stop()
+        ratios.append(times[True] / times[False])
+    q = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), q[0], q[2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--pairs", type=int, default=30)
+    ap.add_argument("--rate", default="512KiB")
+    args = ap.parse_args()
+    print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, alloc_rate={args.rate}\n")
+    rows = accuracy(args.rate, args.quick)
+    w = max(len(r[0]) for r in rows)
+    print(f"{'check':<{w}}  {'measured':>18}  {'truth':>16}  {'error':>10}  {'goal':>8}  ok")
+    for check, measured, truth, err, goal, ok in rows:
+        print(f"{check:<{w}}  {measured:>18}  {truth:>16}  {err:>10}  {goal:>8}  {'yes' if ok else 'NO'}")
+    n = calibrate()
+    print(f"\noverhead: {args.pairs} alternating pairs of ~0.1 s slices ({n} iterations of dict/tuple/str churn)")
+    tools = [DDProf(args.rate), Tracemalloc()]
+    try:
+        tools.append(Memray())
+    except ImportError:
+        print("memray: not installed (pip install memray)")
+    print(f"{'tool':<20}  {'median slowdown':>16}  {'IQR':>18}  goal")
+    for tool in tools:
+        try:
+            med, lo, hi = overhead(tool, n, args.pairs)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"{tool.name:<20}  failed: {type(exc).__name__}: {exc}")
+            continue
+        goal = "<= 5%" if isinstance(tool, DDProf) else ""
+        print(f"{tool.name:<20}  {100 * (med - 1):>+15.1f}%  {100 * (lo - 1):>+7.1f}% .. {100 * (hi - 1):+.1f}%  {goal}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Allocation samples of the native engine: type leaves and LIVE rows (native/alloc.c).
+
+``AllocTracker`` receives the ALLOC records the RecordConverter decodes (``hold``), and
+adds them to the profile once the native side had its chance to name the allocated
+type (a type note arrives at the thread's next allocation, so a row waits at most one
+more drain).  It keeps, for every sample whose block may still be allocated, the row
+it was recorded with (stack, thread, labels, time, weights), so that at stop each
+sampled block still alive becomes a LIVE row with that very stack, thread and labels
+and the same Horvitz-Thompson weights.  Memory stays proportional to the live samples:
+rows of freed blocks are pruned against the native live table.
+
+Type leaf: a ``[type]`` frame of kind ALLOC_TYPE ends the stack when the type is known.
+It is unknown for blocks freed before their object was initialised (read at the
+thread's next allocation), for the MEM domain (raw buffers: list/dict storage,
+bytearray and buffer data...), and when the block's start does not validate as an
+object; such stacks end at the allocating Python frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from . import _binding
+from .events import EventType, FrameKind
+
+__all__ = ["AllocTracker"]
+
+
+class AllocTracker:
+    """ALLOC rows held until typed; LIVE rows at stop.  Not thread-safe (the drain owns it)."""
+
+    BATCH = 1024
+
+    def __init__(self, builder):
+        from .model import Frame
+
+        self.builder = builder
+        self._Frame = Frame
+        self._rows: dict[int, tuple] = {}     # sample id -> (stack, thread, labels, t, count, bytes)
+        self._types: dict[int, str] = {}      # sample id -> type name (notes not yet used)
+        self._held: list[tuple] = []          # ALLOC rows of this drain, waiting for their notes
+        self._held_prev: list[tuple] = []     # ... of the previous drain: added next flush, typed or not
+        self._type_fids: dict[str, int] = {}
+        self._typed: dict[tuple[int, str], int] = {}
+        self._inv: list[tuple[int, ...]] = []
+        self._info = _binding.ffi.new("ddp_alloc_info[]", self.BATCH)
+        self._ids_cap = 4096
+        self._ids = _binding.ffi.new("uint64_t[]", self._ids_cap)
+        self._prune_at = 8192
+        self.typed = 0
+        self.untyped = 0
+        self.live_rows = 0
+        self.live_unmatched = 0
+
+    # -- called by RecordConverter.feed ------------------------------------------------------
+    def hold(self, aid: int, sid: int, thread: int, labels: int, t: int, count: int, value: int) -> None:
+        self._held.append((aid, sid, thread, labels, t, count, value))
+
+    # -- called by the engine after each drain, and at stop ----------------------------------
+    def flush(self, final: bool = False) -> None:
+        """Add held ALLOC rows to the builder: typed ones now, the rest after one more drain."""
+        self._absorb_notes()
+        keep = []
+        for rows, last_chance in ((self._held_prev, True), (self._held, final)):
+            for row in rows:
+                name = self._types.pop(row[0], None)
+                if name is None and not last_chance:
+                    keep.append(row)
+                    continue
+                self._add_alloc(row, name)
+        self._held_prev, self._held = keep, []
+        if len(self._types) > 100_000:  # notes whose record was dropped: never claimed
+            self._types.clear()
+        if len(self._rows) >= self._prune_at:
+            self._prune()
+
+    def _add_alloc(self, row, name) -> None:
+        aid, sid, thread, labels, t, count, value = row
+        if name is None:
+            self.untyped += 1
+        else:
+            self.typed += 1
+        self.builder.add(EventType.ALLOC, self._typed_stack(sid, name), thread, labels, t, count, value)
+        self._rows[aid] = (sid, thread, labels, t, count, value)
+
+    def _typed_stack(self, sid: int, name: str | None) -> int:
+        if not name:
+            return sid
+        key = (sid, name)
+        out = self._typed.get(key)
+        if out is None:
+            fid = self._type_fids.get(name)
+            if fid is None:
+                fid = self._type_fids[name] = self.builder.frame_id(
+                    self._Frame(f"[{name}]", kind=FrameKind.ALLOC_TYPE))
+            out = self._typed[key] = self.builder.stack_id(list(self._stack_ids_of(sid)) + [fid])
+        return out
+
+    def _stack_ids_of(self, sid: int) -> tuple[int, ...]:
+        # ProfileBuilder interns stacks as an insertion-ordered dict {frame ids: index}, so
+        # index i is the i-th key: extend the inverse with the new keys only.
+        stacks = self.builder._stacks
+        if sid >= len(self._inv):
+            self._inv.extend(itertools.islice(stacks.keys(), len(self._inv), None))
+        return self._inv[sid]
+
+    def _absorb_notes(self) -> None:
+        lib, ffi = _binding.lib, _binding.ffi
+        while True:
+            n = lib.ddp_alloc_types_pop(self._info, self.BATCH)
+            for i in range(max(n, 0)):
+                rec = self._info[i]
+                self._types[int(rec.id)] = ffi.string(rec.type_name).decode("utf-8", "replace")
+            if n < self.BATCH:
+                return
+
+    def _live_ids(self) -> set[int]:
+        lib = _binding.lib
+        while True:
+            n = lib.ddp_alloc_live_ids(self._ids, self._ids_cap)
+            if n <= self._ids_cap:
+                return set(_binding.ffi.unpack(self._ids, max(n, 0)))
+            self._ids_cap = n * 2
+            self._ids = _binding.ffi.new("uint64_t[]", self._ids_cap)
+
+    def _prune(self) -> None:
+        live = self._live_ids()
+        self._rows = {k: v for k, v in self._rows.items() if k in live}
+        self._prune_at = max(8192, 2 * len(self._rows))
+
+    # -- at stop ---------------------------------------------------------------------------------
+    def add_live(self) -> int:
+        """After ddp_stop and the final flush: one LIVE row per sampled block still allocated."""
+        lib, ffi = _binding.lib, _binding.ffi
+        n = lib.ddp_alloc_live_list(self._info, 0)
+        if n <= 0:
+            return 0
+        buf = ffi.new("ddp_alloc_info[]", n)
+        n = min(n, lib.ddp_alloc_live_list(buf, n))
+        for i in range(n):
+            rec = buf[i]
+            row = self._rows.get(int(rec.id))
+            if row is None:  # its ALLOC record was dropped, or came from an excluded thread
+                self.live_unmatched += 1
+                continue
+            sid, thread, labels, t, count, value = row
+            name = ffi.string(rec.type_name).decode("utf-8", "replace") or None
+            self.builder.add(EventType.LIVE, self._typed_stack(sid, name), thread, labels, t, count, value)
+            self.live_rows += 1
+        return self.live_rows
+
+    @staticmethod
+    def stats() -> dict:
+        s = _binding.ffi.new("ddp_alloc_stats *")
+        _binding.lib.ddp_alloc_get_stats(s)
+        return {name: int(getattr(s, name)) for name in (
+            "sampled", "emit_failed", "live_overflow", "notes_dropped", "typed", "untyped", "reentered",
+            "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns")}

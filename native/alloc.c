@@ -1,0 +1,721 @@
+/* alloc.c — allocation sampling (ALLOC) and the live-heap table (LIVE).
+ *
+ * Hook.  PyMem_SetAllocator on the MEM and OBJ domains: every call goes straight to the
+ * allocator that was installed before us (PyMem_GetAllocator), and we only *look* at the
+ * result, so blocks carry no header of ours: memory allocated while profiling and freed
+ * after stop (or the reverse) goes to the very same underlying allocator.  Both domains
+ * require the GIL (CPython's PyMem docs), so the live table and the type-note ring below
+ * are protected by it; the RAW domain (no GIL) is not hooked.  Own-GIL subinterpreters
+ * (3.12+) would break that assumption: they are not supported (documented).
+ *
+ * Sampling.  A Poisson process over allocated bytes with mean gap R (config.alloc_rate),
+ * as ddtrace's heap profiler and Go's runtime do: each thread counts down an
+ * exponentially distributed number of bytes (thread-local RNG); the allocation that
+ * crosses zero is sampled and a fresh gap is drawn from its end (memoryless, so no
+ * carry-over is needed).  An allocation of size s is then sampled with probability
+ * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
+ * unbiased estimates of the allocations and bytes it stands for.  count is rounded
+ * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
+ * The fast path is a relaxed flag load, a TLS compare and a subtraction.
+ *
+ * Recording.  ddp_emit_own(ALLOC, count, bytes, id) records the calling thread's own
+ * Python stack; `id` (a per-session sequence number) lets LIVE refer back to it.  The
+ * profiler's own threads are excluded there (their slots are marked excluded at start).
+ *
+ * Live heap.  Sampled pointers go into a bounded open-addressing table (linear probing,
+ * backward-shift deletion); every free/realloc looks its pointer up (the common case is
+ * one probe into an empty cell).  Full table: the sample still counts as ALLOC, not as
+ * LIVE, and it is counted (live_overflow).  At stop, under the GIL, the table is frozen
+ * into a list of (id, size, type) that Python turns into LIVE rows.
+ *
+ * Type leaf.  OBJ-domain blocks usually start with an object, after the GC pre-header
+ * (sizeof(PyGC_Head)) for GC types and two more words for managed dict/weakref
+ * (_PyType_PreHeaderSize, 3.11-3.13).  The object is not initialised yet when the
+ * allocator returns, so the type is read later: at the thread's next allocation (a few
+ * tries) or, for pointers still live, at stop.  A candidate is accepted only when its
+ * refcount is plausible (freed objects have 0, pymalloc's free-list link is a pointer),
+ * its type pointer is a type object (its metatype has Py_TPFLAGS_TYPE_SUBCLASS) whose
+ * pre-header size equals the candidate offset and whose basic size fits the block.
+ * Type objects are read through process_vm_readv (never faults).  No type when the
+ * block is freed before that, for MEM-domain blocks (raw buffers), and when the
+ * candidate does not validate: the stack then ends at the allocating Python frame.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <Python.h>
+#include "ddp_internal.h"
+
+#define N_LAYERS 4           /* hook layers per domain (a stale pass-through may stay) */
+#define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
+#define LIVE_MAX (LIVE_CAP / 4 * 3)
+#define NOTES_CAP 4096       /* type notes waiting for the drain */
+#define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
+#define FILTER_SIZE 8192     /* counting prefilter of the live table (fits in L1) */
+#define GC_HEAD_SIZE (2 * sizeof(void *)) /* sizeof(PyGC_Head), 3.11-3.13 GIL builds */
+#define TYPE_NAME_CAP 48
+
+enum { DOM_MEM = 0, DOM_OBJ = 1 };
+
+typedef struct {
+    PyMemAllocatorEx prev;   /* what we chain to */
+    PyMemAllocatorEx self;   /* what we installed (ctx = this layer) */
+    int domain;
+    int in_use;              /* installed in the chain (now or left as a pass-through) */
+    _Atomic int active;      /* sampling through this layer */
+} layer_t;
+
+typedef struct {
+    uintptr_t ptr;           /* 0 = empty */
+    uint64_t size;
+    uint64_t id;
+    uintptr_t type;          /* validated type object, 0 = unknown */
+    int32_t domain;
+    int32_t pad;
+} live_t;
+
+static layer_t layers[2][N_LAYERS];
+static layer_t *top[2];      /* the layer installed by the current session */
+static _Atomic uint32_t cur_gen = 1;
+static double rate = 512 * 1024.0;
+static _Atomic uint64_t seq;
+
+static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
+static uint32_t live_n;
+/* Live entries per hash bucket: a free looks at this 16 KiB array first and probes the
+ * 1.3 MB table only when its bucket is non-empty (a cache miss per free cost ~8%). */
+static uint16_t filter[FILTER_SIZE];
+static ddp_alloc_info *frozen; /* the live list at stop */
+static int frozen_n;
+
+static ddp_alloc_info notes[NOTES_CAP];
+static uint32_t notes_head, notes_len;
+
+static struct {
+    _Atomic uint64_t sampled, emit_failed, live_overflow, notes_dropped, typed, untyped, reentered, sample_ns, type_ns;
+    int left_installed;
+} ast;
+
+/* Per-thread state: byte countdown, RNG, re-entry guard, a sampled block awaiting its type. */
+/* One TLS block: the fast path then needs a single TLS-offset load for all its fields. */
+static DDP_TLS struct {
+    int64_t remaining;
+    uint32_t gen;
+    int busy;
+    uintptr_t pending;
+    uint64_t rng, pending_id, pending_size;
+    int pending_tries;
+} tl;
+
+/* ---- random gaps ------------------------------------------------------------------------- */
+static inline uint64_t rng_next(void)
+{
+    uint64_t x = tl.rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    tl.rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline double uniform01(void) /* in (0, 1] */
+{
+    return ((double)(rng_next() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+static inline int64_t draw_gap(void)
+{
+    double g = -rate * log(uniform01());
+    return g < 1.0 ? 1 : g > 9e18 ? (int64_t)9e18 : (int64_t)g;
+}
+
+/* ---- known static types: no read needed ------------------------------------------------- */
+static const struct {
+    PyTypeObject *type;
+} known_types[] = {
+    { &PyBytes_Type }, { &PyUnicode_Type }, { &PyTuple_Type }, { &PyList_Type }, { &PyDict_Type },
+    { &PyLong_Type }, { &PyFloat_Type }, { &PySet_Type }, { &PyFrozenSet_Type }, { &PyByteArray_Type },
+    { &PyComplex_Type }, { &PyFunction_Type }, { &PyMethod_Type }, { &PyCFunction_Type },
+    { &PyMemoryView_Type }, { &PySlice_Type }, { &PyCell_Type }, { &PyCode_Type }, { &PyType_Type },
+};
+
+/* ---- the live table (GIL-protected) ---------------------------------------------------------- */
+static inline uint32_t ptr_hash(uintptr_t p)
+{
+    uint64_t x = (uint64_t)p * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(x >> 40) & (LIVE_CAP - 1);
+}
+
+static live_t *live_find(uintptr_t p)
+{
+    for (uint32_t h = ptr_hash(p), i = 0; i < LIVE_CAP; i++, h = (h + 1) & (LIVE_CAP - 1)) {
+        if (live[h].ptr == p)
+            return &live[h];
+        if (!live[h].ptr)
+            return NULL;
+    }
+    return NULL;
+}
+
+static int live_insert(uintptr_t p, uint64_t size, uint64_t id, int domain)
+{
+    if (live_n >= LIVE_MAX)
+        return -1;
+    uint32_t h = ptr_hash(p);
+    while (live[h].ptr && live[h].ptr != p)
+        h = (h + 1) & (LIVE_CAP - 1);
+    if (!live[h].ptr) {
+        live_n++;
+        filter[ptr_hash(p) & (FILTER_SIZE - 1)]++;
+    }
+    live[h] = (live_t){ .ptr = p, .size = size, .id = id, .type = 0, .domain = domain };
+    return 0;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void live_remove_at(uint32_t i)
+{
+    live_n--;
+    filter[ptr_hash(live[i].ptr) & (FILTER_SIZE - 1)]--;
+    uint32_t j = i;
+    for (;;) {
+        live[i].ptr = 0;
+        for (;;) {
+            j = (j + 1) & (LIVE_CAP - 1);
+            if (!live[j].ptr)
+                return;
+            uint32_t k = ptr_hash(live[j].ptr);
+            /* move j into i unless its home k lies cyclically in (i, j] */
+            if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+                continue;
+            break;
+        }
+        live[i] = live[j];
+        i = j;
+    }
+}
+
+static inline void live_forget(uintptr_t p)
+{
+    if (!live_n || !filter[ptr_hash(p) & (FILTER_SIZE - 1)])
+        return;
+    live_t *e = live_find(p);
+    if (e)
+        live_remove_at((uint32_t)(e - live));
+}
+
+/* ---- type of an OBJ-domain block ------------------------------------------------------------- */
+static int copy_type_name(uintptr_t type, char *dst)
+{
+    for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
+        if ((uintptr_t)known_types[i].type == type) {
+            snprintf(dst, TYPE_NAME_CAP, "%s", known_types[i].type->tp_name);
+            return 0;
+        }
+    uintptr_t name = 0;
+    if (ddp_safe_read(&name, type + offsetof(PyTypeObject, tp_name), sizeof name, DDP_READ_SYSCALL) != 0 || !name)
+        return -1;
+    /* read up to the end of the page first: a short name may sit at a page's end */
+    size_t room = 4096 - (name & 4095);
+    size_t n = room < TYPE_NAME_CAP - 1 ? room : TYPE_NAME_CAP - 1;
+    char buf[TYPE_NAME_CAP];
+    if (ddp_safe_read(buf, name, n, DDP_READ_SYSCALL) != 0)
+        return -1;
+    if (n < TYPE_NAME_CAP - 1 && !memchr(buf, 0, n) &&
+        ddp_safe_read(buf + n, name + n, TYPE_NAME_CAP - 1 - n, DDP_READ_SYSCALL) != 0)
+        return -1;
+    buf[TYPE_NAME_CAP - 1] = 0;
+    size_t len = strnlen(buf, TYPE_NAME_CAP - 1);
+    if (!len)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)buf[i] < 0x20)
+            return -1;
+    memcpy(dst, buf, len + 1);
+    return 0;
+}
+
+/* A validated type object for the block (a live, initialised object), or 0. */
+static uintptr_t block_type(uintptr_t p, uint64_t size)
+{
+    static const size_t offs[] = { 0, GC_HEAD_SIZE, GC_HEAD_SIZE + 2 * sizeof(void *) };
+    uintptr_t head[(GC_HEAD_SIZE + 2 * sizeof(void *) + 2 * sizeof(void *)) / sizeof(uintptr_t)];
+    size_t want = size < sizeof head ? (size_t)size : sizeof head;
+    if (want < 2 * sizeof(void *))
+        return 0;
+    /* A plain copy: the block is allocated (callers check the live table, which every free
+     * of the session updates, under the GIL); only its contents are untrusted. */
+    memcpy(head, (const void *)p, want);
+    for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+        size_t off = offs[k];
+        if (off + 2 * sizeof(void *) > want)
+            break;
+        int64_t refcnt = (int64_t)head[off / sizeof(uintptr_t)];
+        uintptr_t type = head[off / sizeof(uintptr_t) + 1];
+        if (refcnt <= 0 || refcnt > (int64_t)UINT32_MAX || !type || (type & 7))
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
+            if ((uintptr_t)known_types[i].type == type)
+                known = 1;
+        PyTypeObject t;
+        if (known) {
+            t = *(const PyTypeObject *)type; /* a static type of the interpreter */
+        } else {
+            if (ddp_safe_read(&t, type, sizeof t, DDP_READ_SYSCALL) != 0)
+                continue;
+            unsigned long mflags = 0;
+            uintptr_t meta = (uintptr_t)t.ob_base.ob_base.ob_type;
+            if (!meta || ddp_safe_read(&mflags, meta + offsetof(PyTypeObject, tp_flags), sizeof mflags,
+                                       DDP_READ_SYSCALL) != 0 ||
+                !(mflags & Py_TPFLAGS_TYPE_SUBCLASS))
+                continue;
+        }
+        size_t pre = ((t.tp_flags & Py_TPFLAGS_HAVE_GC) ? GC_HEAD_SIZE : 0);
+#if PY_VERSION_HEX >= 0x030C0000
+        if (t.tp_flags & Py_TPFLAGS_PREHEADER)
+#else
+        if (t.tp_flags & Py_TPFLAGS_MANAGED_DICT)
+#endif
+            pre += 2 * sizeof(void *);
+        if (pre != off || t.tp_basicsize <= 0 || (uint64_t)t.tp_basicsize + off > size)
+            continue;
+        return type;
+    }
+    return 0;
+}
+
+static void note_push(uint64_t id, uint64_t size, uintptr_t type)
+{
+    if (notes_len >= NOTES_CAP) {
+        atomic_fetch_add_explicit(&ast.notes_dropped, 1, memory_order_relaxed);
+        return;
+    }
+    ddp_alloc_info *n = &notes[(notes_head + notes_len) % NOTES_CAP];
+    if (copy_type_name(type, n->type_name) != 0)
+        return;
+    n->id = id;
+    n->size = size;
+    notes_len++;
+}
+
+/* The thread's last sampled OBJ block, once its object is initialised. */
+static void pending_try(void)
+{
+    uintptr_t p = tl.pending;
+    /* Another thread may have freed it (objects die anywhere): the live table, which every
+     * free of the session updates, says whether the block is still ours to read. */
+    live_t *e = live_n ? live_find(p) : NULL;
+    if (!e || e->id != tl.pending_id) {
+        tl.pending = 0;
+        atomic_fetch_add_explicit(&ast.untyped, 1, memory_order_relaxed);
+        return;
+    }
+    int64_t t0 = ddp_now_ns();
+    uintptr_t type = block_type(p, tl.pending_size);
+    atomic_fetch_add_explicit(&ast.type_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
+    if (!type) {
+        if (--tl.pending_tries <= 0) {
+            tl.pending = 0;
+            atomic_fetch_add_explicit(&ast.untyped, 1, memory_order_relaxed);
+        }
+        return;
+    }
+    tl.pending = 0;
+    atomic_fetch_add_explicit(&ast.typed, 1, memory_order_relaxed);
+    e->type = type;
+    note_push(tl.pending_id, tl.pending_size, type);
+}
+
+/* ---- the sampled path ------------------------------------------------------------------------- */
+static __attribute__((noinline)) void slow_path(layer_t *L, void *p, size_t n)
+{
+    if (tl.busy) {
+        atomic_fetch_add_explicit(&ast.reentered, 1, memory_order_relaxed);
+        return;
+    }
+    tl.busy = 1;
+    uint32_t gen = atomic_load_explicit(&cur_gen, memory_order_relaxed);
+    if (tl.gen != gen) { /* first allocation of this thread in this session */
+        if (!tl.rng)
+            tl.rng = ((uint64_t)ddp_now_ns() ^ ((uint64_t)syscall(SYS_gettid) << 32) ^ (uintptr_t)&tl) | 1;
+        tl.gen = gen;
+        tl.pending = 0;
+        tl.remaining = draw_gap() - (int64_t)n;
+        if (tl.remaining > 0)
+            goto out;
+    }
+    tl.remaining = draw_gap();
+    if (tl.pending)
+        pending_try(); /* give the previous one a last chance before replacing it */
+    double s = (double)n;
+    double prob = -expm1(-s / rate);
+    if (!(prob > 0))
+        goto out; /* n == 0 */
+    double c = 1.0 / prob;
+    int64_t count = (int64_t)c;
+    if (uniform01() <= c - (double)count)
+        count++;
+    int64_t bytes = (int64_t)llround(s * c);
+    uint64_t id = atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed) + 1;
+    atomic_fetch_add_explicit(&ast.sampled, 1, memory_order_relaxed);
+    int64_t t0 = ddp_now_ns();
+    int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
+    atomic_fetch_add_explicit(&ast.sample_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
+    if (rc != DDP_OK) {
+        atomic_fetch_add_explicit(&ast.emit_failed, 1, memory_order_relaxed);
+        goto out;
+    }
+    if (live_insert((uintptr_t)p, n, id, L->domain) != 0) {
+        atomic_fetch_add_explicit(&ast.live_overflow, 1, memory_order_relaxed);
+        goto out; /* untracked: its type cannot be read safely later */
+    }
+    if (L->domain == DOM_OBJ) {
+        tl.pending = (uintptr_t)p;
+        tl.pending_id = id;
+        tl.pending_size = n;
+        tl.pending_tries = PENDING_TRIES;
+    }
+out:
+    tl.busy = 0;
+}
+
+/* 1 when this allocation must take the slow path. */
+static inline int count_bytes(layer_t *L, size_t n)
+{
+    if (!atomic_load_explicit(&L->active, memory_order_relaxed))
+        return 0;
+    /* the session check comes first: a pending block of an earlier session may be freed */
+    if (__builtin_expect(tl.gen != atomic_load_explicit(&cur_gen, memory_order_relaxed), 0))
+        return 1;
+    if (__builtin_expect(tl.pending != 0, 0) && !tl.busy) {
+        tl.busy = 1;
+        pending_try();
+        tl.busy = 0;
+    }
+    tl.remaining -= (int64_t)n;
+    return tl.remaining <= 0;
+}
+
+static inline void on_free(layer_t *L, void *p)
+{
+    if (!atomic_load_explicit(&L->active, memory_order_relaxed) || !p)
+        return;
+    /* a pending block freed here is recognised by pending_try through the live table */
+    live_forget((uintptr_t)p);
+}
+
+static void *h_malloc(void *ctx, size_t n)
+{
+    layer_t *L = ctx;
+    void *p = L->prev.malloc(L->prev.ctx, n);
+    if (p && count_bytes(L, n))
+        slow_path(L, p, n);
+    return p;
+}
+
+static void *h_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    layer_t *L = ctx;
+    void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
+    if (p && count_bytes(L, nelem * elsize))
+        slow_path(L, p, nelem * elsize);
+    return p;
+}
+
+static void *h_realloc(void *ctx, void *old, size_t n)
+{
+    layer_t *L = ctx;
+    void *p = L->prev.realloc(L->prev.ctx, old, n);
+    if (!p)
+        return p; /* failed: the old block is still valid (and still sampled if it was) */
+    if (old)
+        on_free(L, old); /* resized or moved: the old sample ends; the new size is counted anew */
+    if (count_bytes(L, n))
+        slow_path(L, p, n);
+    return p;
+}
+
+static void h_free(void *ctx, void *p)
+{
+    layer_t *L = ctx;
+    on_free(L, p);
+    L->prev.free(L->prev.ctx, p);
+}
+
+/* ---- sessions (called by sampler.c with the GIL held / taken) ---------------------------------- */
+static const PyMemAllocatorDomain domains[2] = { PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ };
+
+static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
+{
+    return a->ctx == b->ctx && a->malloc == b->malloc && a->calloc == b->calloc && a->realloc == b->realloc &&
+           a->free == b->free;
+}
+
+static layer_t *layer_of(int d, const PyMemAllocatorEx *cur)
+{
+    for (int i = 0; i < N_LAYERS; i++)
+        if (layers[d][i].in_use && same_allocator(&layers[d][i].self, cur))
+            return &layers[d][i];
+    return NULL;
+}
+
+int ddp_alloc_start(const ddp_config *c)
+{
+    int64_t r = c->alloc_rate ? c->alloc_rate : 512 * 1024;
+    if (r < 1 || r > ((int64_t)1 << 40))
+        return DDP_EINVAL;
+    if (!live) {
+        live = calloc(LIVE_CAP, sizeof *live);
+        if (!live)
+            return DDP_ENOMEM;
+    }
+    memset(live, 0, LIVE_CAP * sizeof *live);
+    memset(filter, 0, sizeof filter);
+    live_n = 0;
+    free(frozen);
+    frozen = NULL;
+    frozen_n = 0;
+    notes_head = notes_len = 0;
+    memset(&ast, 0, sizeof ast);
+    atomic_store(&seq, 0);
+    rate = (double)r;
+    atomic_fetch_add(&cur_gen, 1); /* every thread redraws its countdown at the new rate */
+    layer_t *pick[2] = { NULL, NULL };
+    for (int d = 0; d < 2; d++) {
+        PyMemAllocatorEx cur;
+        PyMem_GetAllocator(domains[d], &cur);
+        layer_t *mine = layer_of(d, &cur);
+        if (mine) { /* a pass-through of an earlier session is still on top: reuse it */
+            pick[d] = mine;
+            continue;
+        }
+        for (int i = 0; i < N_LAYERS && !pick[d]; i++)
+            if (!layers[d][i].in_use)
+                pick[d] = &layers[d][i];
+        if (!pick[d])
+            return DDP_EBUSY; /* too many stale layers under someone else's allocator */
+    }
+    for (int d = 0; d < 2; d++) {
+        layer_t *L = pick[d];
+        if (!L->in_use) {
+            PyMemAllocatorEx cur;
+            PyMem_GetAllocator(domains[d], &cur);
+            L->prev = cur;
+            L->domain = d;
+            L->self = (PyMemAllocatorEx){ L, h_malloc, h_calloc, h_realloc, h_free };
+            L->in_use = 1;
+            PyMem_SetAllocator(domains[d], &L->self);
+        }
+        atomic_store(&L->active, 1);
+        top[d] = L;
+    }
+    return DDP_OK;
+}
+
+static void freeze_live(void)
+{
+    free(frozen);
+    frozen = NULL;
+    frozen_n = 0;
+    if (!live_n || !live)
+        return;
+    frozen = calloc(live_n, sizeof *frozen);
+    if (!frozen)
+        return;
+    for (uint32_t i = 0; i < LIVE_CAP; i++) {
+        live_t *e = &live[i];
+        if (!e->ptr)
+            continue;
+        ddp_alloc_info *o = &frozen[frozen_n++];
+        o->id = e->id;
+        o->size = e->size;
+        o->type_name[0] = 0;
+        uintptr_t type = e->type;
+        if (!type && e->domain == DOM_OBJ)
+            type = block_type(e->ptr, e->size); /* still allocated: the object is initialised */
+        if (type && copy_type_name(type, o->type_name) != 0)
+            o->type_name[0] = 0;
+    }
+}
+
+/* With the GIL: stop sampling, put the previous allocators back when ours is still on top
+ * (otherwise stay as a pass-through under whoever installed over us), freeze the live list. */
+static void stop_gil(void)
+{
+    for (int d = 0; d < 2; d++) {
+        layer_t *L = top[d];
+        if (!L)
+            continue;
+        atomic_store(&L->active, 0);
+        PyMemAllocatorEx cur;
+        PyMem_GetAllocator(domains[d], &cur);
+        if (same_allocator(&cur, &L->self)) {
+            PyMem_SetAllocator(domains[d], &L->prev);
+            L->in_use = 0;
+        } else {
+            ast.left_installed = 1;
+        }
+        top[d] = NULL;
+    }
+    atomic_fetch_add(&cur_gen, 1);
+    freeze_live();
+}
+
+void ddp_alloc_stop_locked(void)
+{
+    if (top[0] || top[1])
+        stop_gil();
+}
+
+void ddp_alloc_stop(void)
+{
+    if (!(top[0] || top[1]) || !Py_IsInitialized())
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    ddp_alloc_stop_locked();
+    PyGILState_Release(g);
+}
+
+void ddp_alloc_after_fork_child(void)
+{
+    /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
+    for (int d = 0; d < 2; d++)
+        if (top[d]) {
+            atomic_store(&top[d]->active, 0);
+            top[d] = NULL;
+        }
+    atomic_fetch_add(&cur_gen, 1);
+    live_n = 0;
+    memset(filter, 0, sizeof filter);
+    notes_len = 0;
+}
+
+/* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
+int ddp_alloc_types_pop(ddp_alloc_info *out, int max)
+{
+    if (!out || max < 0)
+        return DDP_EINVAL;
+    if (!Py_IsInitialized())
+        return 0;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int n = 0;
+    while (n < max && notes_len) {
+        out[n++] = notes[notes_head];
+        notes_head = (notes_head + 1) % NOTES_CAP;
+        notes_len--;
+    }
+    PyGILState_Release(g);
+    return n;
+}
+
+int ddp_alloc_live_ids(uint64_t *out, int max)
+{
+    if (!out || max < 0)
+        return DDP_EINVAL;
+    if (!Py_IsInitialized() || !live)
+        return 0;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int n = 0;
+    if (top[0] || top[1]) {
+        for (uint32_t i = 0; i < LIVE_CAP; i++)
+            if (live[i].ptr) {
+                if (n < max)
+                    out[n] = live[i].id;
+                n++;
+            }
+    } else {
+        for (int i = 0; i < frozen_n; i++) {
+            if (n < max)
+                out[n] = frozen[i].id;
+            n++;
+        }
+    }
+    PyGILState_Release(g);
+    return n; /* may exceed max: call again with a bigger buffer */
+}
+
+int ddp_alloc_live_list(ddp_alloc_info *out, int max)
+{
+    if (!out || max < 0)
+        return DDP_EINVAL;
+    if (top[0] || top[1])
+        return DDP_EBUSY; /* only after stop */
+    int n = frozen_n < max ? frozen_n : max;
+    memcpy(out, frozen, (size_t)n * sizeof *out);
+    return frozen_n;
+}
+
+int ddp_alloc_get_stats(ddp_alloc_stats *out)
+{
+    if (!out)
+        return DDP_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->sampled = atomic_load(&ast.sampled);
+    out->emit_failed = atomic_load(&ast.emit_failed);
+    out->live_overflow = atomic_load(&ast.live_overflow);
+    out->notes_dropped = atomic_load(&ast.notes_dropped);
+    out->typed = atomic_load(&ast.typed);
+    out->untyped = atomic_load(&ast.untyped);
+    out->reentered = atomic_load(&ast.reentered);
+    out->live_at_stop = (uint64_t)frozen_n;
+    out->sample_ns = atomic_load(&ast.sample_ns);
+    out->type_ns = atomic_load(&ast.type_ns);
+    out->left_installed = ast.left_installed;
+    int layers_in_use = 0;
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < N_LAYERS; i++)
+            layers_in_use += layers[d][i].in_use;
+    out->layers_in_use = layers_in_use;
+    return DDP_OK;
+}
+
+int ddp_alloc_test_get_allocator(int domain, uint64_t *out5)
+{
+    if (!out5 || domain < 0 || domain > 2 || !Py_IsInitialized())
+        return DDP_EINVAL;
+    static const PyMemAllocatorDomain all[3] = { PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ };
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyMemAllocatorEx a;
+    PyMem_GetAllocator(all[domain], &a);
+    PyGILState_Release(g);
+    out5[0] = (uint64_t)(uintptr_t)a.ctx;
+    out5[1] = (uint64_t)(uintptr_t)a.malloc;
+    out5[2] = (uint64_t)(uintptr_t)a.calloc;
+    out5[3] = (uint64_t)(uintptr_t)a.realloc;
+    out5[4] = (uint64_t)(uintptr_t)a.free;
+    return DDP_OK;
+}
+
+/* Test helper: install a pass-through allocator of "someone else" over the current one (1)
+ * or remove it again (0), to check that stop never clobbers a foreign allocator. */
+static PyMemAllocatorEx foreign_prev[2];
+static int foreign_on;
+static void *f_malloc(void *ctx, size_t n) { PyMemAllocatorEx *a = ctx; return a->malloc(a->ctx, n); }
+static void *f_calloc(void *ctx, size_t n, size_t e) { PyMemAllocatorEx *a = ctx; return a->calloc(a->ctx, n, e); }
+static void *f_realloc(void *ctx, void *p, size_t n) { PyMemAllocatorEx *a = ctx; return a->realloc(a->ctx, p, n); }
+static void f_free(void *ctx, void *p) { PyMemAllocatorEx *a = ctx; a->free(a->ctx, p); }
+
+int ddp_alloc_test_foreign(int on)
+{
+    if (!Py_IsInitialized() || (on ? foreign_on : !foreign_on))
+        return DDP_EINVAL;
+    PyGILState_STATE g = PyGILState_Ensure();
+    for (int d = 0; d < 2; d++) {
+        if (on) {
+            PyMem_GetAllocator(domains[d], &foreign_prev[d]);
+            PyMemAllocatorEx f = { &foreign_prev[d], f_malloc, f_calloc, f_realloc, f_free };
+            PyMem_SetAllocator(domains[d], &f);
+        } else {
+            PyMem_SetAllocator(domains[d], &foreign_prev[d]);
+        }
+    }
+    foreign_on = on;
+    PyGILState_Release(g);
+    return DDP_OK;
+}

@@ -1,0 +1,639 @@
+/* waits.c — lock-contention and park events: the interpreter's blocking waits, hooked by
+ * patching GOT entries (DESIGN §3 option (a)).
+ *
+ * Why the GOT: CPython's lock waits (PyThread_acquire_lock_timed on 3.11/3.12, the parking
+ * lot's _PySemaphore on 3.13) end in sem_clockwait/sem_wait, time.sleep in clock_nanosleep,
+ * the select module in select/poll/epoll_wait, _socket in recv, recvfrom, recvmsg, accept and poll.  Redirecting
+ * the importing objects' GOT slots catches every Lock, RLock, Condition, Event, Queue, join,
+ * sleep and socket wait — locks created before profiling started included — with the exact
+ * duration, on the waiting thread itself, whose own frame walk (ddp_emit_own) is safe.
+ *
+ * Safety rules:
+ *  - a slot is patched only when it resolves (by its symbol version) to the very function
+ *    this module calls, and either already holds it or still holds the object's own lazy
+ *    PLT stub; a slot holding anything else (another hook, an interposer) is left alone;
+ *  - cond waits (the GIL) are patched in libpython (or the executable holding it) only:
+ *    elsewhere a cond wait is not the GIL;
+ *  - stop restores every slot to its exact original value with a compare-and-swap, and only
+ *    in objects still loaded; a slot someone re-patched meanwhile is left and counted;
+ *  - a fork child restores the slots at once (pthread_atfork) and records nothing;
+ *  - wrappers call the original, keep its return value and errno, and record only while a
+ *    session with the event is active and the caller is a Python thread.
+ * Objects loaded after start (dlopen, a later `import select`) are not patched.
+ *
+ * Cost control: a wait shorter than the threshold T is recorded with probability d/T and
+ * weight T (value) and an unbiased stochastic count, so totals stay unbiased; records
+ * pass a token bucket (GCRA) of `wait_max_rate` per second, the rest are counted dropped.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <link.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <Python.h>
+#include "ddp_internal.h"
+
+#define MAX_PATCHES 1024
+#define DEFAULT_THRESHOLD_NS 100000
+#define DEFAULT_MAX_RATE 2000
+
+typedef struct {
+    uintptr_t slot;
+    uintptr_t original;
+    uintptr_t wrapper;
+    uintptr_t obj_base;
+    uintptr_t relro_lo, relro_hi;
+    int kind;
+} patch_t;
+
+static patch_t patches[MAX_PATCHES];
+static int npatches;
+static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int w_on;           /* wrappers record */
+static _Atomic int w_emitting;     /* wrappers inside ddp_emit_own */
+static uint32_t w_events;          /* (1 << DDP_EVENT_LOCK) | (1 << DDP_EVENT_PARK) subset */
+static int64_t w_threshold;
+static int64_t w_rate_interval;    /* ns per token */
+static int64_t w_burst_ns;
+static _Atomic int64_t w_tat;      /* GCRA theoretical arrival time */
+static int w_atfork_done;
+
+static struct {
+    _Atomic uint64_t records, short_skipped, rate_dropped, emit_failed, calls;
+    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded;
+} ws;
+
+static DDP_TLS uint64_t w_rng;
+
+static inline uint64_t rng(void)
+{
+    uint64_t x = w_rng;
+    if (!x)
+        x = (uint64_t)ddp_now_ns() ^ ((uint64_t)(uintptr_t)&w_rng << 16) ^ 0x9E3779B97F4A7C15ULL;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return w_rng = x;
+}
+
+static int take_token(int64_t now)
+{
+    int64_t tat = atomic_load_explicit(&w_tat, memory_order_relaxed);
+    for (;;) {
+        int64_t base = tat > now ? tat : now;
+        if (base - now > w_burst_ns)
+            return 0;
+        if (atomic_compare_exchange_weak(&w_tat, &tat, base + w_rate_interval))
+            return 1;
+    }
+}
+
+/* The event a wait of this kind is provisionally recorded as; Python decides the final one
+ * from the stack (a sem wait under Condition.wait is PARK).  -1: not wanted. */
+static int provisional_event(int kind)
+{
+    int lock = (w_events >> DDP_EVENT_LOCK) & 1, park = (w_events >> DDP_EVENT_PARK) & 1;
+    switch (kind) {
+    case DDP_WAIT_SEM_WAIT:
+    case DDP_WAIT_SEM_TIMEDWAIT:
+    case DDP_WAIT_SEM_CLOCKWAIT:
+        return lock ? DDP_EVENT_LOCK : park ? DDP_EVENT_PARK : -1;
+    case DDP_WAIT_COND_WAIT:
+    case DDP_WAIT_COND_TIMEDWAIT:
+        return lock ? DDP_EVENT_LOCK : -1;
+    default:
+        return park ? DDP_EVENT_PARK : -1;
+    }
+}
+
+static void wait_done(int kind, int64_t t0, int failed)
+{
+    int64_t t1 = ddp_now_ns();
+    int64_t d = t1 - t0;
+    atomic_fetch_add_explicit(&ws.calls, 1, memory_order_relaxed);
+    int ev = provisional_event(kind);
+    if (ev < 0)
+        return;
+    int64_t count = 1, value = d;
+    uint64_t aux = (uint64_t)kind | (failed ? DDP_WAIT_FAILED : 0);
+    if (d < w_threshold) {
+        if ((int64_t)(rng() % (uint64_t)w_threshold) >= d) {
+            atomic_fetch_add_explicit(&ws.short_skipped, 1, memory_order_relaxed);
+            return;
+        }
+        /* recorded with p = d/T: weight T; count T/d rounded stochastically (unbiased) */
+        value = w_threshold;
+        int64_t dd = d > 0 ? d : 1;
+        count = w_threshold / dd;
+        if ((int64_t)(rng() % (uint64_t)dd) < w_threshold % dd)
+            count++;
+        aux |= DDP_WAIT_SAMPLED;
+    }
+    if (!take_token(t1)) {
+        atomic_fetch_add_explicit(&ws.rate_dropped, 1, memory_order_relaxed);
+        return;
+    }
+    atomic_fetch_add(&w_emitting, 1);
+    if (atomic_load(&w_on)) {
+        int rc = ddp_emit_own(ev, count, value, aux);
+        if (rc == DDP_OK)
+            atomic_fetch_add_explicit(&ws.records, 1, memory_order_relaxed);
+        else if (rc != DDP_EINVAL) /* EINVAL: not a Python thread */
+            atomic_fetch_add_explicit(&ws.emit_failed, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub(&w_emitting, 1);
+}
+
+/* ---- wrappers: same signature as the original; errno and the result kept exactly --------- */
+#define WAIT_BODY(KIND, CALL, FAILED)                                \
+    if (!atomic_load_explicit(&w_on, memory_order_relaxed))          \
+        return CALL;                                                 \
+    int64_t t0 = ddp_now_ns();                                       \
+    __typeof__(CALL) r = CALL;                                       \
+    int e = errno;                                                   \
+    wait_done(KIND, t0, FAILED);                                     \
+    errno = e;                                                       \
+    return r;
+
+static int w_sem_wait(sem_t *s) { WAIT_BODY(DDP_WAIT_SEM_WAIT, sem_wait(s), r != 0) }
+static int w_sem_timedwait(sem_t *s, const struct timespec *t)
+{
+    WAIT_BODY(DDP_WAIT_SEM_TIMEDWAIT, sem_timedwait(s, t), r != 0)
+}
+static int w_sem_clockwait(sem_t *s, clockid_t c, const struct timespec *t)
+{
+    WAIT_BODY(DDP_WAIT_SEM_CLOCKWAIT, sem_clockwait(s, c, t), r != 0)
+}
+static int w_clock_nanosleep(clockid_t c, int f, const struct timespec *t, struct timespec *rem)
+{
+    WAIT_BODY(DDP_WAIT_CLOCK_NANOSLEEP, clock_nanosleep(c, f, t, rem), r != 0)
+}
+static int w_nanosleep(const struct timespec *t, struct timespec *rem)
+{
+    WAIT_BODY(DDP_WAIT_NANOSLEEP, nanosleep(t, rem), r != 0)
+}
+static int w_select(int n, fd_set *a, fd_set *b, fd_set *c, struct timeval *t)
+{
+    WAIT_BODY(DDP_WAIT_SELECT, select(n, a, b, c, t), r < 0)
+}
+static int w_pselect(int n, fd_set *a, fd_set *b, fd_set *c, const struct timespec *t, const sigset_t *m)
+{
+    WAIT_BODY(DDP_WAIT_PSELECT, pselect(n, a, b, c, t, m), r < 0)
+}
+static int w_poll(struct pollfd *p, nfds_t n, int t) { WAIT_BODY(DDP_WAIT_POLL, poll(p, n, t), r < 0) }
+static int w_ppoll(struct pollfd *p, nfds_t n, const struct timespec *t, const sigset_t *m)
+{
+    WAIT_BODY(DDP_WAIT_PPOLL, ppoll(p, n, t, m), r < 0)
+}
+static int w_sock_poll(struct pollfd *p, nfds_t n, int t) { WAIT_BODY(DDP_WAIT_SOCK_POLL, poll(p, n, t), r < 0) }
+static int w_epoll_wait(int f, struct epoll_event *e_, int n, int t)
+{
+    WAIT_BODY(DDP_WAIT_EPOLL_WAIT, epoll_wait(f, e_, n, t), r < 0)
+}
+static int w_epoll_pwait(int f, struct epoll_event *e_, int n, int t, const sigset_t *m)
+{
+    WAIT_BODY(DDP_WAIT_EPOLL_PWAIT, epoll_pwait(f, e_, n, t, m), r < 0)
+}
+static ssize_t w_recv(int f, void *b, size_t n, int fl) { WAIT_BODY(DDP_WAIT_RECV, recv(f, b, n, fl), r < 0) }
+static ssize_t w_recvfrom(int f, void *b, size_t n, int fl, struct sockaddr *a, socklen_t *al)
+{
+    WAIT_BODY(DDP_WAIT_RECVFROM, recvfrom(f, b, n, fl, a, al), r < 0)
+}
+static ssize_t w_recvmsg(int f, struct msghdr *m, int fl) { WAIT_BODY(DDP_WAIT_RECVMSG, recvmsg(f, m, fl), r < 0) }
+static int w_accept(int f, struct sockaddr *a, socklen_t *al) { WAIT_BODY(DDP_WAIT_ACCEPT, accept(f, a, al), r < 0) }
+static int w_accept4(int f, struct sockaddr *a, socklen_t *al, int fl)
+{
+    WAIT_BODY(DDP_WAIT_ACCEPT4, accept4(f, a, al, fl), r < 0)
+}
+static int w_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    WAIT_BODY(DDP_WAIT_COND_WAIT, pthread_cond_wait(c, m), r != 0)
+}
+static int w_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
+{
+    WAIT_BODY(DDP_WAIT_COND_TIMEDWAIT, pthread_cond_timedwait(c, m, t), r != 0)
+}
+
+enum { WHERE_ANY, WHERE_LIBPYTHON };
+
+typedef struct {
+    const char *name;
+    int kind;
+    void *wrapper;
+    void *real;   /* what this module's own calls go to (its GOT is never patched) */
+    int where;
+} hook_t;
+
+static const hook_t hooks[] = {
+    {"sem_wait", DDP_WAIT_SEM_WAIT, (void *)w_sem_wait, (void *)sem_wait, WHERE_ANY},
+    {"sem_timedwait", DDP_WAIT_SEM_TIMEDWAIT, (void *)w_sem_timedwait, (void *)sem_timedwait, WHERE_ANY},
+    {"sem_clockwait", DDP_WAIT_SEM_CLOCKWAIT, (void *)w_sem_clockwait, (void *)sem_clockwait, WHERE_ANY},
+    {"clock_nanosleep", DDP_WAIT_CLOCK_NANOSLEEP, (void *)w_clock_nanosleep, (void *)clock_nanosleep, WHERE_ANY},
+    {"nanosleep", DDP_WAIT_NANOSLEEP, (void *)w_nanosleep, (void *)nanosleep, WHERE_ANY},
+    {"select", DDP_WAIT_SELECT, (void *)w_select, (void *)select, WHERE_ANY},
+    {"pselect", DDP_WAIT_PSELECT, (void *)w_pselect, (void *)pselect, WHERE_ANY},
+    {"poll", DDP_WAIT_POLL, (void *)w_poll, (void *)poll, WHERE_ANY},
+    {"ppoll", DDP_WAIT_PPOLL, (void *)w_ppoll, (void *)ppoll, WHERE_ANY},
+    {"epoll_wait", DDP_WAIT_EPOLL_WAIT, (void *)w_epoll_wait, (void *)epoll_wait, WHERE_ANY},
+    {"epoll_pwait", DDP_WAIT_EPOLL_PWAIT, (void *)w_epoll_pwait, (void *)epoll_pwait, WHERE_ANY},
+    {"recv", DDP_WAIT_RECV, (void *)w_recv, (void *)recv, WHERE_ANY},
+    {"recvfrom", DDP_WAIT_RECVFROM, (void *)w_recvfrom, (void *)recvfrom, WHERE_ANY},
+    {"recvmsg", DDP_WAIT_RECVMSG, (void *)w_recvmsg, (void *)recvmsg, WHERE_ANY},
+    {"accept", DDP_WAIT_ACCEPT, (void *)w_accept, (void *)accept, WHERE_ANY},
+    {"accept4", DDP_WAIT_ACCEPT4, (void *)w_accept4, (void *)accept4, WHERE_ANY},
+    {"pthread_cond_wait", DDP_WAIT_COND_WAIT, (void *)w_cond_wait, (void *)pthread_cond_wait, WHERE_LIBPYTHON},
+    {"pthread_cond_timedwait", DDP_WAIT_COND_TIMEDWAIT, (void *)w_cond_timedwait, (void *)pthread_cond_timedwait,
+     WHERE_LIBPYTHON},
+};
+#define NHOOKS ((int)(sizeof hooks / sizeof hooks[0]))
+
+static const hook_t *hook_by_name(const char *name)
+{
+    for (int i = 0; i < NHOOKS; i++)
+        if (strcmp(hooks[i].name, name) == 0)
+            return &hooks[i];
+    return NULL;
+}
+
+/* ---- ELF walking ----------------------------------------------------------------------- */
+#if defined(__x86_64__)
+#define R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define R_GLOB_DAT R_AARCH64_GLOB_DAT
+#else
+#define DDP_WAITS_NO_ARCH 1
+#endif
+
+typedef struct {
+    uintptr_t base;
+    const char *name;
+    const ElfW(Sym) *symtab;
+    const char *strtab;
+    const ElfW(Half) *versym;
+    const ElfW(Verneed) *verneed;
+    long verneednum;
+    uintptr_t lo, hi;           /* the object's mapped range (lazy PLT stubs point inside) */
+    uintptr_t relro_lo, relro_hi;
+    int is_libpython, is_socket;
+} obj_t;
+
+typedef void (*slot_cb)(obj_t *o, uintptr_t slot, const hook_t *h, void *ctx);
+
+typedef struct {
+    int mode;          /* 0 patch, 1 list, 2 collect bases */
+    uintptr_t self_base, libpython_base;
+    /* list mode */
+    uint64_t *addr, *val;
+    int32_t *kind;
+    int cap, n;
+    /* collect bases */
+    uintptr_t *bases;
+    int nbases, capbases;
+} scan_ctx;
+
+static uintptr_t fix(uintptr_t base, uintptr_t p) { return p < base ? p + base : p; }
+
+static const char *sym_version(obj_t *o, size_t symidx)
+{
+    if (!o->versym || !o->verneed)
+        return NULL;
+    ElfW(Half) v = o->versym[symidx] & 0x7fff;
+    if (v < 2)
+        return NULL;
+    const ElfW(Verneed) *vn = o->verneed;
+    for (long i = 0; i < o->verneednum && vn; i++) {
+        const ElfW(Vernaux) *va = (const ElfW(Vernaux) *)((const char *)vn + vn->vn_aux);
+        for (int j = 0; j < vn->vn_cnt; j++) {
+            if (va->vna_other == v)
+                return o->strtab + va->vna_name;
+            if (!va->vna_next)
+                break;
+            va = (const ElfW(Vernaux) *)((const char *)va + va->vna_next);
+        }
+        if (!vn->vn_next)
+            break;
+        vn = (const ElfW(Verneed) *)((const char *)vn + vn->vn_next);
+    }
+    return NULL;
+}
+
+static void write_slot(uintptr_t slot, uintptr_t lo, uintptr_t hi, uintptr_t val)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    int relro = slot >= lo && slot < hi;
+    uintptr_t page = slot & ~(uintptr_t)(pg - 1);
+    if (relro)
+        mprotect((void *)page, (size_t)pg, PROT_READ | PROT_WRITE);
+    __atomic_store_n((uintptr_t *)slot, val, __ATOMIC_SEQ_CST);
+    if (relro)
+        mprotect((void *)page, (size_t)pg, PROT_READ);
+}
+
+static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *c)
+{
+    size_t n = bytes / sizeof(ElfW(Rela));
+    for (size_t i = 0; i < n; i++) {
+        unsigned type = (unsigned)ELF64_R_TYPE(rel[i].r_info);
+        if (type != R_JUMP_SLOT && type != R_GLOB_DAT)
+            continue;
+        size_t si = ELF64_R_SYM(rel[i].r_info);
+        if (!si)
+            continue;
+        const char *name = o->strtab + o->symtab[si].st_name;
+        if (o->symtab[si].st_shndx != SHN_UNDEF)
+            continue; /* defined here: not an import */
+        const hook_t *h = hook_by_name(name);
+        if (!h)
+            continue;
+        if (h->where == WHERE_LIBPYTHON && !o->is_libpython)
+            continue;
+        void *wrapper = h->wrapper;
+        int kind = h->kind;
+        if (o->is_socket && h->kind == DDP_WAIT_POLL) {
+            wrapper = (void *)w_sock_poll; /* socket timeouts wait in poll(): name them socket */
+            kind = DDP_WAIT_SOCK_POLL;
+        }
+        uintptr_t slot = o->base + rel[i].r_offset;
+        uintptr_t cur = __atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST);
+        if (c->mode == 1) {
+            if (c->n < c->cap) {
+                c->addr[c->n] = slot;
+                c->val[c->n] = cur;
+                c->kind[c->n] = kind;
+            }
+            c->n++;
+            continue;
+        }
+        /* What should this slot resolve to?  Patch only our own target. */
+        const char *ver = sym_version(o, si);
+        void *target = ver ? dlvsym(RTLD_DEFAULT, name, ver) : dlsym(RTLD_DEFAULT, name);
+        if (target != h->real) {
+            ws.slots_foreign++;
+            continue;
+        }
+        int lazy = cur >= o->lo && cur < o->hi && type == R_JUMP_SLOT;
+        if (cur != (uintptr_t)h->real && !lazy) {
+            ws.slots_foreign++;
+            continue;
+        }
+        if (npatches >= MAX_PATCHES)
+            continue;
+        patch_t *p = &patches[npatches++];
+        p->slot = slot;
+        p->original = cur;
+        p->wrapper = (uintptr_t)wrapper;
+        p->obj_base = o->base;
+        p->relro_lo = o->relro_lo;
+        p->relro_hi = o->relro_hi;
+        p->kind = kind;
+        write_slot(slot, o->relro_lo, o->relro_hi, (uintptr_t)wrapper);
+        ws.slots_patched++;
+    }
+}
+
+static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+    (void)size;
+    scan_ctx *c = ctx;
+    uintptr_t base = info->dlpi_addr;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    if (c->mode == 2) {
+        if (c->nbases < c->capbases)
+            c->bases[c->nbases++] = base;
+        return 0;
+    }
+    if (base == c->self_base && base)
+        return 0;
+    if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
+        strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
+        return 0;
+    obj_t o;
+    memset(&o, 0, sizeof o);
+    o.base = base;
+    o.name = name;
+    o.lo = UINTPTR_MAX;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
+        else if (ph->p_type == PT_GNU_RELRO) {
+            o.relro_lo = base + ph->p_vaddr;
+            o.relro_hi = o.relro_lo + ph->p_memsz;
+        } else if (ph->p_type == PT_LOAD) {
+            uintptr_t lo = base + ph->p_vaddr, hi = lo + ph->p_memsz;
+            if (lo < o.lo)
+                o.lo = lo;
+            if (hi > o.hi)
+                o.hi = hi;
+        }
+    }
+    if (!dyn)
+        return 0;
+    uintptr_t jmprel = 0, rela = 0;
+    size_t pltrelsz = 0, relasz = 0;
+    long pltrel = 0;
+    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_JMPREL: jmprel = fix(base, d->d_un.d_ptr); break;
+        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+        case DT_RELA: rela = fix(base, d->d_un.d_ptr); break;
+        case DT_RELASZ: relasz = d->d_un.d_val; break;
+        case DT_SYMTAB: o.symtab = (const ElfW(Sym) *)fix(base, d->d_un.d_ptr); break;
+        case DT_STRTAB: o.strtab = (const char *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERSYM: o.versym = (const ElfW(Half) *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERNEED: o.verneed = (const ElfW(Verneed) *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERNEEDNUM: o.verneednum = (long)d->d_un.d_val; break;
+        }
+    }
+    if (!o.symtab || !o.strtab)
+        return 0;
+    o.is_libpython = base == c->libpython_base;
+    o.is_socket = strstr(name, "/_socket.") != NULL;
+    if (c->mode == 0)
+        ws.objects++;
+    if (jmprel && pltrel == DT_RELA)
+        visit_rela(&o, (const ElfW(Rela) *)jmprel, pltrelsz, c);
+    if (rela)
+        visit_rela(&o, (const ElfW(Rela) *)rela, relasz, c); /* GLOB_DAT: -fno-plt builds */
+    return 0;
+}
+
+static void scan_init(scan_ctx *c, int mode)
+{
+    memset(c, 0, sizeof *c);
+    c->mode = mode;
+    Dl_info di;
+    if (dladdr((void *)w_sem_wait, &di))
+        c->self_base = (uintptr_t)di.dli_fbase;
+    if (dladdr((void *)PyEval_SaveThread, &di))
+        c->libpython_base = (uintptr_t)di.dli_fbase;
+    /* dl_iterate_phdr reports the executable with dlpi_addr 0 when it is not PIE: dladdr's
+     * fbase is then its load address, not 0.  Normalize to dlpi_addr's convention. */
+    if (c->libpython_base) {
+        Dl_info dm;
+        void *h = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+        struct link_map *lm = NULL;
+        if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
+            for (; lm; lm = lm->l_next) {
+                if (dladdr((void *)lm->l_ld, &dm) && (uintptr_t)dm.dli_fbase == c->libpython_base) {
+                    c->libpython_base = lm->l_addr;
+                    break;
+                }
+            }
+        }
+        if (h)
+            dlclose(h);
+    }
+}
+
+static void restore_all(int check_loaded)
+{
+    uintptr_t bases[512];
+    scan_ctx c;
+    int nb = 0;
+    if (check_loaded) {
+        memset(&c, 0, sizeof c);
+        c.mode = 2;
+        c.bases = bases;
+        c.capbases = 512;
+        dl_iterate_phdr(visit_object, &c);
+        nb = c.nbases;
+    }
+    for (int i = npatches - 1; i >= 0; i--) {
+        patch_t *p = &patches[i];
+        if (check_loaded && nb < 512) {
+            int found = 0;
+            for (int j = 0; j < nb && !found; j++)
+                found = bases[j] == p->obj_base;
+            if (!found) {
+                ws.restore_unloaded++;
+                continue;
+            }
+        }
+        uintptr_t cur = __atomic_load_n((uintptr_t *)p->slot, __ATOMIC_SEQ_CST);
+        if (cur != p->wrapper) {
+            ws.restore_mismatch++; /* someone patched it after us: leave theirs */
+            continue;
+        }
+        write_slot(p->slot, p->relro_lo, p->relro_hi, p->original);
+    }
+    npatches = 0;
+}
+
+static void atfork_child(void)
+{
+    /* The child records nothing and runs on the original functions. */
+    atomic_store(&w_on, 0);
+    atomic_store(&w_emitting, 0);
+    pthread_mutex_init(&patch_lock, NULL);
+    if (npatches)
+        restore_all(0);
+}
+
+uint32_t ddp_waits_events_mask(void) { return (1u << DDP_EVENT_LOCK) | (1u << DDP_EVENT_PARK); }
+
+int ddp_waits_start(const ddp_config *cfg)
+{
+#ifdef DDP_WAITS_NO_ARCH
+    (void)cfg;
+    return DDP_EUNSUPPORTED;
+#else
+    pthread_mutex_lock(&patch_lock);
+    if (!w_atfork_done) {
+        pthread_atfork(NULL, NULL, atfork_child);
+        w_atfork_done = 1;
+    }
+    memset(&ws, 0, sizeof ws);
+    w_events = cfg->events & ddp_waits_events_mask();
+    w_threshold = cfg->wait_threshold_ns > 0 ? cfg->wait_threshold_ns : DEFAULT_THRESHOLD_NS;
+    int rate = cfg->wait_max_rate > 0 ? cfg->wait_max_rate : DEFAULT_MAX_RATE;
+    w_rate_interval = 1000000000LL / rate;
+    if (w_rate_interval < 1)
+        w_rate_interval = 1;
+    w_burst_ns = 100000000LL; /* a tenth of a second's worth of tokens: bursts stay small */
+    atomic_store(&w_tat, 0);
+    atomic_store(&w_on, 1);
+    if (npatches == 0) {
+        scan_ctx c;
+        scan_init(&c, 0);
+        dl_iterate_phdr(visit_object, &c);
+    }
+    pthread_mutex_unlock(&patch_lock);
+    return DDP_OK;
+#endif
+}
+
+void ddp_waits_stop(void)
+{
+    pthread_mutex_lock(&patch_lock);
+    atomic_store(&w_on, 0);
+    if (npatches)
+        restore_all(1);
+    for (int spins = 0; atomic_load(&w_emitting) && spins < 10000000; spins++)
+        sched_yield();
+    pthread_mutex_unlock(&patch_lock);
+}
+
+int ddp_wait_get_stats(ddp_wait_stats *out)
+{
+    if (!out)
+        return DDP_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->records = atomic_load(&ws.records);
+    out->short_skipped = atomic_load(&ws.short_skipped);
+    out->rate_dropped = atomic_load(&ws.rate_dropped);
+    out->emit_failed = atomic_load(&ws.emit_failed);
+    out->calls = atomic_load(&ws.calls);
+    out->objects = ws.objects;
+    out->slots_patched = ws.slots_patched;
+    out->slots_foreign = ws.slots_foreign;
+    out->restore_mismatch = ws.restore_mismatch;
+    out->restore_unloaded = ws.restore_unloaded;
+    out->active_patches = npatches;
+    out->threshold_ns = w_threshold;
+    return DDP_OK;
+}
+
+int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
+{
+#ifdef DDP_WAITS_NO_ARCH
+    return 0;
+#else
+    if (cap < 0 || (cap && (!addr || !val || !kind)))
+        return DDP_EINVAL;
+    scan_ctx c;
+    scan_init(&c, 1);
+    c.addr = addr;
+    c.val = val;
+    c.kind = kind;
+    c.cap = cap;
+    dl_iterate_phdr(visit_object, &c);
+    return c.n;
+#endif
+}
+
+uint64_t ddp_wait_wrapper(int kind)
+{
+    for (int i = 0; i < NHOOKS; i++)
+        if (hooks[i].kind == kind)
+            return (uint64_t)(uintptr_t)hooks[i].wrapper;
+    if (kind == DDP_WAIT_SOCK_POLL)
+        return (uint64_t)(uintptr_t)w_sock_poll;
+    return 0;
+}

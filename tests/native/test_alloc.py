@@ -1,0 +1,327 @@
+"""Allocation (ALLOC) and live-heap (LIVE) sampling of the native engine (native/alloc.c).
+
+Every scenario runs in a subprocess (nhelpers.run_script): a fault in an allocator hook
+would otherwise take pytest down with it.  Bounds here are loose enough never to flake
+(>= 4 standard deviations); benchmarks/bench_alloc.py checks the strict ones.
+"""
+
+import textwrap
+
+from nhelpers import run_script
+
+ALLOC_PRELUDE = '''
+from ddprof_nb import _binding
+lib, ffi = _binding.lib, _binding.ffi
+
+def allocators():
+    out = []
+    for d in range(3):  # RAW, MEM, OBJ
+        buf = ffi.new("uint64_t[5]")
+        lib.ddp_alloc_test_get_allocator(d, buf)
+        out.append(list(buf))
+    return out
+
+def leaf_totals(p, event):
+    out = collections.Counter()
+    for s in p.samples():
+        if s.event is event:
+            out[py_leaf(s)] += s.values[1]
+    return out
+
+def type_totals(p, event):
+    out = collections.Counter()
+    for s in p.samples():
+        if s.event is event and s.stack[-1].kind is FrameKind.ALLOC_TYPE:
+            out[s.stack[-1].name] += s.values[1]
+    return out
+'''
+
+
+def run(body: str, timeout: float = 60) -> dict:
+    return run_script(ALLOC_PRELUDE + textwrap.dedent(body), timeout=timeout)
+
+
+def test_alloc_split_follows_bytes_allocated():
+    # GIVEN two functions allocating bytes objects in a 3:1 ratio (800 MB in all)
+    # WHEN they run under the allocation sampler at the default rate (512 KiB)
+    # THEN ALLOC bytes split 75/25 within 5 points, and the estimate of the total is close
+    res = run(
+        '''
+        def three():
+            for _ in range(30000): x = b"a" * 20000
+        def one():
+            for _ in range(10000): x = b"a" * 20000
+        before = allocators()
+        e = engine(events=("alloc",))
+        e.start()
+        for _ in range(1):
+            three(); one()
+        p = e.stop()
+        t = leaf_totals(p, EventType.ALLOC)
+        emit(three=t["three"], one=t["one"], restored=allocators() == before,
+             types=dict(type_totals(p, EventType.ALLOC)), notes=list(p.metadata.notes))
+        '''
+    )
+    share = res["three"] / (res["three"] + res["one"])
+    assert 0.70 <= share <= 0.80, res
+    truth = 40000 * 20033
+    assert 0.85 * truth <= res["three"] + res["one"] <= 1.15 * truth, res
+    assert res["restored"], res
+    assert res["types"].get("[bytes]", 0) >= 0.9 * (res["three"] + res["one"]), res
+
+
+def test_live_heap_goes_to_the_keeper():
+    # GIVEN one function keeping 50 MB in a list, one allocating and freeing 50 MB
+    # WHEN profiling stops with the kept memory still alive
+    # THEN the keeper holds >= 90% of LIVE, ~50 MB, typed as bytes
+    res = run(
+        '''
+        kept = []
+        def keeper():
+            for _ in range(500): kept.append(bytes(100_000))
+        def churner():
+            for _ in range(500): x = bytes(100_000)
+        e = engine(events=("alloc",))
+        e.start()
+        keeper(); churner()
+        p = e.stop()
+        live = leaf_totals(p, EventType.LIVE)
+        alloc = leaf_totals(p, EventType.ALLOC)
+        emit(live=dict(live), alloc=dict(alloc), live_types=dict(type_totals(p, EventType.LIVE)))
+        '''
+    )
+    live = res["live"]
+    assert live.get("keeper", 0) >= 0.9 * sum(live.values()), res
+    # ~90 of the 500 blocks are sampled: the estimate's relative sd is ~10%; bounds are 5 sd
+    assert 25e6 <= live["keeper"] <= 75e6, res
+    assert res["alloc"].get("churner", 0) >= 25e6, res  # allocated, but not live
+    assert res["live_types"].get("[bytes]", 0) >= 0.9 * live["keeper"], res
+
+
+def test_allocations_from_many_threads():
+    # GIVEN 8 threads, thread i allocating (i + 1) * 50 MB
+    # WHEN sampled together
+    # THEN each thread's ALLOC total is near its truth, and the drain thread never shows up
+    res = run(
+        '''
+        tids = {}
+        def work(i):
+            tids[threading.get_native_id()] = f"w{i}"  # short-lived: may end before a drain names it
+            for _ in range((i + 1) * 2500): x = b"b" * 20000
+        e = engine(events=("alloc",))
+        e.start()
+        drain_tid = e._drain_tid
+        ts = [threading.Thread(target=work, args=(i,), name=f"w{i}") for i in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        p = e.stop()
+        by_thread = collections.Counter()
+        for s in p.samples():
+            if s.event is EventType.ALLOC:
+                name = "drain" if s.thread.tid == drain_tid else tids.get(s.thread.tid, s.thread.name)
+                by_thread[name] += s.values[1]
+        emit(by_thread=dict(by_thread))
+        '''
+    )
+    got = res["by_thread"]
+    assert "drain" not in got, got
+    for i in range(8):
+        truth = (i + 1) * 2500 * 20033  # >= ~95 samples: relative sd <= 10%
+        assert 0.6 * truth <= got.get(f"w{i}", 0) <= 1.4 * truth, (i, got)
+
+
+def test_realloc_chains():
+    # GIVEN bytearrays grown by repeated appends (realloc chains: the block moves and grows)
+    # WHEN one 40 MB bytearray is kept and another is grown then dropped
+    # THEN LIVE holds the kept one (~40 MB, one block) and nothing of the dropped one;
+    #      ALLOC counts every realloc's new size
+    res = run(
+        '''
+        kept = []
+        def grow_keep():
+            b = bytearray()
+            chunk = b"z" * 4096
+            for _ in range(40_000_000 // 4096): b += chunk
+            kept.append(b)
+        def grow_drop():
+            b = bytearray()
+            chunk = b"z" * 4096
+            for _ in range(40_000_000 // 4096): b += chunk
+            del b
+        e = engine(events=("alloc",))
+        e.start()
+        grow_keep(); grow_drop()
+        p = e.stop()
+        emit(live=dict(leaf_totals(p, EventType.LIVE)), alloc=dict(leaf_totals(p, EventType.ALLOC)),
+             n=len(kept[0]))
+        '''
+    )
+    live = res["live"]
+    assert 30e6 <= live.get("grow_keep", 0) <= 50e6, res
+    assert live.get("grow_drop", 0) <= 2e6, res
+    assert res["alloc"].get("grow_keep", 0) >= 40e6, res  # every resize counts its new size
+
+
+def test_many_start_stop_cycles_leak_nothing_and_restore_the_allocator():
+    # GIVEN the allocators in place before profiling
+    # WHEN 1000 alloc sessions start, allocate, keep some memory across stop, and stop
+    # THEN RSS stays flat, the allocators are exactly the ones from before, and memory
+    #      allocated while profiling is freed after stop without trouble
+    res = run(
+        '''
+        from ddprof_nb._binding import Session, RecordConverter
+        from ddprof_nb.model import ProfileBuilder
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        before = allocators()
+        carry = []
+        def cycle(i):
+            s = Session(10_000_000, 64, ("alloc",), alloc_rate=64 * 1024, ring_records=256)
+            s.start()
+            tmp = [bytes(1000) for _ in range(300)]
+            carry.append(tmp)          # allocated while profiling...
+            if len(carry) > 3:
+                carry.pop(0)           # ...freed during a later session or after stop
+            s.stop()
+            conv = RecordConverter(ProfileBuilder(), 0)
+            s.drain(conv)
+            s.release()
+        for i in range(100): cycle(i)
+        r0 = rss()
+        for i in range(900): cycle(i)
+        r1 = rss()
+        carry.clear()
+        emit(growth=r1 - r0, restored=allocators() == before)
+        ''',
+        timeout=120,
+    )
+    assert res["restored"], res
+    assert res["growth"] < 8 << 20, res
+
+
+def test_stop_never_clobbers_an_allocator_installed_over_ours():
+    # GIVEN a session, and another library installing its allocator over ours meanwhile
+    # WHEN the session stops while theirs is on top
+    # THEN theirs stays on top (ours passes through), and once they uninstall and a new
+    #      session starts and stops, the original allocators are back exactly
+    res = run(
+        '''
+        before = allocators()
+        e = engine(events=("alloc",))
+        e.start()
+        assert lib.ddp_alloc_test_foreign(1) == 0
+        x = [bytes(1000) for _ in range(1000)]
+        p1 = e.stop()
+        theirs_on_top = allocators() != before
+        left = any("pass-through" in n for n in p1.metadata.notes)
+        x = [bytes(1000) for _ in range(1000)]  # through theirs, then ours (inactive)
+        assert lib.ddp_alloc_test_foreign(0) == 0
+        e = engine(events=("alloc",))
+        e.start()
+        y = [bytes(100_000) for _ in range(200)]  # 20 MB: ~40 samples expected
+        p2 = e.stop()
+        del x, y
+        emit(theirs_on_top=theirs_on_top, left=left, restored=allocators() == before,
+             alloc2=p2.total(EventType.ALLOC))
+        '''
+    )
+    assert res["theirs_on_top"] and res["left"], res
+    assert res["restored"], res
+    assert res["alloc2"] > 0, res
+
+
+def test_alloc_with_cpu_and_wall():
+    # GIVEN a CPU burner and an allocator in one process
+    # WHEN alloc, cpu and wall are sampled together
+    # THEN each event attributes to its own function
+    res = run(
+        '''
+        def allocs():
+            for _ in range(10000): x = b"c" * 20000
+        e = engine(events=("cpu", "wall", "alloc"))
+        e.start()
+        burn(0.3); allocs()
+        p = e.stop()
+        emit(cpu=dict(totals(p, EventType.CPU, py_leaf)), alloc=dict(leaf_totals(p, EventType.ALLOC)),
+             wall=sum(totals(p, EventType.WALL, py_leaf).values()), events=[ev.label for ev in p.events])
+        '''
+    )
+    assert res["cpu"].get("burn", 0) >= 0.5 * sum(res["cpu"].values()), res
+    assert res["alloc"].get("allocs", 0) >= 0.9 * sum(res["alloc"].values()), res
+    assert res["wall"] > 0, res
+    assert {"cpu", "wall", "alloc", "live"} <= set(res["events"]) or {"cpu", "wall", "alloc"} <= set(res["events"]), res
+
+
+def test_object_types_as_leaf_frames():
+    # GIVEN instances of a user class (GC type with a managed dict: pre-header on 3.11-3.13)
+    # WHEN they are allocated under the sampler and kept
+    # THEN their samples end in a [Foo] ALLOC_TYPE frame
+    res = run(
+        '''
+        class Foo:
+            def __init__(self): self.a = 1
+        def make():
+            return [Foo() for _ in range(300_000)]
+        e = engine(events=("alloc",), )
+        e.start()
+        keep = make()
+        p = e.stop()
+        emit(alloc=dict(type_totals(p, EventType.ALLOC)), live=dict(type_totals(p, EventType.LIVE)))
+        '''
+    )
+    assert res["alloc"].get("[Foo]", 0) > 0 and res["live"].get("[Foo]", 0) > 0, res
+
+
+def test_alloc_rate_reaches_the_native_sampler():
+    # GIVEN alloc_rate="64KiB" (8x the default's sample count)
+    # WHEN the same workload runs
+    # THEN about 8x more samples are taken, with the same estimated total
+    res = run(
+        '''
+        from ddprof_nb._alloc import AllocTracker
+        def work():
+            for _ in range(5000): x = b"d" * 20000
+        out = {}
+        for rate in ("64KiB", "512KiB"):
+            e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate=rate))
+            e.start(); work(); p = e.stop()
+            out[rate] = (AllocTracker.stats()["sampled"], leaf_totals(p, EventType.ALLOC)["work"])
+        emit(**out)
+        '''
+    )
+    n64, b64 = res["64KiB"]
+    n512, b512 = res["512KiB"]
+    assert n64 >= 4 * n512, res
+    assert 0.85 <= b64 / 100e6 <= 1.15 and 0.7 <= b512 / 100e6 <= 1.3, res
+
+
+def test_blocks_freed_by_another_thread_are_never_read():
+    # GIVEN big objects (mmap'ed blocks) allocated on one thread and freed on another,
+    #       sampled at a high rate, while the allocating thread keeps allocating
+    # WHEN their type would be read at the allocating thread's next allocation
+    # THEN nothing faults (a freed block is recognised through the live table) and the
+    #      freed blocks are not live
+    res = run(
+        '''
+        import queue
+        q = queue.Queue(maxsize=4)
+        def producer():
+            for i in range(3000):
+                q.put(bytes(300_000))  # > mmap threshold: unmapped when freed
+                x = (i, str(i))        # more allocations on this thread after the hand-off
+            q.put(None)
+        def consumer():
+            while q.get() is not None:
+                pass
+        e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate="4KiB"))
+        e.start()
+        ts = [threading.Thread(target=producer), threading.Thread(target=consumer)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        p = e.stop()
+        emit(alloc=p.total(EventType.ALLOC), live=dict(leaf_totals(p, EventType.LIVE)))
+        ''',
+        timeout=120,
+    )
+    assert res["alloc"] > 0.5 * 3000 * 300_000, res
+    assert res["live"].get("producer", 0) <= 4 * 300_000 * 2, res
