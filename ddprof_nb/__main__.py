@@ -48,6 +48,8 @@ def _parser() -> _Parser:
     rec.add_argument("--alloc-rate", default="512KiB", help="mean bytes between allocation samples (default 512KiB)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--max-depth", type=int, default=None, help="frames kept per stack")
+    rec.add_argument("--children", action="store_true",  # [children]
+                     help="also profile child Python processes (multiprocessing, subprocess); labels pid, process")
     rec.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
                      help="label every sample (repeatable)")
     rec.add_argument("-o", "--output", default=None,
@@ -191,7 +193,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
 
     import runpy
 
-    sampler = Sampler(config)
+    sampler = Sampler(config, children=args.children)  # [children]
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
     sys.argv = [script if script is not None else (root_file or module), *target_args]
     if script is not None:

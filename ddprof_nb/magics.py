@@ -81,7 +81,8 @@ _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
 %%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [-l KEY=VALUE ...] [-o NAME]
-         [--save PATH] [--no-show] [--engine auto|native|python]   profile this cell
+         [--save PATH] [--no-show] [--engine auto|native|python]
+         [--children] [--dask CLIENT]                              profile this cell
 %ddprof [options] STATEMENT     profile one statement
 %ddprof start [options]         profile across cells until %ddprof stop
 %ddprof stop                    stop, store and show that profile
@@ -134,6 +135,11 @@ def _sampler_options(p: "_Parser", statement: bool = False) -> None:
     p.add_argument("--all-threads", action="store_true",
                    help="keep the kernel's own idle threads (IOPub, heartbeat, ...) in the profile")
     p.add_argument("--engine", default="auto", metavar="|".join(ENGINES), help=f"sampling engine: {'|'.join(ENGINES)}")
+    # [children/dask] beyond one process
+    p.add_argument("--children", action="store_true",
+                   help="also profile child Python processes started meanwhile (labels pid, process)")
+    p.add_argument("--dask", default=None, metavar="CLIENT",
+                   help="also profile every worker of this dask.distributed Client (a name in the namespace)")
     p.add_argument("-h", "--help", action="store_true", help="show this help")
 
 
@@ -224,7 +230,8 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
     with _session_lock:
         if _session is not None:
             raise UsageError(_busy_message(what))
-        sampler = Sampler(config)
+        sampler = Sampler(config, children=getattr(args, "children", False),  # [children/dask]
+                          dask=_dask_client(shell, args, what))
         try:
             sampler.start(trim="none")
         except ProfilerBusyError:
@@ -235,6 +242,23 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
                             not args.no_show, count, root_files, frame, is_async,
                             getattr(args, "all_threads", False))
         return _session
+
+
+def _dask_client(shell, args, what: str):
+    """[children/dask] ``--dask NAME``: the Client bound to NAME in the user namespace."""
+    name = getattr(args, "dask", None)
+    if not name:
+        return None
+    ns = getattr(shell, "user_ns", None) or {}
+    try:
+        client = eval(name, ns) if name.replace(".", "").isidentifier() else None  # noqa: S307 - names only
+    except Exception:  # noqa: BLE001
+        client = None
+    if client is None:
+        raise UsageError(f"{what}: --dask {name!r}: no such name in the namespace (give the variable holding a Client)")
+    if not hasattr(client, "run") or not hasattr(client, "scheduler_info"):
+        raise UsageError(f"{what}: --dask {name!r} is a {type(client).__name__}, not a dask.distributed Client")
+    return client
 
 
 def _finish(shell, session: _Session) -> tuple[str, Profile]:

@@ -105,8 +105,16 @@ def trim_prefix(profile: Profile, thread_tid: int, prefix: list[tuple[str, str, 
 class Sampler:
     """Runs one engine between ``start()`` and ``stop()``; ``stop()`` returns the Profile."""
 
-    def __init__(self, config: SamplerConfig | None = None, **options):
+    def __init__(self, config: SamplerConfig | None = None, *, children: bool = False, dask=None, **options):
+        """``children``: also profile child Python processes started while running
+        (ddprof_nb.children); ``dask``: a dask.distributed Client whose workers are
+        profiled too (ddprof_nb.dask_support).  Both merge into the returned Profile."""
         self.config = config or SamplerConfig.make(**options)
+        # [children/dask] beyond one process
+        self._children_opt = bool(children)
+        self._dask_client = dask
+        self._children = None
+        self._dask = None
         self._engine = None
         self._note: str | None = None
         self._prefix: list = []
@@ -143,7 +151,39 @@ class Sampler:
             engine.start()
             self._engine = engine
             _active = self
+        self._start_remote()  # [children/dask]
         return self
+
+    def _start_remote(self) -> None:
+        """[children/dask] Arm child-process and Dask-worker profiling; on failure stop cleanly."""
+        try:
+            if self._children_opt:
+                from .children import ChildCollector
+
+                self._children = ChildCollector(self.config)
+                self._children.start()
+            if self._dask_client is not None:
+                from .dask_support import DaskProfiler
+
+                self._dask = DaskProfiler(self._dask_client, self.config)
+                self._dask.start()
+        except BaseException:
+            for part in (self._children, self._dask):
+                if part is not None:
+                    part.abort()
+            self._children = self._dask = None
+            self.stop()
+            raise
+
+    def _finish_remote(self, profile: Profile) -> Profile:
+        """[children/dask] Merge the children's and workers' profiles into ``profile``."""
+        children, self._children = self._children, None
+        dask, self._dask = self._dask, None
+        if children is not None:
+            profile = children.finish(profile)
+        if dask is not None:
+            profile = dask.finish(profile)
+        return profile
 
     def stop(self) -> Profile:
         """Stop sampling and return the Profile (also kept as ``self.profile``)."""
@@ -163,6 +203,7 @@ class Sampler:
         profile = aggregate.filter(profile, ignore="^" + re.escape(__file__) + "$")
         if self._note:
             profile = profile.with_metadata(notes=profile.metadata.notes + (self._note,))
+        profile = self._finish_remote(profile)  # [children/dask]
         self.profile = profile
         return self.profile
 
@@ -195,15 +236,19 @@ class ProfileHandle:
 
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", engine="auto",
-            max_depth=None, labels=None) -> Iterator[ProfileHandle]:
+            max_depth=None, labels=None, children=False, dask=None) -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
+
+    ``children=True`` also profiles child Python processes started in the block (labels
+    ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
+    cluster (label ``worker``).
 
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
     options = dict(events=events, interval=interval, alloc_rate=alloc_rate, engine=engine, labels=labels)
     if max_depth is not None:
         options["max_depth"] = max_depth
-    sampler = Sampler(**options)
+    sampler = Sampler(children=children, dask=dask, **options)  # [children/dask]
     handle = ProfileHandle(sampler)
     sampler.start(caller_depth=2)  # contextmanager's __enter__ and this generator sit between
     try:

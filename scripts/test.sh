@@ -36,7 +36,7 @@ for v in $PYTHONS; do
     venv="$ROOT/.venvs/$v"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
     extras="dev"
-    [ "$v" = "3.11" ] && extras="dev,browser,bench"
+    [ "$v" = "3.11" ] && extras="dev,browser,bench,dask"
     if ! DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
         | grep -v "^WARNING: Location"; then :; fi
     "$venv/bin/python" -c "import ddprof_nb._native" || { failed+=("build-$v"); continue; }

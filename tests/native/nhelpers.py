@@ -57,7 +57,9 @@ PRELUDE = textwrap.dedent(
 
 def run_script(body: str, timeout: float = 60) -> dict:
     """Run PRELUDE + body in a fresh interpreter; return its RESULT json (asserts exit 0)."""
-    code = PRELUDE + textwrap.dedent(body)
+    # a hang shows every thread's Python stack instead of a bare timeout
+    watchdog = f"import faulthandler; faulthandler.dump_traceback_later({max(timeout - 5, 1)}, exit=True)\n"
+    code = watchdog + PRELUDE + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]

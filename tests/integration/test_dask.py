@@ -1,0 +1,86 @@
+"""dask=client: every worker of a dask.distributed cluster is profiled and merged.
+
+GIVEN a two-worker LocalCluster (processes=True)
+WHEN the client profiles with dask=client while each worker runs a hot function
+THEN the hot function appears under each worker's ``worker``/``pid`` labels, each
+worker's CPU total matches its process CPU time (within 10%), and a worker killed
+mid-profile gives a partial profile whose notes name it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import ddprof_nb
+
+distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install 'dask[distributed]')")
+
+HOT_S = 0.6
+
+
+def dask_hot(seconds: float):
+    """Burn ``seconds`` of this thread's CPU; return (pid, thread CPU seconds spent)."""
+    t0 = time.thread_time()
+    x = 0
+    while time.thread_time() - t0 < seconds:
+        for i in range(5000):
+            x += i
+    return os.getpid(), time.thread_time() - t0
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=50)
+    c = distributed.Client(cluster)
+    c.wait_for_workers(2, timeout=60)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+def test_two_workers_hot_function_and_cpu_totals(client):
+    workers = sorted(client.scheduler_info()["workers"])
+    with ddprof_nb.profile(events=("cpu", "wall"), dask=client) as p:
+        before = client.run(time.process_time)
+        futures = [client.submit(dask_hot, HOT_S, pure=False, workers=[w]) for w in workers]
+        results = dict(client.gather(futures))
+        after = client.run(time.process_time)
+    prof = p.profile
+    pid_of = client.run(os.getpid)
+    assert prof.metadata.extra.get("dask_workers") == "2", prof.metadata.notes
+    for addr in workers:
+        pid = pid_of[addr]
+        assert pid in results
+        mine = prof.filter(labels={"worker": addr}, events="cpu")
+        assert {ls.get("pid") for ls in mine.labelsets if ls.get("worker") == addr} == {str(pid)}
+        hot = mine.filter(focus="dask_hot")
+        # the hot function's own thread CPU, and the whole worker process's CPU
+        assert hot.total("cpu") / 1e9 == pytest.approx(results[pid], rel=0.10), (addr, hot.total("cpu"))
+        measured = after[addr] - before[addr]
+        got = mine.total("cpu") / 1e9
+        assert got == pytest.approx(measured, rel=0.10), (addr, got, measured)
+    # the client's own samples are labelled too, so the explorer can filter by worker
+    assert any(ls.get("worker") == "client" for ls in prof.labelsets)
+
+
+def test_killed_worker_gives_partial_profile_and_names_it(client):
+    workers = sorted(client.scheduler_info()["workers"])
+    pid_of = client.run(os.getpid)
+    victim, survivor = workers
+    with ddprof_nb.profile(events="cpu", dask=client) as p:
+        client.gather(client.submit(dask_hot, 0.3, pure=False, workers=[survivor]))
+        os.kill(pid_of[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    prof = p.profile
+    assert any(victim in n and "missing" in n for n in prof.metadata.notes), prof.metadata.notes
+    assert prof.filter(labels={"worker": survivor}, focus="dask_hot").total("cpu") > 0.2e9
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it
