@@ -1,0 +1,687 @@
+"""The Explorer: an ipywidgets VBox to browse a Profile (or the diff of two).
+
+State lives in the controls; every change runs one pipeline:
+
+    aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
+    aggregate.filter (time range from the timeline)                 -> view
+    figures.call_tree / diff_tree                                   -> tree
+    figures.flame_data (min %, search, flame/icicle)                -> flame chart
+    aggregate.top                                                   -> top table
+
+and stops at the first step the change touches (a search or min-% change re-prunes
+the cached tree only).  Figures are plotly FigureWidgets updated inside
+``batch_update()``.  A bad regex or label filter shows an inline message and the
+previous valid value stays in force, so the charts keep showing the last good view.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from pathlib import Path
+
+import ipywidgets as W
+import numpy as np
+
+from .. import aggregate
+from ..events import EventType
+from ..model import Frame, Profile
+from . import figures as F
+
+__all__ = ["Explorer"]
+
+_CSS = """<style>
+.ddprof-top select { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
+.ddprof-msg { color: #d33; font-size: 12px; }
+.ddprof-status { font-size: 12px; opacity: .85; }
+</style>"""
+
+
+def parse_label_filter(text: str) -> dict[str, list[str]]:
+    """``"k=v, k=w; k2=x"`` -> {"k": ["v", "w"], "k2": ["x"]}: one key OR-ed, keys AND-ed."""
+    out: dict[str, list[str]] = {}
+    for part in re.split(r"[,;]", text or ""):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"invalid label filter {part!r}: expected key=value")
+        k, v = (s.strip() for s in part.split("=", 1))
+        if not k:
+            raise ValueError(f"invalid label filter {part!r}: empty key")
+        out.setdefault(k, []).append(v)
+    return out
+
+
+class Explorer(W.VBox):
+    """Interactive flame/icicle charts, timeline, top table and source view of a Profile.
+
+    ``Explorer(profile)`` explores one profile; ``Explorer(before, after)`` shows the
+    differential flame chart of ``after`` against ``before`` (with views of each).
+    Where no widget frontend runs, the display falls back to a static HTML flame graph
+    and a text top table (see ``_repr_mimebundle_``).
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        other: Profile | None = None,
+        *,
+        event=None,
+        min_pct: float = F.DEFAULT_MIN_PCT,
+        max_nodes: int = F.DEFAULT_MAX_NODES,
+        top_n: int = 40,
+    ):
+        import plotly.graph_objects as go  # plotly is heavy: import when an Explorer is made
+
+        self.diff = other is not None
+        self.before = profile if self.diff else None
+        self.profile = other if self.diff else profile  # the primary ("after") profile
+        self.max_nodes = max_nodes
+        self.top_n = top_n
+        self.timings: dict[str, float] = {}  # seconds spent in the last update's steps
+        self.last_error = ""
+        self._time_range: tuple[int, int] | None = None
+        self._selected: Frame | None = None
+        self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
+        self._busy = False
+
+        events = [e for e in self.profile.events if not self.diff or e in self.before.events]
+        if not events:
+            events = list(self.profile.events) or [EventType.CPU]
+        first = EventType.parse(event) if event is not None else events[0]
+        if first not in events:
+            present = ", ".join(e.label for e in events)
+            raise ValueError(f"event {first.label!r} is not in the profile; present: {present}")
+
+        # -- controls -------------------------------------------------------------------
+        self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
+                                   description="event", layout=W.Layout(width="210px"))
+        self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
+                                        style={"button_width": "78px"})
+        self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
+                                        tooltips=["root at the bottom", "root at the top"],
+                                        style={"button_width": "62px"})
+        self.only_mine_cb = W.Checkbox(value=False, description="only my code", indent=False,
+                                       layout=W.Layout(width="115px"))
+        self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
+                                        continuous_update=False, readout_format=".1f",
+                                        layout=W.Layout(width="260px"))
+        text = dict(continuous_update=False, layout=W.Layout(width="220px"))
+        self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
+        self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
+        self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
+        self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        threads = self._thread_options()
+        self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
+                                            description="threads", layout=W.Layout(width="300px"))
+        self.threads_sel.tooltip = "none selected = all threads"
+        self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
+        self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
+        self.message = W.HTML(value="")
+        self.message.add_class("ddprof-msg")
+        self.status = W.HTML(value="")
+        self.status.add_class("ddprof-status")
+        self.diff_view_tb = W.ToggleButtons(options=[("diff", "diff"), ("before", "before"), ("after", "after")],
+                                            value="diff", style={"button_width": "60px"})
+        self.diff_norm_tb = W.ToggleButtons(options=[("normalised", True), ("absolute", False)], value=True,
+                                            tooltips=["before scaled to after's total", "raw values"],
+                                            style={"button_width": "80px"})
+        self.top_sort_tb = W.ToggleButtons(options=self._sort_options(), style={"button_width": "58px"},
+                                           description="sort")
+        self.top_sel = W.Select(options=[], rows=14, layout=W.Layout(width="100%"))
+        self.top_sel.add_class("ddprof-top")
+        self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
+        self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+
+        # -- figures --------------------------------------------------------------------
+        self._last_criteria = None
+        self._update("filter")
+        self.flame = _figure_widget(F.flame_figure(self._fd))
+        td = self._timeline_data()
+        self.timeline = _figure_widget(data=[go.Bar(**t) for t in F.timeline_traces(td)], layout=F.timeline_layout(td))
+        self._extent_ms = td.extent_ms
+        self._refresh_top()
+
+        # -- wiring ---------------------------------------------------------------------
+        for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.threads_sel, self.labels_txt,
+                  self.focus_txt, self.ignore_txt, self.hide_txt, self.diff_view_tb):
+            w.observe(self._on_filter, names="value")
+        for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
+            w.observe(self._on_render, names="value")
+        self.top_sort_tb.observe(lambda _: self._refresh_top(), names="value")
+        self.top_sel.observe(self._on_top_select, names="value")
+        self.clear_btn.on_click(lambda _: self.clear_filters())
+        self.range_btn.on_click(lambda _: self.set_time_range(None))
+        self.flame.data[0].on_click(self._on_flame_click)
+        for fig in (self.flame, self.timeline):
+            fig.observe(self._on_first_draw, names="_js2py_traceDeltas")
+        self.timeline.layout.xaxis.on_change(self._on_xrange, "range")
+        self.timeline.layout.xaxis.on_change(self._on_autorange, "autorange")
+
+        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.only_mine_cb, self.min_pct_sl]
+        rows = [W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        if self.diff:
+            rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
+                               layout=W.Layout(flex_flow="row wrap")))
+        rows += [
+            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
+                   layout=W.Layout(flex_flow="row wrap")),
+            W.HBox([self.threads_sel, self.labels_txt, self.clear_btn, self.range_btn],
+                   layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            self.message,
+            self.status,
+            self.flame,
+            self.timeline,
+            W.HBox(
+                [W.VBox([self.top_sort_tb, self.top_sel], layout=W.Layout(width="50%")),
+                 W.VBox([self.source], layout=W.Layout(width="50%"))],
+            ),
+            W.HTML(_CSS),
+        ]
+        super().__init__(children=rows)
+        self.add_class("ddprof-explorer")
+
+    # ---------------------------------------------------------------------------------
+    # options
+
+    @property
+    def event(self) -> EventType:
+        return EventType.parse(self.event_dd.value)
+
+    @property
+    def value_index(self) -> int:
+        return int(self.value_tb.value)
+
+    @staticmethod
+    def _value_options(e: EventType):
+        return [(F.value_label(e, 0), 0), (F.value_label(e, 1), 1)]
+
+    def _sort_options(self):
+        opts = [("self", "self"), ("total", "total"), ("name", "name")]
+        return ([("change", "delta")] + opts) if self.diff else opts
+
+    def _all_profiles(self) -> list[Profile]:
+        return [self.before, self.profile] if self.diff else [self.profile]
+
+    def _thread_options(self):
+        seen: dict[int, str] = {}
+        for p in self._all_profiles():
+            busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
+            for i, t in enumerate(p.threads):
+                if busy[i]:
+                    seen.setdefault(t.tid, t.name)
+        return [(f"{name} ({tid})", tid) for tid, name in sorted(seen.items(), key=lambda kv: kv[1])]
+
+    def _label_placeholder(self) -> str:
+        for ls in self.profile.labelsets:
+            for k, v in ls.items:
+                return f"e.g. {k}={v}"
+        return "key=value, ..."
+
+    # ---------------------------------------------------------------------------------
+    # pipeline
+
+    def _validated(self) -> dict:
+        """Criteria for aggregate.filter from the controls; invalid inputs keep their
+        previous valid value and leave a message.  Events are not filtered here: the
+        tree, top table and timeline each pick the event, so switching it re-filters nothing."""
+        errors = []
+        for name, box in (("focus", self.focus_txt), ("ignore", self.ignore_txt), ("hide", self.hide_txt)):
+            try:
+                aggregate.compile_regex(box.value, name)
+                self._good[name] = box.value
+            except ValueError as exc:
+                errors.append(f"{exc} — keeping {self._good[name]!r}")
+        try:
+            self._good["labels"] = parse_label_filter(self.labels_txt.value)
+        except ValueError as exc:
+            errors.append(f"{exc} — keeping the previous label filter")
+        self.last_error = "; ".join(errors)
+        self.message.value = html.escape(self.last_error)
+        return dict(
+            threads=list(self.threads_sel.value) or None,
+            labels=self._good["labels"] or None,
+            focus=self._good["focus"] or None,
+            ignore=self._good["ignore"] or None,
+            hide=self._good["hide"] or None,
+        )
+
+    def _filter_views(self) -> None:
+        """``_tl_view``: every filter but the time range (what the timeline shows);
+        ``_view_before``: the same filters on the "before" profile in diff mode."""
+        crit = self._validated()
+        if crit == self._last_criteria:
+            return
+        self._last_criteria = crit
+        self._tl_view = _primed(aggregate.filter(self.profile, **crit), self.profile)
+        self._view_before = None
+        if self.diff:
+            # the time range comes from the "after" timeline; it does not apply to "before"
+            self._view_before = _primed(aggregate.filter(self.before, **crit), self.before)
+
+    def _time_view(self) -> None:
+        """``_view``: ``_tl_view`` cut to the timeline's range (every other view uses it)."""
+        v = self._tl_view
+        self._view = v if self._time_range is None else _primed(aggregate.filter(v, time_range=self._time_range), v)
+
+    def _build_tree(self) -> F.CallTree:
+        mode = self.diff_view_tb.value if self.diff else "single"
+        omc = self.only_mine_cb.value
+        if mode == "diff":
+            return F.diff_tree(self._view_before, self._view, self.event, self.value_index, omc)
+        if mode == "before":
+            return F.call_tree(self._view_before, self.event, self.value_index, omc)
+        return F.call_tree(self._view, self.event, self.value_index, omc)
+
+    def _flame_data(self) -> F.FlameData:
+        return F.flame_data(
+            self._tree,
+            min_pct=self.min_pct_sl.value,
+            max_nodes=self.max_nodes,
+            search=self.search_txt.value,
+            orientation=self.chart_tb.value,
+            normalize=bool(self.diff_norm_tb.value),
+        )
+
+    def _timeline_data(self) -> F.TimelineData:
+        return F.timeline_data(self._tl_view, self.event, 0)
+
+    _STAGES = ("filter", "time", "tree", "render")
+
+    def _update(self, stage: str, *, timeline: bool = False, top: bool = False) -> None:
+        """Run the pipeline from ``stage`` on (filter -> time -> tree -> render).
+
+        The flame chart goes out first, in one batch, then the timeline, then the top
+        table and source view.  ``timings`` records each step (seconds)."""
+        if self._busy:
+            return
+        first = self._STAGES.index(stage)
+        busy, self._busy = self._busy, True
+        t = self.timings
+        t.clear()
+        t0 = time.perf_counter()
+        try:
+            if first <= 0:
+                self._filter_views()
+                t["filter"] = time.perf_counter() - t0
+            if first <= 1:
+                self._time_view()
+            if first <= 2:
+                t1 = time.perf_counter()
+                self._tree = self._build_tree()
+                t["tree"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            self._fd = self._flame_data()
+            t["prune"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            if hasattr(self, "flame"):
+                with self.flame.batch_update():
+                    tr = self.flame.data[0]
+                    tr.update(F.flame_trace_props(self._fd))
+                    # Undo any click-zoom: node ids mean other functions in the new tree.
+                    # Python never hears of the browser's zoom, so alternate between two
+                    # spellings of "the root" ("" and its id "0") to make plotly apply it.
+                    tr.level = "0" if tr.level != "0" else ""
+                    self.flame.layout.update(F.flame_layout(self._fd))
+            t["figures"] = time.perf_counter() - t1
+            self._refresh_status()
+            t["chart"] = time.perf_counter() - t0
+            if timeline and hasattr(self, "timeline"):
+                t1 = time.perf_counter()
+                self._refresh_timeline()
+                t["timeline"] = time.perf_counter() - t1
+            if top:
+                self._refresh_top()
+                self._refresh_source()
+        finally:
+            self._busy = busy
+            t["update"] = time.perf_counter() - t0
+
+    def _refresh_timeline(self) -> None:
+        import plotly.graph_objects as go
+
+        td = self._timeline_data()
+        self._extent_ms = td.extent_ms
+        traces = F.timeline_traces(td)
+        layout = F.timeline_layout(td)
+        if self._time_range is not None:
+            layout["xaxis"]["range"] = [self._time_range[0] / 1e6, self._time_range[1] / 1e6]
+        same = [t["name"] for t in traces] == [t.name for t in self.timeline.data]
+        if same:
+            with self.timeline.batch_update():
+                for tr, props in zip(self.timeline.data, traces):
+                    tr.update(props)
+                self.timeline.layout.update(layout)
+        else:
+            with self.timeline.batch_update():
+                self.timeline.data = ()
+                self.timeline.layout.update(layout)
+            self.timeline.add_traces([go.Bar(**t) for t in traces])
+
+    def _refresh_status(self) -> None:
+        fd = self._fd
+        e = self.event
+        unit = self._tree.unit
+        n = self._view.total(e, 0)
+        parts = [
+            f"{n:,} {F.value_label(e, 0)} in view",
+            f"{fd.node_count:,} nodes drawn of {fd.tree_nodes:,}",
+        ]
+        if fd.folded_nodes:
+            parts.append(f"smaller than {F.format_value(fd.threshold, unit)} folded into [other]")
+        if self._time_range is not None:
+            a, b = self._time_range
+            parts.append(f"time {a / 1e6:,.0f}–{b / 1e6:,.0f} ms")
+        if fd.search:
+            parts.append(f"search matches {fd.search_matches} nodes, {100 * fd.search_share:.1f}% of total")
+        dropped = self.profile.metadata.dropped.get(e, 0) if self.profile.metadata.dropped else 0
+        if dropped:
+            parts.append(f"{dropped:,} samples dropped while recording")
+        self.status.value = html.escape(" · ".join(parts))
+
+    # -- top table ----------------------------------------------------------------------
+
+    def _top_rows(self) -> list[tuple]:
+        """Rows (name, filename, line, kind, self, total, delta) for the current view."""
+        e, vi = self.event, self.value_index
+        after = aggregate.top(self._view, e, n=None, value_index=vi)
+        if not self.diff:
+            return [(r.name, r.filename, r.line, r.kind, r.self, r.total, 0.0) for r in after]
+        before = aggregate.top(self._view_before, e, n=None, value_index=vi)
+        tb, ta = self._view_before.total(e, vi), self._view.total(e, vi)
+        scale = ta / tb if (self.diff_norm_tb.value and tb and ta) else 1.0
+        rows: dict[tuple, list] = {}
+        for r in after:
+            rows[(r.name, r.filename, r.line, r.kind)] = [r.self, r.total, 0.0]
+        for r in before:
+            k = (r.name, r.filename, r.line, r.kind)
+            rows.setdefault(k, [0, 0, 0.0])[2] = r.total * scale
+        return [(*k, s, t, t - b) for k, (s, t, b) in rows.items()]
+
+    def _refresh_top(self) -> None:
+        t0 = time.perf_counter()
+        rows = self._top_rows()
+        self.timings["top"] = time.perf_counter() - t0
+        how = self.top_sort_tb.value
+        if how == "name":
+            rows.sort(key=lambda r: (r[0].lower(), r[1]))
+        elif how == "total":
+            rows.sort(key=lambda r: (-r[5], -r[4]))
+        elif how == "delta":
+            rows.sort(key=lambda r: -abs(r[6]))
+        else:
+            rows.sort(key=lambda r: (-r[4], -r[5]))
+        rows = rows[: self.top_n]
+        self._top = rows
+        unit = F.value_unit(self.event, self.value_index)
+        total = self._tree.totals[-1] or 1
+        opts = []
+        for i, (name, filename, line, _kind, s, t, d) in enumerate(rows):
+            loc = f" ({_short_path(filename)}:{line})" if filename else ""
+            cells = (f"{F.format_value(s, unit):>9} {100 * s / total:5.1f}% "
+                     f"{F.format_value(t, unit):>9} {100 * t / total:5.1f}%")
+            if self.diff:
+                cells += f" {('+' if d > 0 else '') + F.format_value(d, unit):>10}"
+            opts.append((f"{cells}  {name}{loc}", i))
+        busy, self._busy = self._busy, True
+        try:
+            self.top_sel.options = opts
+            self.top_sel.value = None
+        finally:
+            self._busy = busy
+
+    def _on_top_select(self, change) -> None:
+        if self._busy or change["new"] is None:
+            return
+        name, filename, line, *_ = self._top[change["new"]]
+        self.focus_function(name, filename, line)
+
+    def focus_function(self, name: str, filename: str = "", first_line: int = 0) -> None:
+        """Focus every chart on one function (what a top-table click does) and show its source."""
+        self._selected = Frame(name, filename, first_line, first_line) if filename else Frame(name)
+        self.focus_txt.value = "^" + re.escape(name) + "$"  # observers rebuild the views
+        self._refresh_source()
+
+    def _on_first_draw(self, change) -> None:
+        """Fill the output's width once the figure is on the page.
+
+        The frontend draws a FigureWidget before it is attached, so plotly.js falls back
+        to 700 px; its first trace-delta message (sent after the first draw; plotly 7's
+        layout-delta message never reaches Python) tells us it is drawn, and a relayout
+        with ``autosize`` makes plotly measure the (now attached) container."""
+        fig = change["owner"]
+        if change["new"] is None:
+            return
+        fig.unobserve(self._on_first_draw, names="_js2py_traceDeltas")
+        # plotly.js re-measures on relayout only when the *user* layout says autosize
+        if not fig.to_plotly_json()["layout"].get("autosize"):
+            fig.layout.autosize = True
+
+    # -- flame clicks, source view ------------------------------------------------------
+
+    def _on_flame_click(self, trace, points, selector=None) -> None:
+        inds = list(getattr(points, "point_inds", []) or [])
+        if not inds:
+            return
+        node = int(self._fd.node[inds[0]])
+        fr = self._tree.frame(node) if node > 0 else None
+        if fr is not None:
+            self.select_function(fr)
+
+    def select_function(self, frame: Frame) -> None:
+        """Show one function's per-line values in the source view (no refocus)."""
+        self._selected = frame
+        self._refresh_source()
+
+    def _refresh_source(self) -> None:
+        fr = self._selected
+        if fr is None:
+            self.source.value = F.source_html(None)
+            return
+        view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
+        sv = F.source_view(view, self.event, (fr.name, fr.filename, fr.first_line), self.value_index)
+        self.source.value = F.source_html(sv)
+
+    # -- time range ---------------------------------------------------------------------
+
+    def _on_autorange(self, axis, autorange) -> None:
+        if not self._busy and autorange:  # a double-click on the timeline
+            self.set_time_range(None)
+
+    def _on_xrange(self, layout, xrange) -> None:
+        if self._busy or xrange is None:
+            return
+        a, b = float(xrange[0]), float(xrange[1])
+        lo, hi = self._extent_ms
+        span = max(hi - lo, 1e-9)
+        if a <= lo + span * 1e-3 and b >= hi - span * 1e-3:
+            self.set_time_range(None)
+        else:
+            self.set_time_range((max(a, lo), min(b, hi)))
+
+    def set_time_range(self, range_ms: tuple[float, float] | None) -> None:
+        """Filter every view to [start, end) milliseconds since the profile's start (None: all)."""
+        new = None if range_ms is None else (int(range_ms[0] * 1e6), int(range_ms[1] * 1e6))
+        if new == self._time_range:
+            return
+        self._time_range = new
+        self.range_btn.disabled = new is None
+        if new is None:  # show the whole axis again (our own range change must not recurse)
+            busy, self._busy = self._busy, True
+            try:
+                with self.timeline.batch_update():
+                    self.timeline.layout.xaxis.update(range=list(self._extent_ms), autorange=False)
+            finally:
+                self._busy = busy
+        self._update("time", top=True)
+
+    # -- observers ----------------------------------------------------------------------
+
+    def _on_filter(self, change) -> None:
+        if self._busy:
+            return
+        owner = change["owner"]
+        if owner is self.event_dd:
+            busy, self._busy = self._busy, True
+            try:
+                vi = self.value_tb.value
+                self.value_tb.options = self._value_options(self.event)
+                self.value_tb.value = vi
+            finally:
+                self._busy = busy
+            self._update("tree", timeline=True, top=True)
+        elif owner is self.value_tb:
+            self._update("tree", top=True)
+        elif owner in (self.only_mine_cb, self.diff_view_tb):
+            # the top table and source view do not fold library frames
+            self._update("tree", top=owner is self.diff_view_tb)
+        else:
+            self._update("filter", timeline=True, top=True)
+
+    def _on_render(self, change) -> None:
+        if self._busy:
+            return
+        self._update("render", top=change["owner"] is self.diff_norm_tb)
+
+    def clear_filters(self) -> None:
+        """Back to the whole profile: no thread/label/regex/time filters, no search."""
+        busy, self._busy = self._busy, True
+        try:
+            for box in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt, self.search_txt):
+                box.value = ""
+            self.threads_sel.value = ()
+            self._time_range = None
+            self.range_btn.disabled = True
+            with self.timeline.batch_update():
+                self.timeline.layout.xaxis.update(range=list(self._extent_ms), autorange=False)
+        finally:
+            self._busy = busy
+        self._update("filter", timeline=True, top=True)
+
+    # ---------------------------------------------------------------------------------
+    # static output
+
+    @property
+    def flame_data(self) -> F.FlameData:
+        """The flame chart's current data (ids, labels, values, colours, hover)."""
+        return self._fd
+
+    def _top_now(self, n: int) -> tuple[list, int]:
+        """The top ``n`` functions of the current view (by self) and the view's total."""
+        e, vi = self.event, self.value_index
+        return aggregate.top(self._view, e, n=n, value_index=vi), self._view.total(e, vi)
+
+    def top_text(self, n: int = 20, rows=None) -> str:
+        """The current view's top table as fixed-width text."""
+        rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(n)
+        return F.top_table_text(rows[:n], self.event, self.value_index, total)
+
+    def static_html(self, max_nodes: int = 300, rows=None) -> str:
+        """A flame graph in plain HTML/SVG (no JavaScript) and the top table."""
+        fd = F.flame_data(self._tree, min_pct=max(self.min_pct_sl.value, 0.5), max_nodes=max_nodes,
+                          orientation=self.chart_tb.value, normalize=bool(self.diff_norm_tb.value))
+        rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(15)
+        return (
+            "<div class='ddprof-static'>"
+            + F.static_flame_html(fd)
+            + "<details><summary>top functions</summary>"
+            + F.top_table_html(rows[:15], self.event, self.value_index, total)
+            + "</details></div>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget view plus text/plain (top table) and text/html (static flame graph)
+        for frontends without widgets (terminal, nbconvert, GitHub's viewer)."""
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        rows, _ = self._top_now(20)  # one aggregate.top for both fallbacks
+        bundle["text/plain"] = self.top_text(rows=rows)
+        bundle["text/html"] = self.static_html(rows=rows)
+        return bundle
+
+    def to_html(self, path) -> Path:
+        """Write a self-contained HTML report (plotly.js inlined: opens offline) with the
+        flame chart, timeline and top table of the current view.  Returns the path."""
+        import plotly.graph_objects as go
+        import plotly.io as pio
+
+        path = Path(path)
+        flame = pio.to_html(F.flame_figure(self._fd), include_plotlyjs=True, full_html=False,
+                            config={"displaylogo": False, "responsive": True})
+        td = self._timeline_data()
+        tl = pio.to_html(go.Figure(data=[go.Bar(**t) for t in F.timeline_traces(td)], layout=F.timeline_layout(td)),
+                         include_plotlyjs=False, full_html=False, config={"displaylogo": False})
+        rows = aggregate.top(self._view, self.event, n=50, value_index=self.value_index)
+        meta = self.profile.metadata
+        title = f"ddprof_nb report — {self.event.display_name}"
+        doc = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{F.esc(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; background: #fff; }}
+@media (prefers-color-scheme: dark) {{ body {{ color: #ddd; background: #1e1e1e; }} }}
+table.ddprof-top {{ border-collapse: collapse; font-size: 13px; }}
+table.ddprof-top td, table.ddprof-top th {{ padding: 2px 8px; border-bottom: 1px solid rgba(128,128,128,.3); }}
+table.ddprof-top td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+table.ddprof-top td.loc {{ opacity: .7; }}
+</style></head><body>
+<h2>{F.esc(title)}</h2>
+<p>{F.esc(self.status.value and html.unescape(self.status.value))}<br>
+python {F.esc(meta.python_version)} · pid {meta.pid} · host {F.esc(meta.host)} · engine {F.esc(meta.engine or "?")}
+· duration {F.esc(F.format_value(meta.duration_ns, "nanoseconds"))}</p>
+{flame}
+{tl}
+<h3>Top functions</h3>
+{F.top_table_html(rows, self.event, self.value_index, self._view.total(self.event, self.value_index))}
+</body></html>
+"""
+        path.write_text(doc, encoding="utf-8")
+        return path
+
+
+_FigureWidget = None
+
+
+def _figure_widget(*args, **kwargs):
+    """A plotly FigureWidget whose comm opens only once its traces and layout are set.
+
+    plotly's FigureWidget opens its comm inside ``__init__`` (ipywidgets does) and then
+    sends its traces and layout in a second message; a page that renders the view in
+    between draws an empty chart and never redraws it (reproduced with Chromium's CPU
+    throttled 6x: one load in three).  Deferring ``open()`` to the end of ``__init__``
+    makes the comm_open message carry the data.
+    """
+    global _FigureWidget
+    if _FigureWidget is None:
+        import plotly.graph_objects as go
+
+        class FigureWidget(go.FigureWidget):
+            def open(self):
+                if self.__dict__.get("_ddprof_ready"):
+                    super().open()
+
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                self._ddprof_ready = True
+                self.open()
+
+        _FigureWidget = FigureWidget
+    return _FigureWidget(*args, **kwargs)
+
+
+def _short_path(filename: str, parts: int = 2) -> str:
+    """The last ``parts`` components of a path: the table's rows stay readable; the
+    source view shows the full path."""
+    bits = filename.replace("\\", "/").split("/")
+    return "/".join(bits[-parts:]) if len(bits) > parts else filename
+
+
+def _primed(view: Profile, base: Profile) -> Profile:
+    """Let a filtered view reuse its base's CSR stacks when the stacks table is shared.
+
+    aggregate.filter keeps the tables of its input (unless hide rewrote stacks);
+    computing ``flat_stacks()`` again walks every frame in Python (~0.1 s at 50k stacks).
+    """
+    if view is not base and view.stacks is base.stacks and view._flat is None:
+        view._flat = F._csr(base)
+    return view

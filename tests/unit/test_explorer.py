@@ -1,0 +1,341 @@
+"""explorer.widget.Explorer: each control changes the figures' data as expected.
+
+No browser: widget values are set from Python (as the frontend would) and the
+FigureWidgets' data are read back.  Profiles come from synthetic samples.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("plotly")
+pytest.importorskip("anywidget")
+pytest.importorskip("ipywidgets")
+
+from ddprof_nb.events import EventType  # noqa: E402
+from ddprof_nb.explorer import Explorer  # noqa: E402
+from ddprof_nb.explorer import figures as F  # noqa: E402
+from ddprof_nb.explorer.widget import parse_label_filter  # noqa: E402
+from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
+
+MS = 1_000_000
+APP = "/home/user/app.py"
+EVIL = "<script>alert(1)</script>"
+main = Frame("main", APP, 12, 10)
+f = Frame("f", APP, 22, 20)
+g = Frame("g", APP, 32, 30)
+h = Frame("h", APP, 42, 40)
+decode = Frame("JSONDecoder.decode", "/usr/lib/python3.11/json/decoder.py", 340, 332)
+evil = Frame(EVIL, "/home/user/<img src=x onerror=alert(2)>.py", 5, 3)
+
+
+def build(rows, duration_ms: int = 100):
+    """rows: (stack, event, count, quantity, (tid, name), labels, time_ms)."""
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=duration_ms * MS))
+    for stack, event, count, qty, (tid, tname), labels, t_ms in rows:
+        b.add(event, b.stack_of(stack), b.thread_id(tid, tname), b.labels_id(labels), t_ms * MS, count, qty)
+    return b.build()
+
+
+MAIN_T, WORKER = (1, "MainThread"), (2, "worker")
+
+
+def sample_profile():
+    """CPU: MainThread main->f (40 ms, early) and main->f->decode (10 ms); worker main->g
+    (30 ms, late, request=b) and main->evil (20 ms, request=a).  ALLOC on main->h."""
+    return build([
+        ([main, f], EventType.CPU, 4, 40 * MS, MAIN_T, {"request": "a"}, 5),
+        ([main, f, decode], EventType.CPU, 1, 10 * MS, MAIN_T, {"request": "a"}, 5),
+        ([main, g], EventType.CPU, 3, 30 * MS, WORKER, {"request": "b"}, 80),
+        ([main, evil], EventType.CPU, 2, 20 * MS, WORKER, {"request": "a"}, 80),
+        ([main, h], EventType.ALLOC, 2, 2048, MAIN_T, None, 50),
+    ])
+
+
+def values(ex) -> dict[str, int]:
+    tr = ex.flame.data[0]
+    return dict(zip(tr.labels, tr.values))
+
+
+@pytest.fixture
+def ex():
+    return Explorer(sample_profile())
+
+
+def test_default_view_shows_the_first_event_in_its_unit(ex):
+    # GIVEN a profile with CPU and ALLOC samples THEN only those two events are offered
+    assert [v for _, v in ex.event_dd.options] == ["cpu", "alloc"]
+    v = values(ex)
+    assert v["main"] == 100 * MS and v["f"] == 50 * MS and v["g"] == 30 * MS
+    assert ex.flame.data[0].tiling.flip == "y"  # flame: root at the bottom
+    assert "100 ms" in ex.flame.layout.title.text
+
+
+def test_event_switch_changes_values_and_units(ex):
+    # WHEN the event becomes "alloc"
+    ex.event_dd.value = "alloc"
+    # THEN the chart holds the allocation stacks, in bytes, and the value labels follow
+    v = values(ex)
+    assert set(v) == {"all (Allocated)", "main", "h"} and v["h"] == 2048
+    assert ex.flame.data[0].customdata[2][3] == "2 KiB"
+    assert [lab for lab, _ in ex.value_tb.options] == ["count", "bytes"]
+
+
+def test_value_toggle_switches_to_counts(ex):
+    ex.value_tb.value = 0
+    assert values(ex)["f"] == 5 and values(ex)["main"] == 10
+
+
+def test_thread_filter_removes_the_other_threads_nodes(ex):
+    # WHEN only the worker thread is selected
+    ex.threads_sel.value = (2,)
+    # THEN MainThread's f and decode disappear, worker's g stays
+    v = values(ex)
+    assert "f" not in v and "JSONDecoder.decode" not in v and v["g"] == 30 * MS
+    # and none selected means all threads again
+    ex.threads_sel.value = ()
+    assert "f" in values(ex)
+
+
+def test_label_filter_keeps_matching_samples_and_rejects_bad_text(ex):
+    ex.labels_txt.value = "request=b"
+    assert set(values(ex)) == {"all (CPU time)", "main", "g"}
+    # a key with two values: either matches
+    ex.labels_txt.value = "request=a, request=b"
+    assert values(ex)["main"] == 100 * MS
+    # WHEN the text is not key=value THEN a message shows and the last filter stays
+    before = values(ex)
+    ex.labels_txt.value = "request"
+    assert "expected key=value" in ex.message.value
+    assert values(ex) == before
+    assert parse_label_filter("a=1; b = 2 ,a=3") == {"a": ["1", "3"], "b": ["2"]}
+
+
+def test_focus_keeps_only_paths_through_the_match(ex):
+    ex.focus_txt.value = "decode"
+    v = values(ex)
+    assert set(v) == {"all (CPU time)", "main", "f", "JSONDecoder.decode"}
+    assert v["main"] == 10 * MS
+
+
+def test_ignore_and_hide(ex):
+    # ignore drops the stacks through f
+    ex.ignore_txt.value = "^f$"
+    assert "f" not in values(ex) and values(ex)["main"] == 50 * MS
+    ex.ignore_txt.value = ""
+    # hide removes the frame but keeps its samples (decode now sits under main)
+    ex.hide_txt.value = "^f$"
+    tr = ex.flame.data[0]
+    k = list(tr.labels).index("JSONDecoder.decode")
+    assert tr.parents[k] == tr.ids[list(tr.labels).index("main")]
+    assert values(ex)["main"] == 100 * MS
+
+
+def test_bad_regex_shows_a_message_and_keeps_the_last_figure(ex):
+    # GIVEN a focused view
+    ex.focus_txt.value = "^g$"
+    shown = (tuple(ex.flame.data[0].ids), tuple(ex.flame.data[0].values))
+    # WHEN the focus becomes an invalid regex
+    ex.focus_txt.value = "g(("
+    # THEN an inline message names it, the figure is unchanged, and other controls still work
+    assert "invalid focus" in ex.message.value and "g((" in ex.message.value
+    assert (tuple(ex.flame.data[0].ids), tuple(ex.flame.data[0].values)) == shown
+    ex.value_tb.value = 0
+    assert values(ex)["g"] == 3
+    # and fixing it clears the message
+    ex.focus_txt.value = "^f$"
+    assert ex.message.value == "" and "f" in values(ex)
+
+
+def test_min_pct_folds_small_nodes_into_other(ex):
+    # decode holds 10 % of the total
+    assert "JSONDecoder.decode" in values(ex)
+    ex.min_pct_sl.value = 4.0
+    assert "JSONDecoder.decode" in values(ex)
+    ex.max_nodes = 4  # the cap forces folding even at a low min %
+    ex.min_pct_sl.value = 0.0
+    tr = ex.flame.data[0]
+    assert len(tr.ids) <= 4 and "[other]" in tr.labels
+    assert "folded into [other]" in ex.status.value
+
+
+def test_search_highlights_matches_and_reports_share(ex):
+    ex.search_txt.value = "decode"
+    tr = ex.flame.data[0]
+    k = list(tr.labels).index("JSONDecoder.decode")
+    assert tr.marker.line.color[k] == F.HIT_LINE
+    assert tr.marker.line.color[list(tr.labels).index("g")] != F.HIT_LINE
+    assert "10.0% of total" in ex.status.value and "10.0% of total" in ex.flame.layout.title.text
+
+
+def test_only_my_code_folds_stdlib_frames(ex):
+    ex.only_mine_cb.value = True
+    v = values(ex)
+    assert "JSONDecoder.decode" not in v and v["f"] == 50 * MS
+    k = list(ex.flame.data[0].labels).index("f")
+    assert ex.flame.data[0].customdata[k][2] == "50 ms"  # decode's time is f's self time now
+
+
+def test_flame_icicle_toggle(ex):
+    ex.chart_tb.value = "icicle"
+    assert ex.flame.data[0].tiling.flip is None
+    ex.chart_tb.value = "flame"
+    assert ex.flame.data[0].tiling.flip == "y"
+
+
+def test_every_update_resets_a_click_zoom(ex):
+    # plotly zooms in the browser without telling Python: each update must re-send the
+    # root level, alternating its two spellings so it is never a no-op
+    levels = set()
+    for pct in (1.0, 2.0, 3.0):
+        ex.min_pct_sl.value = pct
+        levels.add(ex.flame.data[0].level)
+    assert levels == {"", "0"}
+
+
+def test_timeline_range_filters_the_flame(ex):
+    # GIVEN MainThread's samples at 5 ms and the worker's at 80 ms
+    lanes = {y for t in ex.timeline.data for y in t.y}
+    assert lanes == {"MainThread (1)", "worker (2)"}
+    # WHEN the timeline's x range is set to the first 50 ms (as a drag-zoom does)
+    ex.timeline.layout.xaxis.range = [0, 50]
+    # THEN the flame only holds the early samples, the top table too
+    assert set(values(ex)) == {"all (CPU time)", "main", "f", "JSONDecoder.decode"}
+    assert "time 0–50 ms" in ex.status.value
+    assert all("g (" not in lab for lab, _ in ex.top_sel.options)
+    # and the full range clears it
+    ex.timeline.layout.xaxis.range = list(ex._extent_ms)
+    assert "g" in values(ex)
+
+
+def test_timeline_drag_and_double_click_messages(ex):
+    # WHEN the browser reports a drag-zoom on the timeline (plotly_relayout)
+    ex.timeline._js2py_relayout = {"relayout_data": {"xaxis.range[0]": 50, "xaxis.range[1]": 100},
+                                   "source_view_id": "view"}
+    # THEN only the late (worker) samples remain
+    assert set(values(ex)) == {"all (CPU time)", "main", "g", F.esc(EVIL)}
+    # WHEN it reports a double-click (autorange) THEN the whole profile is back, twice in a row
+    for _ in range(2):
+        ex.timeline._js2py_relayout = {"relayout_data": {"xaxis.autorange": True}, "source_view_id": "view"}
+        assert values(ex)["main"] == 100 * MS and "time " not in ex.status.value
+        ex.set_time_range((50, 100))
+
+
+def test_top_table_is_sortable_and_a_click_focuses(ex):
+    names = lambda: [re.search(r"  (\S+) \(", lab).group(1) for lab, _ in ex.top_sel.options]  # noqa: E731
+    # sorted by self time by default
+    assert names()[0] == "f"
+    ex.top_sort_tb.value = "name"
+    assert names() == sorted(names(), key=str.lower)
+    ex.top_sort_tb.value = "total"
+    assert names()[0] == "main"
+    # WHEN the row of g is clicked
+    idx = [i for lab, i in ex.top_sel.options if "  g (" in lab][0]
+    ex.top_sel.value = idx
+    # THEN focus holds g's exact name, the chart shows only stacks through g, and the
+    # source view shows g
+    assert ex.focus_txt.value == "^g$"
+    assert set(values(ex)) == {"all (CPU time)", "main", "g"}
+    assert "<b>g</b>" in ex.source.value
+
+
+def test_clicking_a_flame_node_shows_its_source(ex):
+    tr = ex.flame.data[0]
+    k = list(tr.labels).index("JSONDecoder.decode")
+    # as the frontend reports a click
+    ex.flame._js2py_pointsCallback = {
+        "event_type": "plotly_click",
+        "points": {"trace_indexes": [0], "point_indexes": [k], "xs": [None], "ys": [None]},
+    }
+    assert "JSONDecoder.decode" in ex.source.value and "decoder.py" in ex.source.value
+
+
+def test_figure_widgets_open_their_comm_with_their_data(ex, monkeypatch):
+    # plotly sends a FigureWidget's traces after its comm_open; a page rendering in
+    # between drew an empty chart.  Ours open the comm last, with the traces inside.
+    import comm
+
+    opened = []
+    real = comm.create_comm
+    monkeypatch.setattr(comm, "create_comm", lambda **kw: (opened.append(kw["data"]["state"]), real(**kw))[1])
+    from ddprof_nb.explorer.widget import _figure_widget
+
+    fw = _figure_widget(F.flame_figure(ex.flame_data))
+    assert [len(s.get("_widget_data", [])) for s in opened if "_widget_data" in s] == [1]
+    assert fw.comm is not None
+
+
+def test_first_draw_fills_the_width(ex):
+    # WHEN the page reports its first draw THEN autosize is sent once (plotly then measures)
+    ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}
+    assert ex.flame.layout.autosize is True
+    ex.flame.layout.autosize = False
+    ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}
+    assert ex.flame.layout.autosize is False  # only the first draw is handled
+
+
+def test_repr_mimebundle_has_static_fallbacks_and_escapes(ex):
+    bundle = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "f (/home/user/app.py:20)" in bundle["text/plain"]
+    html = bundle["text/html"]
+    assert "<svg" in html and "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_to_html_writes_a_self_contained_escaped_report(ex, tmp_path):
+    path = ex.to_html(tmp_path / "report.html")
+    text = path.read_text(encoding="utf-8")
+    # plotly.js is inlined (no CDN), so it opens offline
+    assert len(text) > 3_000_000 and "Plotly.newPlot" in text
+    assert re.search(r"<script[^>]*\ssrc=", text) is None
+    # the evil name appears only escaped: as HTML text and inside the JSON (\u003c)
+    assert "<script>alert" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "<img src=x" not in text
+    assert "Top functions" in text
+
+
+def test_diff_mode_shows_exact_changes_normalised_or_absolute():
+    # GIVEN before: f 60 ms, g 40 ms; after: f 150 ms, g 40 ms, h 10 ms
+    before = build([([main, f], EventType.CPU, 6, 60 * MS, MAIN_T, None, 1),
+                    ([main, g], EventType.CPU, 4, 40 * MS, MAIN_T, None, 1)])
+    after = build([([main, f], EventType.CPU, 15, 150 * MS, MAIN_T, None, 1),
+                   ([main, g], EventType.CPU, 4, 40 * MS, MAIN_T, None, 1),
+                   ([main, h], EventType.CPU, 1, 10 * MS, MAIN_T, None, 1)])
+    dx = Explorer(before, after)
+
+    def change(name):
+        tr = dx.flame.data[0]
+        return tr.customdata[list(tr.labels).index(name)][4]
+
+    # normalised by total (before scaled x2): f +30 ms, g -40 ms, h +10 ms
+    assert (change("f"), change("g"), change("h")) == ("+30 ms", "−40 ms", "+10 ms")
+    assert dx.flame_data.raw[list(dx.flame.data[0].labels).index("g")][2] == -40 * MS
+    # absolute: f +90 ms, g ±0
+    dx.diff_norm_tb.value = False
+    assert (change("f"), change("g")) == ("+90 ms", "±0 ns")
+    # the top table shows the change column and sorts by it
+    rows = [lab for lab, _ in dx.top_sel.options]
+    assert "+100 ms  main (" in rows[0] and "+90 ms  f (" in rows[1] and "+10 ms  h (" in rows[2]
+    # the "before" and "after" views are plain flames of each side
+    dx.diff_view_tb.value = "before"
+    assert values(dx)["f"] == 60 * MS and "h" not in values(dx)
+    dx.diff_view_tb.value = "after"
+    assert values(dx)["f"] == 150 * MS
+
+
+def test_explorer_rejects_an_event_that_is_not_there():
+    with pytest.raises(ValueError, match="lock"):
+        Explorer(sample_profile(), event="lock")
+
+
+def test_clear_filters_restores_the_whole_profile(ex):
+    full = values(ex)
+    ex.focus_txt.value = "^g$"
+    ex.threads_sel.value = (2,)
+    ex.set_time_range((60, 100))
+    ex.clear_filters()
+    assert values(ex) == full and ex.threads_sel.value == ()
