@@ -8,7 +8,9 @@ version-specific (py_limited_api=False), as it reads interpreter internals.
 
 import os
 import re
+import shlex
 import sys
+import sysconfig
 from pathlib import Path
 
 from cffi import FFI
@@ -31,6 +33,25 @@ def _extra_compile_args() -> list[str]:
     return args
 
 
+def _core_macros() -> list[tuple[str, str | None]]:
+    """The -D flags the interpreter's own core was compiled with that are not in pyconfig.h.
+
+    They change internal struct layouts: Debian's 3.14/3.15 are configured with
+    --enable-experimental-jit=yes-off, whose -D_Py_TIER2=3 -D_Py_JIT (PY_CORE_CFLAGS only)
+    add fields to _PyThreadStateImpl and so to PyInterpreterState.  pyframes.c reads those
+    structs, so it must see them as the core does (pyframes.c then checks every offset it
+    uses against _PyRuntime.debug_offsets).  Py_BUILD_CORE itself stays local to pyframes.c.
+    """
+    out = []
+    for tok in shlex.split(sysconfig.get_config_var("PY_CORE_CFLAGS") or ""):
+        if not tok.startswith("-D"):
+            continue
+        name, eq, value = tok[2:].partition("=")
+        if name.startswith(("_Py_", "Py_")) and not name.startswith("Py_BUILD_CORE"):
+            out.append((name, value if eq else None))
+    return out
+
+
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef())
 ffibuilder.set_source(
@@ -38,6 +59,7 @@ ffibuilder.set_source(
     '#include "ddprof.h"\n',
     sources=[str(p.relative_to(Path(__file__).resolve().parent)) for p in sorted(NATIVE.glob("*.c"))],
     include_dirs=[str(NATIVE)],
+    define_macros=_core_macros(),
     extra_compile_args=_extra_compile_args(),
     extra_link_args=["-fsanitize=address,undefined"] if os.environ.get("DDPROF_NB_SANITIZE") == "1" else [],
     libraries=["rt", "pthread"],

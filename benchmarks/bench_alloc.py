@@ -14,6 +14,11 @@ without (order alternating), the tool's start/stop excluded; the median with/wit
 ratio over >= 30 pairs, with its interquartile range.  Tools: ddprof_nb at the given rate
 (alloc only), tracemalloc (1 frame, its default), memray (memray.Tracker writing to a
 temporary file, in-process).
+Instruction counts (``--callgrind [N]``): wall-clock on a shared box is noisy, so the
+workload also runs under valgrind's callgrind with PYTHONHASHSEED=0, counting only the
+workload thread inside the workload (no hook / a foreign pass-through allocator / our hook
+with sampling ~never firing / our hook at --rate) and reporting instructions per iteration
+and extra instructions per allocator call.
 """
 
 from __future__ import annotations
@@ -208,12 +213,111 @@ def overhead(tool, n, pairs):
     return statistics.median(ratios), q[0], q[2]
 
 
+# -- instruction counts (callgrind): deterministic, unlike wall-clock on a shared box -------------
+CG_MODES = ("none", "pass", "hook-rare", "hook")
+_ALLOC_FNS = ("_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "_PyObject_Free")
+
+
+def cg_child(mode, n):
+    """One run of the churn workload under ``mode``; only the workload itself is counted (it
+    runs inside functools.reduce, the one C function callgrind is told to collect in)."""
+    import functools
+
+    workload(200)  # warm caches/specialisation identically in every mode
+    run = lambda: functools.reduce(lambda a, _: workload(n), [0], 0)  # noqa: E731
+    if mode == "pass":
+        from ddprof_nb import _binding
+
+        _binding.lib.ddp_alloc_test_foreign(1)
+        run()
+        _binding.lib.ddp_alloc_test_foreign(0)
+    elif mode in ("hook", "hook-rare"):
+        e = engine("512KiB" if mode == "hook" else str(1 << 40))
+        e.start()
+        run()
+        e.stop()
+    else:
+        run()
+
+
+def _cg_totals(path):
+    """(total Ir, {function: calls}) from a callgrind out file (name compression handled)."""
+    names, calls, total = {}, collections.Counter(), 0
+    cfn = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+            elif line.startswith(("fn=", "cfn=")):
+                rest = line.split("=", 1)[1].strip()
+                if rest.startswith("("):
+                    i = rest.index(")")
+                    key, nm = rest[1:i], rest[i + 1:].strip()
+                    if nm:
+                        names[key] = nm
+                    rest = names.get(key, key)
+                if line.startswith("cfn="):
+                    cfn = rest
+            elif line.startswith("calls="):
+                calls[cfn] += int(line[6:].split()[0])
+    return total, calls
+
+
+def callgrind(n, py):
+    """Main-thread instructions inside the workload, per mode (deterministic: hash seed fixed).
+
+    Instructions are collected only inside the workload; callgrind's call counts are not
+    (they cover the whole run), so allocator calls per iteration come from two runs without
+    a hook, at n and 2n iterations."""
+    import glob
+    import subprocess
+
+    env = dict(os.environ, PYTHONHASHSEED="0")
+
+    def one(mode, k):
+        out = tempfile.mktemp(prefix=f"cg_{mode}_", suffix=".out")
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--separate-threads=yes",
+                        "--collect-atstart=no", "--toggle-collect=functools_reduce", py, __file__,
+                        "--cg-child", mode, str(k)], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env=env)
+        files = sorted(glob.glob(out + "-*"))
+        res = _cg_totals(files[0])  # thread 1: the workload's
+        for f in files + [out]:
+            if os.path.exists(f):
+                os.unlink(f)
+        return res
+
+    rows = {}
+    for mode in CG_MODES:
+        rows[mode] = one(mode, n)[0]
+        print(f"  {mode:<10} {rows[mode]:>14,} Ir in the workload ({n} iterations)", flush=True)
+    (_, c1), (_, c2) = one("none", n), one("none", 2 * n)
+    per_fn = {f: (c2[f] - c1[f]) / n for f in _ALLOC_FNS}
+    per_it = sum(per_fn.values())
+    print(f"  allocator calls per iteration: {per_it:.2f} "
+          f"({', '.join(f'{f[10:]} {v:.2f}' for f, v in per_fn.items())})")
+    base = rows["none"]
+    print(f"\n{'mode':<10}  {'Ir/iteration':>12}  {'vs none':>8}  {'extra Ir per allocator call':>28}")
+    for mode in CG_MODES:
+        ir = rows[mode]
+        print(f"{mode:<10}  {ir / n:>12.1f}  {100 * (ir / base - 1):>+7.2f}%  {(ir - base) / n / per_it:>28.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cg-child", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--callgrind", type=int, metavar="N", nargs="?", const=20000,
+                    help="instruction counts per allocator call under valgrind (no hook, pass-through, "
+                         "hook with sampling ~never firing, hook at --rate); N churn iterations")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--pairs", type=int, default=30)
     ap.add_argument("--rate", default="512KiB")
     args = ap.parse_args()
+    if args.cg_child:
+        return cg_child(args.cg_child[0], int(args.cg_child[1]))
+    if args.callgrind:
+        print(f"Python {platform.python_version()}: callgrind, {args.callgrind} vs {2 * args.callgrind} iterations")
+        return callgrind(args.callgrind, sys.executable)
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, alloc_rate={args.rate}\n")
     rows = accuracy(args.rate, args.quick)
     w = max(len(r[0]) for r in rows)

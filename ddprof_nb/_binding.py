@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import sysconfig
 import threading
 from dataclasses import dataclass
 
@@ -31,7 +32,10 @@ ffi = None
 lib = None
 _reason: str | None = None
 
-SUPPORTED = ((3, 11), (3, 12), (3, 13))
+# CPython versions whose internal layout native/pyframes.c reads (GIL builds only).  On
+# 3.13+ the running interpreter's published offsets (_PyRuntime.debug_offsets) are also
+# compared with the compiled ones at load: any difference refuses the engine.
+SUPPORTED = ((3, 11), (3, 12), (3, 13), (3, 14), (3, 15))
 
 # Wall samples carry the thread's state as a label ``state=<value>``:
 #   cpu     running or runnable (its CPU clock advanced, or the kernel says "running")
@@ -68,6 +72,16 @@ def _check_tables(lib_, ffi_) -> str | None:
     return None
 
 
+def _layout_problem(lib_, ffi_) -> str | None:
+    """None when the interpreter's published offsets (3.13+) equal the compiled ones."""
+    if not hasattr(lib_, "ddp_py_layout_problem"):
+        return "the native module predates the layout check; reinstall ddprof_nb"
+    msg = ffi_.new("char[]", 512)
+    if lib_.ddp_py_layout_problem(msg, 512) == 0:
+        return None
+    return ffi_.string(msg).decode("utf-8", "replace") or "unknown layout problem"
+
+
 def _load() -> None:
     global ffi, lib, _reason
     ffi = lib = None  # a refusal must never leave an earlier load usable
@@ -79,9 +93,16 @@ def _load() -> None:
         _reason = f"the native engine needs CPython (this is {platform.python_implementation()})"
         return
     if sys.version_info[:2] not in SUPPORTED:
+        lo, hi = SUPPORTED[0], SUPPORTED[-1]
         _reason = (
-            f"the native engine supports CPython 3.11-3.13, not {platform.python_version()}; "
+            f"the native engine supports CPython {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}, not {platform.python_version()}; "
             "use engine='python'"
+        )
+        return
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        _reason = (
+            f"the native engine does not support free-threaded CPython ({platform.python_version()} "
+            "built with --disable-gil); use engine='python'"
         )
         return
     try:
@@ -101,6 +122,13 @@ def _load() -> None:
     mismatch = _check_tables(_native.lib, _native.ffi)
     if mismatch:
         _reason = f"native module out of date ({mismatch}); reinstall ddprof_nb"
+        return
+    layout = _layout_problem(_native.lib, _native.ffi)
+    if layout:
+        _reason = (
+            f"the native engine refuses CPython {platform.python_version()}: {layout}; "
+            "it never reads interpreter memory with a layout it cannot confirm (use engine='python')"
+        )
         return
     ffi, lib = _native.ffi, _native.lib
 
@@ -350,6 +378,7 @@ class RecordConverter:
         events, states, flags, depths, tids, label_ids, ts, counts, values = (
             hdr[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value")
         )
+        auxs = hdr["aux"].tolist() if (self.alloc is not None or self.waits is not None) else None  # perf: one pass, not a numpy scalar per record
         rows_ev, rows_st, rows_th, rows_lb, rows_t, rows_v = [], [], [], [], [], []
         invalid = lib.DDP_REC_INVALID
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
@@ -365,13 +394,13 @@ class RecordConverter:
             off = i * record_size + hsize
             sid = self._stack_id(flags[i] & keep, raw[off : off + depths[i] * FRAME_SIZE])
             if self.alloc is not None and ev is EventType.ALLOC:  # allocations: held for the type leaf (_alloc.py)
-                self.alloc.hold(int(hdr["aux"][i]), sid, self._thread_id(tids[i]),
+                self.alloc.hold(auxs[i], sid, self._thread_id(tids[i]),
                                 self._labels_id(label_ids[i], states[i], events[i]),
                                 max(0, ts[i] - self.start_mono_ns), counts[i], values[i])
                 continue
             if self.waits is not None and (ev is EventType.LOCK or ev is EventType.PARK):
                 # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
-                ev_id, sid = self.waits.classify(int(hdr["aux"][i]), sid)
+                ev_id, sid = self.waits.classify(auxs[i], sid)
                 if ev_id is None:
                     continue
                 events[i] = ev_id

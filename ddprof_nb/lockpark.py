@@ -167,6 +167,13 @@ class WaitClassifier:
             return park, "sleep", FrameKind.BLOCKER
         py = [f for f in frames if f.kind is FrameKind.PYTHON]
         if kind in _SELECT:
+            # _socket's timeout wait is a poll(): where _socket and select live in one object
+            # (both built into the executable, as in Debian's 3.14/3.15) the hook sees the same
+            # GOT slot for both, so the call site decides (a socket method there: socket)
+            if kind == 8 and py:
+                m = _SOCK_METHOD.search(_line(py[-1]))
+                if m and "poll" not in _line(py[-1]) and "select" not in _line(py[-1]):
+                    return park, f"socket.{m.group(1)}", FrameKind.BLOCKER
             return park, "select", FrameKind.BLOCKER
         if kind in _SOCKET:
             method = "recv" if kind in (12, 13, 14) else "accept" if kind in (15, 16) else ""

@@ -16,15 +16,23 @@
  * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
  * unbiased estimates of the allocations and bytes it stands for.  count is rounded
  * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
- * The fast path is a relaxed flag load, a TLS compare and a subtraction.
+ * The fast path (perf: measured with callgrind, benchmarks/bench_alloc.py --callgrind) is one
+ * load of the layer's session number, a TLS compare and a TLS subtraction, then a tail call
+ * to the previous allocator: no stack frame, no atomics read-modify-write, no table lookup.
+ * Everything else (a new session for this thread, the countdown crossing zero, a pending
+ * type read) lives in cold, non-inlined functions reached only when the countdown fires: a
+ * pending type read forces that by parking the real countdown (tl.saved) and zeroing
+ * tl.remaining.  Bytes are counted before the previous allocator runs, so a failed
+ * allocation that does not fire still counts its bytes (negligible: MemoryError paths).
  *
  * Recording.  ddp_emit_own(ALLOC, count, bytes, id) records the calling thread's own
  * Python stack; `id` (a per-session sequence number) lets LIVE refer back to it.  The
  * profiler's own threads are excluded there (their slots are marked excluded at start).
  *
  * Live heap.  Sampled pointers go into a bounded open-addressing table (linear probing,
- * backward-shift deletion); every free/realloc looks its pointer up (the common case is
- * one probe into an empty cell).  Full table: the sample still counts as ALLOC, not as
+ * backward-shift deletion); every free/realloc first tests one bit of an 8 KiB bitmap over
+ * (ptr >> 4) mod 2^16 (set while some live sample hashes there; a per-bucket count kept off
+ * the hot path clears it) and probes the table only on a hit.  Full table: the sample still counts as ALLOC, not as
  * LIVE, and it is counted (live_overflow).  At stop, under the GIL, the table is frozen
  * into a list of (id, size, type) that Python turns into LIVE rows.
  *
@@ -56,7 +64,7 @@
 #define LIVE_MAX (LIVE_CAP / 4 * 3)
 #define NOTES_CAP 4096       /* type notes waiting for the drain */
 #define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
-#define FILTER_SIZE 8192     /* counting prefilter of the live table (fits in L1) */
+#define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> 4) mod FILTER_SIZE */
 #define GC_HEAD_SIZE (2 * sizeof(void *)) /* sizeof(PyGC_Head), 3.11-3.13 GIL builds */
 #define TYPE_NAME_CAP 48
 
@@ -67,7 +75,7 @@ typedef struct {
     PyMemAllocatorEx self;   /* what we installed (ctx = this layer) */
     int domain;
     int in_use;              /* installed in the chain (now or left as a pass-through) */
-    _Atomic int active;      /* sampling through this layer */
+    _Atomic uint32_t gen;    /* session sampling through this layer; 0 = pass-through */
 } layer_t;
 
 typedef struct {
@@ -87,9 +95,10 @@ static _Atomic uint64_t seq;
 
 static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
 static uint32_t live_n;
-/* Live entries per hash bucket: a free looks at this 16 KiB array first and probes the
- * 1.3 MB table only when its bucket is non-empty (a cache miss per free cost ~8%). */
+/* Live entries per prefilter bucket (cold: touched on insert/remove only), and the hot 8 KiB
+ * bitmap of non-empty buckets every free tests (a probe of the 1.3 MB table per free cost ~8%). */
 static uint16_t filter[FILTER_SIZE];
+static uint64_t filter_bits[FILTER_SIZE / 64];
 static ddp_alloc_info *frozen; /* the live list at stop */
 static int frozen_n;
 
@@ -104,9 +113,11 @@ static struct {
 /* Per-thread state: byte countdown, RNG, re-entry guard, a sampled block awaiting its type. */
 /* One TLS block: the fast path then needs a single TLS-offset load for all its fields. */
 static DDP_TLS struct {
-    int64_t remaining;
+    int64_t remaining;       /* bytes to the next sample; forced to 0 while a type read is pending */
     uint32_t gen;
     int busy;
+    int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
+    int parked;
     uintptr_t pending;
     uint64_t rng, pending_id, pending_size;
     int pending_tries;
@@ -145,6 +156,35 @@ static const struct {
 };
 
 /* ---- the live table (GIL-protected) ---------------------------------------------------------- */
+static inline uint32_t filter_bucket(uintptr_t p) { return (uint32_t)(p >> 4) & (FILTER_SIZE - 1); }
+
+/* The only live-table work on the free/realloc fast path. */
+static inline int filter_hit(uintptr_t p)
+{
+    uint32_t b = filter_bucket(p);
+    return (int)((filter_bits[b >> 6] >> (b & 63)) & 1);
+}
+
+static inline void filter_add(uintptr_t p)
+{
+    uint32_t b = filter_bucket(p);
+    if (!filter[b]++)
+        filter_bits[b >> 6] |= 1ULL << (b & 63);
+}
+
+static inline void filter_sub(uintptr_t p)
+{
+    uint32_t b = filter_bucket(p);
+    if (!--filter[b])
+        filter_bits[b >> 6] &= ~(1ULL << (b & 63));
+}
+
+static void filter_clear(void)
+{
+    memset(filter, 0, sizeof filter);
+    memset(filter_bits, 0, sizeof filter_bits);
+}
+
 static inline uint32_t ptr_hash(uintptr_t p)
 {
     uint64_t x = (uint64_t)p * 0x9E3779B97F4A7C15ULL;
@@ -171,7 +211,7 @@ static int live_insert(uintptr_t p, uint64_t size, uint64_t id, int domain)
         h = (h + 1) & (LIVE_CAP - 1);
     if (!live[h].ptr) {
         live_n++;
-        filter[ptr_hash(p) & (FILTER_SIZE - 1)]++;
+        filter_add(p);
     }
     live[h] = (live_t){ .ptr = p, .size = size, .id = id, .type = 0, .domain = domain };
     return 0;
@@ -181,7 +221,7 @@ static int live_insert(uintptr_t p, uint64_t size, uint64_t id, int domain)
 static void live_remove_at(uint32_t i)
 {
     live_n--;
-    filter[ptr_hash(live[i].ptr) & (FILTER_SIZE - 1)]--;
+    filter_sub(live[i].ptr);
     uint32_t j = i;
     for (;;) {
         live[i].ptr = 0;
@@ -200,9 +240,9 @@ static void live_remove_at(uint32_t i)
     }
 }
 
-static inline void live_forget(uintptr_t p)
+static void live_forget(uintptr_t p)
 {
-    if (!live_n || !filter[ptr_hash(p) & (FILTER_SIZE - 1)])
+    if (!p || !live_n)
         return;
     live_t *e = live_find(p);
     if (e)
@@ -333,22 +373,59 @@ static void pending_try(void)
 }
 
 /* ---- the sampled path ------------------------------------------------------------------------- */
-static __attribute__((noinline)) void slow_path(layer_t *L, void *p, size_t n)
+/* Invariant outside slow_path: tl.pending != 0 <=> the countdown is parked, so the thread's
+ * next allocation takes the slow path and retries the type read. */
+static inline void park_countdown(void)
+{
+    if (!tl.parked) {
+        tl.saved = tl.remaining;
+        tl.remaining = 0;
+        tl.parked = 1;
+    }
+}
+
+static inline void unpark_countdown(void)
+{
+    if (tl.parked) {
+        tl.remaining += tl.saved; /* what was counted from 0 while parked */
+        tl.parked = 0;
+    }
+}
+
+/* The countdown fired (or this thread is new to the session) for an allocation of n bytes at
+ * p (NULL: the previous allocator failed), through an active layer L. */
+static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_t n)
 {
     if (tl.busy) {
         atomic_fetch_add_explicit(&ast.reentered, 1, memory_order_relaxed);
+        return; /* remaining stays <= 0: the next allocation comes back here */
+    }
+    uint32_t gen = atomic_load_explicit(&L->gen, memory_order_relaxed);
+    if (!gen) {
+        /* a pass-through layer (stale, or a new thread whose tl.gen is still 0): no session */
+        tl.remaining = INT64_MAX / 2;
         return;
     }
     tl.busy = 1;
-    uint32_t gen = atomic_load_explicit(&cur_gen, memory_order_relaxed);
     if (tl.gen != gen) { /* first allocation of this thread in this session */
         if (!tl.rng)
             tl.rng = ((uint64_t)ddp_now_ns() ^ ((uint64_t)syscall(SYS_gettid) << 32) ^ (uintptr_t)&tl) | 1;
         tl.gen = gen;
         tl.pending = 0;
+        tl.parked = 0;
         tl.remaining = draw_gap() - (int64_t)n;
-        if (tl.remaining > 0)
+        if (tl.remaining > 0 || !p)
             goto out;
+    } else if (tl.parked) {
+        /* parked for a type read: back to the real countdown (n already subtracted) */
+        unpark_countdown();
+        if (tl.pending)
+            pending_try();
+        if (tl.remaining > 0 || !p)
+            goto out; /* still pending: parked again at out */
+    } else if (!p) {
+        tl.remaining += (int64_t)n; /* failed: not an allocation, give its bytes back */
+        goto out;
     }
     tl.remaining = draw_gap();
     if (tl.pending)
@@ -382,69 +459,95 @@ static __attribute__((noinline)) void slow_path(layer_t *L, void *p, size_t n)
         tl.pending_tries = PENDING_TRIES;
     }
 out:
+    if (tl.pending)
+        park_countdown(); /* retry the type read at the thread's next allocation */
     tl.busy = 0;
 }
 
-/* 1 when this allocation must take the slow path. */
-static inline int count_bytes(layer_t *L, size_t n)
+/* The whole per-call fast path: 1 when this allocation of n bytes needs no sampling work.
+ * A pass-through layer (gen 0) never counts, so a stale layer under a foreign allocator does
+ * not count the bytes the active layer above it already counted. */
+static inline __attribute__((always_inline)) int count_skip(layer_t *L, size_t n)
 {
-    if (!atomic_load_explicit(&L->active, memory_order_relaxed))
-        return 0;
-    /* the session check comes first: a pending block of an earlier session may be freed */
-    if (__builtin_expect(tl.gen != atomic_load_explicit(&cur_gen, memory_order_relaxed), 0))
-        return 1;
-    if (__builtin_expect(tl.pending != 0, 0) && !tl.busy) {
-        tl.busy = 1;
-        pending_try();
-        tl.busy = 0;
+    uint32_t g = atomic_load_explicit(&L->gen, memory_order_relaxed);
+    if (__builtin_expect(g == tl.gen, 1)) {
+        int64_t r = tl.remaining - (int64_t)n;
+        tl.remaining = r;
+        return r > 0;
     }
-    tl.remaining -= (int64_t)n;
-    return tl.remaining <= 0;
+    return !g;
 }
 
-static inline void on_free(layer_t *L, void *p)
+static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
 {
-    if (!atomic_load_explicit(&L->active, memory_order_relaxed) || !p)
-        return;
-    /* a pending block freed here is recognised by pending_try through the live table */
+    void *p = L->prev.malloc(L->prev.ctx, n);
+    slow_path(L, p, n);
+    return p;
+}
+
+static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize)
+{
+    void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
+    slow_path(L, p, nelem * elsize);
+    return p;
+}
+
+/* realloc when the old block may be a live sample (filter hit) or the countdown fired
+ * (counted = 1: n was already subtracted by the fast path). */
+static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old, size_t n, int counted)
+{
+    void *p = L->prev.realloc(L->prev.ctx, old, n);
+    if (!p) {
+        if (counted)
+            slow_path(L, NULL, n); /* the countdown fired: keep it consistent */
+        return p; /* failed: the old block is still valid (and still sampled if it was) */
+    }
+    if (old)
+        live_forget((uintptr_t)old); /* resized or moved: the old sample ends; the new size is counted anew */
+    if (counted || !count_skip(L, n))
+        slow_path(L, p, n);
+    return p;
+}
+
+static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
+{
     live_forget((uintptr_t)p);
+    L->prev.free(L->prev.ctx, p);
 }
 
 static void *h_malloc(void *ctx, size_t n)
 {
     layer_t *L = ctx;
-    void *p = L->prev.malloc(L->prev.ctx, n);
-    if (p && count_bytes(L, n))
-        slow_path(L, p, n);
-    return p;
+    if (__builtin_expect(count_skip(L, n), 1))
+        return L->prev.malloc(L->prev.ctx, n); /* tail call */
+    return malloc_slow(L, n);
 }
 
 static void *h_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     layer_t *L = ctx;
-    void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
-    if (p && count_bytes(L, nelem * elsize))
-        slow_path(L, p, nelem * elsize);
-    return p;
+    if (__builtin_expect(count_skip(L, nelem * elsize), 1))
+        return L->prev.calloc(L->prev.ctx, nelem, elsize);
+    return calloc_slow(L, nelem, elsize);
 }
 
 static void *h_realloc(void *ctx, void *old, size_t n)
 {
     layer_t *L = ctx;
-    void *p = L->prev.realloc(L->prev.ctx, old, n);
-    if (!p)
-        return p; /* failed: the old block is still valid (and still sampled if it was) */
-    if (old)
-        on_free(L, old); /* resized or moved: the old sample ends; the new size is counted anew */
-    if (count_bytes(L, n))
-        slow_path(L, p, n);
-    return p;
+    if (__builtin_expect(filter_hit((uintptr_t)old), 0))
+        return realloc_slow(L, old, n, 0);
+    if (__builtin_expect(count_skip(L, n), 1))
+        return L->prev.realloc(L->prev.ctx, old, n);
+    return realloc_slow(L, old, n, 1);
 }
 
+/* Frees go to the live table whether or not this layer is active: removing a freed pointer
+ * is always right (idempotent), and the bitmap is empty outside sessions. */
 static void h_free(void *ctx, void *p)
 {
     layer_t *L = ctx;
-    on_free(L, p);
+    if (__builtin_expect(filter_hit((uintptr_t)p), 0))
+        return free_slow(L, p); /* both branches are tail calls: no stack frame here */
     L->prev.free(L->prev.ctx, p);
 }
 
@@ -476,7 +579,7 @@ int ddp_alloc_start(const ddp_config *c)
             return DDP_ENOMEM;
     }
     memset(live, 0, LIVE_CAP * sizeof *live);
-    memset(filter, 0, sizeof filter);
+    filter_clear();
     live_n = 0;
     free(frozen);
     frozen = NULL;
@@ -512,7 +615,7 @@ int ddp_alloc_start(const ddp_config *c)
             L->in_use = 1;
             PyMem_SetAllocator(domains[d], &L->self);
         }
-        atomic_store(&L->active, 1);
+        atomic_store(&L->gen, atomic_load(&cur_gen));
         top[d] = L;
     }
     return DDP_OK;
@@ -552,7 +655,7 @@ static void stop_gil(void)
         layer_t *L = top[d];
         if (!L)
             continue;
-        atomic_store(&L->active, 0);
+        atomic_store(&L->gen, 0);
         PyMemAllocatorEx cur;
         PyMem_GetAllocator(domains[d], &cur);
         if (same_allocator(&cur, &L->self)) {
@@ -565,6 +668,11 @@ static void stop_gil(void)
     }
     atomic_fetch_add(&cur_gen, 1);
     freeze_live();
+    /* after the freeze the table is not read again before the next start (which clears it):
+     * empty the prefilter so frees through a pass-through layer left installed stay on the
+     * fast path */
+    live_n = 0;
+    filter_clear();
 }
 
 void ddp_alloc_stop_locked(void)
@@ -587,12 +695,12 @@ void ddp_alloc_after_fork_child(void)
     /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
     for (int d = 0; d < 2; d++)
         if (top[d]) {
-            atomic_store(&top[d]->active, 0);
+            atomic_store(&top[d]->gen, 0);
             top[d] = NULL;
         }
     atomic_fetch_add(&cur_gen, 1);
     live_n = 0;
-    memset(filter, 0, sizeof filter);
+    filter_clear();
     notes_len = 0;
 }
 

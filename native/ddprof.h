@@ -141,12 +141,20 @@ int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info,
 int ddp_graveyard_pop(ddp_code_info *info, char *qualname, int qcap, char *filename, int fcap,
                       uint8_t *linetable, int lcap);
 int ddp_code_watcher_active(void);
-/* Line of instruction `lasti` (code units) from a co_linetable (3.11-3.13 format); firstlineno when none. */
+/* Line of instruction `lasti` (code units) from a co_linetable (one format 3.11-3.15); firstlineno when none. */
 int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti);
 /* Test/benchmark helpers. */
 int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out);
 int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault recovered */
 int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
+/* ---- interpreter layout (pyframes.c) ----
+ * 0: the running interpreter's published offsets (_PyRuntime.debug_offsets, 3.13+) equal
+ * the compiled ones (3.11/3.12: always 0); 1: they differ, 2: no frame walker for this
+ * build; msg then says why.  The selftest perturbs published value `field` (0 = cookie) in
+ * a copy and returns what the check says (-1: no such field / nothing published). */
+int ddp_py_layout_problem(char *msg, int cap);
+int ddp_py_layout_selftest(int field, char *msg, int cap);
+/* ---- end interpreter layout ---- */
 
 /* ---- lock/park: blocking waits hooked through GOT slots (waits.c) --------------------------
  * LOCK/PARK records carry the libc call in aux (low byte: DDP_WAIT_*, plus the flags below);

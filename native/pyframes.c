@@ -1,42 +1,85 @@
-/* pyframes.c — everything that knows CPython's internal layout (3.11, 3.12, 3.13).
+/* pyframes.c — everything that knows CPython's internal layout (3.11 to 3.15).
  *
  * Compiled against the running interpreter's internal headers (Py_BUILD_CORE), so the
  * struct layouts are the real ones for the version this module is built for; the binding
  * refuses to load a module whose compiled PY_VERSION_HEX differs from the interpreter's.
+ * On 3.13+ the interpreter also publishes its offsets (_PyRuntime.debug_offsets): every
+ * offset and size this file relies on is compared with the running interpreter's published
+ * value before anything is read (ddp_py_layout_problem); a mismatch refuses the engine with
+ * the field named, it never reads with a wrong layout.
  *
  * Every read of interpreter memory goes through ddp_safe_read into a local copy, and
  * fields are used from the copy: the walker never follows a pointer it has not copied,
  * and validates what it copied (types, bounds, owner, cycles).  Fields per version:
- *                 3.11                     3.12                      3.13
- *   top frame     tstate->cframe->current_frame  (same)              tstate->current_frame
- *   code          f_code                   f_code                    f_executable (may be None)
- *   instruction   prev_instr               prev_instr                instr_ptr
- *   skip          incomplete frames        + owner == CSTACK shims   same as 3.12
+ *                 3.11                     3.12              3.13            3.14 / 3.15
+ *   top frame     tstate->cframe->current_frame  (same)      tstate->current_frame  (same)
+ *   code          f_code                   f_code            f_executable    f_executable: a tagged
+ *                                                            (may be None)   _PyStackRef (mask
+ *                                                                            Py_TAG_BITS = 3)
+ *   instruction   prev_instr               prev_instr        instr_ptr       instr_ptr
+ *   skip          incomplete frames        + owner == CSTACK same as 3.12    + owner >= INTERPRETER
+ *                                            shims                           (3.14: INTERPRETER 3,
+ *                                                                            CSTACK 4; 3.15: no
+ *                                                                            CSTACK, INTERPRETER 3)
+ * The location table (co_linetable) has the same format from 3.11 to 3.15.
  */
 #define Py_BUILD_CORE 1
 #define _GNU_SOURCE
 #include <Python.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030E0000
+/* 3.14+: struct _PyInterpreterFrame moved to pycore_interpframe_structs.h, f_executable
+ * became a _PyStackRef (pycore_stackref.h: Py_TAG_BITS), _Py_DebugOffsets has its own header */
+#include "internal/pycore_interpframe_structs.h"
+#include "internal/pycore_stackref.h"
+#include "internal/pycore_debug_offsets.h"
+#endif
 #include "internal/pycore_interp.h"
 #include "internal/pycore_runtime.h"
 #include "ddp_internal.h"
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+/* Free-threaded builds (Py_GIL_DISABLED) and Py_STACKREF_DEBUG builds have other layouts
+ * (per-thread bytecode, stack refs as indices): not supported. */
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x03100000 || defined(Py_GIL_DISABLED) || \
+    defined(Py_STACKREF_DEBUG)
 #define DDP_PY_SUPPORTED 0
 #else
 #define DDP_PY_SUPPORTED 1
 #endif
 
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_VERSION_HEX >= 0x030E0000
+/* f_executable is a _PyStackRef: a PyObject* whose low Py_TAG_BITS carry a tag.  A code
+ * object is referenced with tag 0 (strong) or Py_TAG_REFCNT (deferred/immortal); any other
+ * tag (tagged int, invalid) is not a code object and makes the sample invalid. */
+#if DDP_PY_SUPPORTED
+_Static_assert(Py_TAG_BITS == 3 && Py_TAG_REFCNT == 1, "unexpected _PyStackRef tagging");
+#endif
+#define FRAME_CODE_BITS(f) ((uintptr_t)(f).f_executable.bits)
+#define FRAME_CODE(f) (FRAME_CODE_BITS(f) & ~(uintptr_t)Py_TAG_BITS)
+#define FRAME_CODE_TAG_OK(f) ((FRAME_CODE_BITS(f) & (uintptr_t)Py_TAG_BITS) <= (uintptr_t)Py_TAG_REFCNT)
+#define FRAME_INSTR(f) ((uintptr_t)(f).instr_ptr)
+#elif PY_VERSION_HEX >= 0x030D0000
 #define FRAME_CODE(f) ((uintptr_t)(f).f_executable)
+#define FRAME_CODE_TAG_OK(f) 1
 #define FRAME_INSTR(f) ((uintptr_t)(f).instr_ptr)
 #else
 #define FRAME_CODE(f) ((uintptr_t)(f).f_code)
+#define FRAME_CODE_TAG_OK(f) 1
 #define FRAME_INSTR(f) ((uintptr_t)(f).prev_instr)
+#endif
+
+/* The highest frame-owner value of this version (anything above: a torn read). */
+#if PY_VERSION_HEX >= 0x030F0000
+#define DDP_OWNER_MAX FRAME_OWNED_BY_INTERPRETER /* 3.15 dropped FRAME_OWNED_BY_CSTACK */
+#elif PY_VERSION_HEX >= 0x030E0000
+#define DDP_OWNER_MAX FRAME_OWNED_BY_CSTACK /* 3.14: INTERPRETER = 3, CSTACK = 4 */
+#else
+#define DDP_OWNER_MAX 3
 #endif
 
 #define CODE_HDR offsetof(PyCodeObject, co_code_adaptive)
@@ -221,13 +264,22 @@ int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *f
             if (tortoise && tortoise == next)
                 return -1;
         }
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030E0000
+        /* 3.14+: entry frames of the eval loop and the thread's base frame are owned by
+         * the interpreter (3.14 also has CSTACK = 4): no Python code, not a frame to show */
+        if (f->owner >= FRAME_OWNED_BY_INTERPRETER && f->owner <= DDP_OWNER_MAX) {
+            fptr = next;
+            continue;
+        }
+#elif PY_VERSION_HEX >= 0x030C0000
         if (f->owner == FRAME_OWNED_BY_CSTACK) { /* the C entry shim of 3.12+ */
             fptr = next;
             continue;
         }
 #endif
-        if (f->owner < 0 || f->owner > 3)
+        if (f->owner < 0 || f->owner > DDP_OWNER_MAX)
+            return -1;
+        if (!FRAME_CODE_TAG_OK(*f))
             return -1;
         uintptr_t cptr = FRAME_CODE(*f);
         if (!cptr || (cptr & 7))
@@ -346,6 +398,138 @@ int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
 
 uintptr_t ddp_py_current_tstate(void) { return (uintptr_t)PyGILState_GetThisThreadState(); }
 
+/* ---- layout check against the interpreter's published offsets (3.13+) ----------------- */
+#if PY_VERSION_HEX >= 0x030D0000 && DDP_PY_SUPPORTED
+typedef struct {
+    const char *name;
+    size_t at;    /* offset of the published value inside _Py_DebugOffsets */
+    size_t base;  /* (size_t)-1, or a published value subtracted from it */
+    uint64_t want;
+} dbg_check;
+#define DBG(f) offsetof(_Py_DebugOffsets, f)
+#define NOBASE ((size_t)-1)
+#define GIL_OFF(field) offsetof(struct _gil_runtime_state, field)
+/* Every offset and size this module uses, with the value of the headers it was built with. */
+static const dbg_check dbg_checks[] = {
+    { "version", DBG(version), NOBASE, PY_VERSION_HEX },
+    { "free_threaded", DBG(free_threaded), NOBASE, 0 },
+    { "interpreter_state.size", DBG(interpreter_state.size), NOBASE, sizeof(PyInterpreterState) },
+    { "interpreter_state.threads_head", DBG(interpreter_state.threads_head), NOBASE,
+      offsetof(PyInterpreterState, threads.head) },
+    { "interpreter_state.gc", DBG(interpreter_state.gc), NOBASE, offsetof(PyInterpreterState, gc) },
+    { "interpreter_state.ceval_gil", DBG(interpreter_state.ceval_gil), NOBASE, offsetof(PyInterpreterState, ceval.gil) },
+    { "interpreter_state.gil_runtime_state_locked", DBG(interpreter_state.gil_runtime_state_locked),
+      DBG(interpreter_state.gil_runtime_state), GIL_OFF(locked) },
+    { "interpreter_state.gil_runtime_state_holder", DBG(interpreter_state.gil_runtime_state_holder),
+      DBG(interpreter_state.gil_runtime_state), GIL_OFF(last_holder) },
+    { "thread_state.size", DBG(thread_state.size), NOBASE, sizeof(PyThreadState) },
+    { "thread_state.next", DBG(thread_state.next), NOBASE, offsetof(PyThreadState, next) },
+    { "thread_state.interp", DBG(thread_state.interp), NOBASE, offsetof(PyThreadState, interp) },
+    { "thread_state.current_frame", DBG(thread_state.current_frame), NOBASE, offsetof(PyThreadState, current_frame) },
+    { "thread_state.native_thread_id", DBG(thread_state.native_thread_id), NOBASE,
+      offsetof(PyThreadState, native_thread_id) },
+    { "interpreter_frame.size", DBG(interpreter_frame.size), NOBASE, sizeof(_PyInterpreterFrame) },
+    { "interpreter_frame.previous", DBG(interpreter_frame.previous), NOBASE, offsetof(_PyInterpreterFrame, previous) },
+    { "interpreter_frame.executable", DBG(interpreter_frame.executable), NOBASE,
+      offsetof(_PyInterpreterFrame, f_executable) },
+    { "interpreter_frame.instr_ptr", DBG(interpreter_frame.instr_ptr), NOBASE, offsetof(_PyInterpreterFrame, instr_ptr) },
+    { "interpreter_frame.localsplus", DBG(interpreter_frame.localsplus), NOBASE,
+      offsetof(_PyInterpreterFrame, localsplus) },
+    { "interpreter_frame.owner", DBG(interpreter_frame.owner), NOBASE, offsetof(_PyInterpreterFrame, owner) },
+#if PY_VERSION_HEX >= 0x030E0000
+    { "interpreter_frame.tlbc_index", DBG(interpreter_frame.tlbc_index), NOBASE, 0 }, /* 0: no per-thread bytecode */
+    { "code_object.co_tlbc", DBG(code_object.co_tlbc), NOBASE, 0 },
+#endif
+    { "code_object.size", DBG(code_object.size), NOBASE, sizeof(PyCodeObject) },
+    { "code_object.filename", DBG(code_object.filename), NOBASE, offsetof(PyCodeObject, co_filename) },
+    { "code_object.qualname", DBG(code_object.qualname), NOBASE, offsetof(PyCodeObject, co_qualname) },
+    { "code_object.linetable", DBG(code_object.linetable), NOBASE, offsetof(PyCodeObject, co_linetable) },
+    { "code_object.firstlineno", DBG(code_object.firstlineno), NOBASE, offsetof(PyCodeObject, co_firstlineno) },
+    { "code_object.co_code_adaptive", DBG(code_object.co_code_adaptive), NOBASE,
+      offsetof(PyCodeObject, co_code_adaptive) },
+    { "pyobject.ob_type", DBG(pyobject.ob_type), NOBASE, offsetof(PyObject, ob_type) },
+    { "bytes_object.ob_size", DBG(bytes_object.ob_size), NOBASE, offsetof(PyBytesObject, ob_base.ob_size) },
+    { "bytes_object.ob_sval", DBG(bytes_object.ob_sval), NOBASE, offsetof(PyBytesObject, ob_sval) },
+    { "unicode_object.state", DBG(unicode_object.state), NOBASE, offsetof(PyUnicodeObject, _base._base.state) },
+    { "unicode_object.length", DBG(unicode_object.length), NOBASE, offsetof(PyUnicodeObject, _base._base.length) },
+    { "unicode_object.asciiobject_size", DBG(unicode_object.asciiobject_size), NOBASE, sizeof(PyASCIIObject) },
+    { "gc.collecting", DBG(gc.collecting), NOBASE, offsetof(struct _gc_runtime_state, collecting) },
+};
+#define N_DBG_CHECKS ((int)(sizeof dbg_checks / sizeof dbg_checks[0]))
+
+static uint64_t dbg_value(const _Py_DebugOffsets *d, size_t at)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)d + at, sizeof v);
+    return v;
+}
+
+/* 0: the published offsets equal the compiled ones; 1: `msg` names the first difference. */
+static int dbg_compare(const _Py_DebugOffsets *d, char *msg, int cap)
+{
+    if (memcmp(d->cookie, _Py_Debug_Cookie, sizeof d->cookie) != 0) {
+        snprintf(msg, (size_t)cap, "_PyRuntime.debug_offsets lacks its cookie (%s): the interpreter's layout "
+                 "cannot be checked", _Py_Debug_Cookie);
+        return 1;
+    }
+    for (int i = 0; i < N_DBG_CHECKS; i++) {
+        const dbg_check *c = &dbg_checks[i];
+        uint64_t got = dbg_value(d, c->at) - (c->base == NOBASE ? 0 : dbg_value(d, c->base));
+        if (got != c->want) {
+            snprintf(msg, (size_t)cap, "the running interpreter publishes %s = %llu%s, the headers this module "
+                     "was compiled with say %llu", c->name, (unsigned long long)got,
+                     c->base == NOBASE ? "" : " (relative)", (unsigned long long)c->want);
+            return 1;
+        }
+    }
+    return 0;
+}
+#endif
+
+int ddp_py_layout_problem(char *msg, int cap)
+{
+    if (cap > 0)
+        msg[0] = 0;
+#if !DDP_PY_SUPPORTED
+    snprintf(msg, (size_t)cap, "this build of the native module has no frame walker for CPython %s%s", PY_VERSION,
+#ifdef Py_GIL_DISABLED
+             " (free-threaded build)"
+#else
+             ""
+#endif
+    );
+    return 2;
+#elif PY_VERSION_HEX >= 0x030D0000
+    return dbg_compare(&_PyRuntime.debug_offsets, msg, cap);
+#else
+    return 0; /* 3.11/3.12 publish no offsets: the exact version match is the guarantee */
+#endif
+}
+
+int ddp_py_layout_selftest(int field, char *msg, int cap)
+{
+    /* Perturb one published value (field 0: the cookie, then each check in turn) in a
+     * copy of the running interpreter's offsets, and report what the check says. */
+    if (cap > 0)
+        msg[0] = 0;
+#if PY_VERSION_HEX >= 0x030D0000 && DDP_PY_SUPPORTED
+    if (field < 0 || field > N_DBG_CHECKS)
+        return -1;
+    _Py_DebugOffsets copy = _PyRuntime.debug_offsets;
+    if (field == 0) {
+        copy.cookie[0] ^= 0x20;
+    } else {
+        const dbg_check *c = &dbg_checks[field - 1];
+        uint64_t v = dbg_value(&copy, c->at) + 8;
+        memcpy((char *)&copy + c->at, &v, sizeof v);
+    }
+    return dbg_compare(&copy, msg, cap);
+#else
+    (void)field;
+    return -1;
+#endif
+}
+
 /* ---- init (with the GIL) -------------------------------------------------------------- */
 void ddp_py_types_init(void)
 {
@@ -360,6 +544,11 @@ int ddp_py_init(void)
 #if !DDP_PY_SUPPORTED
     return DDP_EUNSUPPORTED;
 #else
+    /* 3.13+: refuse if the interpreter's published offsets differ from our headers'
+     * (the binding already refused with the field named; this is the last guard). */
+    char msg[256];
+    if (ddp_py_layout_problem(msg, sizeof msg) != 0)
+        return DDP_EUNSUPPORTED;
     ddp_py_types_init();
     PyInterpreterState *interp = PyInterpreterState_Get();
     g_interp = (uintptr_t)interp;
@@ -367,24 +556,6 @@ int ddp_py_init(void)
     g_gil = (uintptr_t)interp->ceval.gil;
 #else
     g_gil = (uintptr_t)&_PyRuntime.ceval.gil;
-#endif
-#if PY_VERSION_HEX >= 0x030D0000
-    /* 3.13 publishes its offsets: refuse if the headers we were built with disagree. */
-    const _Py_DebugOffsets *d = &_PyRuntime.debug_offsets;
-    if (d->interpreter_frame.previous != offsetof(_PyInterpreterFrame, previous) ||
-        d->interpreter_frame.executable != offsetof(_PyInterpreterFrame, f_executable) ||
-        d->interpreter_frame.instr_ptr != offsetof(_PyInterpreterFrame, instr_ptr) ||
-        d->interpreter_frame.owner != offsetof(_PyInterpreterFrame, owner) ||
-        d->thread_state.current_frame != offsetof(PyThreadState, current_frame) ||
-        d->thread_state.native_thread_id != offsetof(PyThreadState, native_thread_id) ||
-        d->thread_state.next != offsetof(PyThreadState, next) ||
-        d->interpreter_state.threads_head != offsetof(PyInterpreterState, threads.head) ||
-        d->code_object.qualname != offsetof(PyCodeObject, co_qualname) ||
-        d->code_object.filename != offsetof(PyCodeObject, co_filename) ||
-        d->code_object.linetable != offsetof(PyCodeObject, co_linetable) ||
-        d->code_object.firstlineno != offsetof(PyCodeObject, co_firstlineno) ||
-        d->code_object.co_code_adaptive != offsetof(PyCodeObject, co_code_adaptive))
-        return DDP_EUNSUPPORTED;
 #endif
     return DDP_OK;
 #endif
@@ -514,7 +685,7 @@ int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out)
 
 int ddp_addr2line(const uint8_t *lt, int len, int firstlineno, int lasti)
 {
-    /* co_linetable (3.11-3.13): entries start with a byte 1CCCCLLL: code C, length L+1
+    /* co_linetable (3.11-3.15, one format): entries start with a byte 1CCCCLLL: code C, length L+1
      * code units.  Codes: 15 no location; 14 long form (svarint line delta + 3 varints);
      * 13 no column (svarint line delta); 10-12 one-line form (delta C-10, 2 bytes);
      * 0-9 short form (delta 0, 1 byte).  Varints: 6-bit chunks, 0x40 = more. */

@@ -39,7 +39,7 @@ if hasattr(os, "register_at_fork"):
 
 
 class NativeEngine(Engine):
-    """CPU and wall sampling of every Python thread, in native code (Linux, CPython 3.11-3.13)."""
+    """CPU and wall sampling of every Python thread, in native code (Linux, CPython 3.11-3.15, GIL builds)."""
 
     name = "native"
     supported_events = frozenset({EventType.CPU, EventType.WALL})
@@ -258,7 +258,8 @@ class NativeEngine(Engine):
             "lock creation sites are unknown (locks created before start are covered)"
         ]
         if w["rate_dropped"]:
-            notes.append(f"lock/park: {w['rate_dropped']} wait(s) dropped by the records-per-second limit")
+            notes.append(f"lock/park: {w['rate_dropped']} wait(s) thinned out by the records-per-second limit "
+                         "(kept waits weighted 1/p, so totals stay unbiased; only bursts over the cap are lost)")
         if not w["slots_patched"]:
             notes.append("lock/park: degraded: no wait function could be hooked in this process")
         if w["restore_mismatch"]:

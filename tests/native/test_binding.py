@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import sys
 
 import pytest
@@ -67,6 +68,79 @@ def test_version_mismatch_is_refused_with_the_versions_named(monkeypatch):
     assert _binding.lib is None
     with pytest.raises(EngineUnavailableError):
         NativeEngine(SamplerConfig.make()).start()
+
+
+def test_published_offsets_equal_the_compiled_ones_and_any_difference_is_named():
+    # GIVEN the running interpreter / WHEN its published offsets are checked / THEN they match
+    msg = ffi.new("char[]", 512)
+    assert lib.ddp_py_layout_problem(msg, 512) == 0, ffi.string(msg).decode()
+    if sys.version_info < (3, 13):  # 3.11/3.12 publish no offsets: nothing to perturb
+        assert lib.ddp_py_layout_selftest(0, msg, 512) == -1
+        return
+    # WHEN each published value the walker relies on is perturbed in turn (0: the cookie)
+    names = []
+    field = 0
+    while (rc := lib.ddp_py_layout_selftest(field, msg, 512)) != -1:
+        text = ffi.string(msg).decode()
+        # THEN every single difference is refused, naming the field
+        assert rc == 1 and text, field
+        names.append(text)
+        field += 1
+    assert field >= 30
+    assert any("interpreter_frame.executable" in t for t in names)
+    assert any("thread_state.current_frame" in t for t in names)
+    assert any("cookie" in t for t in names)
+
+
+def test_layout_mismatch_is_refused_with_the_field_named(monkeypatch):
+    # GIVEN a module whose compiled offsets differ from what the interpreter publishes
+    class FakeLib:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        @staticmethod
+        def ddp_py_layout_problem(buf, cap):
+            text = b"the running interpreter publishes interpreter_frame.owner = 70, the headers say 62"
+            ffi.memmove(buf, text + b"\0", len(text) + 1)
+            return 1
+
+    class FakeNative:
+        lib = FakeLib()
+        ffi = _binding.ffi
+
+    import ddprof_nb
+
+    monkeypatch.setitem(sys.modules, "ddprof_nb._native", FakeNative)
+    monkeypatch.setattr(ddprof_nb, "_native", FakeNative, raising=False)
+    monkeypatch.setattr(_binding, "_reason", None)
+    monkeypatch.setattr(_binding, "lib", None)
+    monkeypatch.setattr(_binding, "ffi", _binding.ffi)
+    # WHEN the binding loads it
+    _binding._load()
+    # THEN the engine is refused before any read, naming the field and the version
+    reason = _binding.unavailable_reason()
+    assert reason and "interpreter_frame.owner" in reason and platform.python_version() in reason
+    assert _binding.lib is None
+    with pytest.raises(EngineUnavailableError):
+        NativeEngine(SamplerConfig.make()).start()
+
+
+def test_free_threaded_and_unknown_versions_are_refused(monkeypatch):
+    import sysconfig
+
+    monkeypatch.setattr(_binding, "_reason", None)
+    monkeypatch.setattr(_binding, "lib", None)
+    monkeypatch.setattr(_binding, "ffi", _binding.ffi)
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda k: 1 if k == "Py_GIL_DISABLED" else real(k))
+    _binding._load()
+    assert "free-threaded" in (_binding.unavailable_reason() or "")
+    assert _binding.lib is None
+    monkeypatch.setattr(sysconfig, "get_config_var", real)
+    monkeypatch.setattr(_binding, "SUPPORTED", ((3, 11),) if sys.version_info[:2] != (3, 11) else ((3, 12),))
+    _binding._load()
+    reason = _binding.unavailable_reason() or ""
+    assert "not " + platform.python_version() in reason and _binding.lib is None
 
 
 def test_error_codes_become_exceptions():

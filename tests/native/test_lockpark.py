@@ -399,3 +399,18 @@ def test_classifier_rules_on_mock_stacks():
         ev, leaf, fk = WaitClassifier._decide(kind, frames)
         assert (ev, leaf) == (EventType.parse(want_event), want_leaf), (frames, ev, leaf)
         assert fk is (FrameKind.LOCK if want_event == "lock" else FrameKind.BLOCKER)
+
+
+def test_poll_at_a_socket_call_site_is_a_socket_wait(tmp_path):
+    # GIVEN a poll() wait (kind 8) whose hook cannot tell _socket from select (both built into
+    # the executable, as in Debian's Pythons): the Python call site decides
+    from ddprof_nb.events import EventType
+    from ddprof_nb.lockpark import WaitClassifier
+    from ddprof_nb.model import Frame
+
+    src = tmp_path / "cell.py"
+    src.write_text("def f(c, p):\n    data = c.recv(10)\n    ready = p.poll(100)\n")
+    at_recv, at_poll = Frame("f", str(src), 2, 1), Frame("f", str(src), 3, 1)
+    assert WaitClassifier._decide(8, [at_recv])[:2] == (EventType.parse("park"), "socket.recv")
+    assert WaitClassifier._decide(8, [at_poll])[:2] == (EventType.parse("park"), "select")
+    assert WaitClassifier._decide(10, [at_recv])[:2] == (EventType.parse("park"), "select")  # epoll: never _socket
