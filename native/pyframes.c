@@ -82,6 +82,11 @@ _Static_assert(Py_TAG_BITS == 3 && Py_TAG_REFCNT == 1, "unexpected _PyStackRef t
 #define DDP_OWNER_MAX 3
 #endif
 
+#if DDP_PY_SUPPORTED
+/* alloc.c (built without the internal headers) assumes a two-word GC pre-header. */
+_Static_assert(sizeof(PyGC_Head) == 2 * sizeof(void *), "alloc.c's GC_HEAD_SIZE is wrong for this version");
+#endif
+
 #define CODE_HDR offsetof(PyCodeObject, co_code_adaptive)
 #define FRAME_HDR offsetof(_PyInterpreterFrame, localsplus)
 #define STR_HASH_BYTES 256
@@ -288,7 +293,7 @@ int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *f
             return -1;
         if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type) {
 #if PY_VERSION_HEX >= 0x030D0000
-            fptr = next; /* f_executable may be None for some 3.13 internal frames */
+            fptr = next; /* f_executable may be None for some 3.13+ internal frames */
             continue;
 #else
             return -1;

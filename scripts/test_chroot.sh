@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The interpreter-dependent tests on CPython 3.14 and 3.15 (a Debian sid chroot, see
-# tools/README.md), where only the portable python engine is expected to work.
+# tools/README.md), both engines: the native engine supports 3.14 and 3.15.
 #
 #   bash scripts/test_chroot.sh                 # 3.14 and 3.15
 #   CHROOT_PYTHONS=3.15 bash scripts/test_chroot.sh
@@ -8,9 +8,12 @@
 # Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
 # compile: the install must still succeed, and the native engine must then say it is
 # unavailable), then pytest on tests/unit, the python-engine and engine-choice
-# integration tests, plus tests/native when the native engine says it supports that
-# version, then the python engine's overhead at 100 Hz.  The time of each phase is
-# printed, and a summary at the end; the exit code is non-zero if any phase failed.
+# integration tests, plus tests/native when the native engine is available, then the
+# python engine's overhead at 100 Hz.  A version the native engine claims to support
+# (ddprof_nb._binding.SUPPORTED) whose native engine is unavailable anyway (module not
+# built, layout refused) is a failure (native=MISSING, rc 4), not a silent skip.  The
+# time of each phase is printed, and a summary at the end; the exit code is non-zero if
+# any phase failed.
 # Needs root (tools/pychroot.sh mounts and chroots).  `--inside` is the part that
 # runs in the chroot.
 set -uo pipefail
@@ -64,6 +67,17 @@ EOF
 )
     echo "native: $native_reason"
     [[ $native_reason == "module built; native engine available" ]] && native_ok=1
+    # does the native engine claim this version?  (the binding's SUPPORTED table, GIL builds)
+    local claimed
+    claimed=$(python -c 'import sys, sysconfig
+from ddprof_nb._binding import SUPPORTED
+print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py_GIL_DISABLED")))' 2>/dev/null || echo 0)
+    local native_rc=0
+    if (( claimed && !native_ok )); then
+        echo "NATIVE MISSING: the native engine claims CPython $v but is unavailable here: $native_reason"
+        grep -E "native sampler could not be built|error:" "$log" | grep -v "^ *warning" | head -n 12 | sed 's/^/    /'
+        native_rc=4
+    fi
 
     local targets=(tests/unit tests/integration/test_api_python_engine.py)
     local f
@@ -94,9 +108,10 @@ EOF
     fi
     local native_word=unavailable
     (( native_ok )) && native_word=available
-    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} native=$native_word rc=$(( rc != 0 ? rc : ov_rc ))"
-    (( rc != 0 )) && return "$rc"
-    return "$ov_rc"
+    (( native_rc )) && native_word=MISSING
+    local final=$(( rc != 0 ? rc : native_rc != 0 ? native_rc : ov_rc ))
+    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} native=$native_word rc=$final"
+    return "$final"
 }
 
 if [[ ${1:-} == --inside ]]; then

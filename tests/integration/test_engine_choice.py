@@ -28,8 +28,9 @@ from ddprof_nb.engines.python import PythonEngine
 FUTURE = (3, 99, 0)
 FUTURE_STR = "3.99.0"
 NATIVE_SOURCE = Path(ddprof_nb.__file__).resolve().parent / "engines" / "native.py"
-# The versions the native engine is written for (the spec); outside them it must refuse.
-NATIVE_VERSIONS = ((3, 11), (3, 12), (3, 13))
+# The versions the native engine is written for (3.11-3.15, the binding's SUPPORTED table,
+# which must name them exactly); outside them it must refuse.
+NATIVE_VERSIONS = ((3, 11), (3, 12), (3, 13), (3, 14), (3, 15))
 
 
 def burn(cpu_seconds):
@@ -65,7 +66,7 @@ class FutureNative(Engine):
 
     @classmethod
     def unavailable_reason(cls):
-        return f"the native engine supports CPython 3.11-3.13, not {FUTURE_STR}; use engine='python'"
+        return f"the native engine supports CPython 3.11-3.15, not {FUTURE_STR}; use engine='python'"
 
     def start(self):
         raise AssertionError("an unavailable native engine must never be started")
@@ -221,11 +222,14 @@ def test_real_native_engine_refuses_a_build_for_another_version(perturbed):
 
 
 def test_this_interpreter_gets_a_clear_verdict():
+    from ddprof_nb import _binding
+
+    assert tuple(_binding.SUPPORTED) == NATIVE_VERSIONS  # one table, named the same everywhere
     native, _ = _native_modules()
     reason = native.NativeEngine.unavailable_reason()
     cls, note = sampler_mod.choose_engine(SamplerConfig.make(engine="auto"))
     if sys.version_info[:2] not in NATIVE_VERSIONS:
-        # the native engine is written for 3.11-3.13: here it must refuse, naming the version
+        # the native engine is written for 3.11-3.15: here it must refuse, naming the version
         assert reason and platform.python_version() in reason, reason
     if reason is None:
         assert cls is native.NativeEngine and note is None
