@@ -1,0 +1,1062 @@
+"""Asyncio-aware profiling: task labels, samples of suspended tasks, and loop-frame folding.
+
+Three pieces, usable beside any engine:
+
+1. **Labels follow the running task.**  While profiling, ``BaseEventLoop.create_task``
+   is patched (restored at stop) to wrap each new task's coroutine in ``_TaskCoro``, a
+   transparent proxy whose ``send``/``throw`` publish the task's label id to the
+   thread's slot when a step starts and restore the previous id when it ends (see
+   ``labeling``).  A task's labels are its context's (contextvars copy the creator's,
+   so child tasks inherit them, and ``labels()`` blocks inside the task add to them)
+   plus ``task=<name>``, carried as the task bits of the published id
+   (``labeling.task_bits``: no LabelSet is built per task), which threads the task
+   starts or submits work to inherit too.  Cost: a Python-level call, two slot stores
+   and, while wall/park are sampled, two clock reads per step (benchmarks/bench_asyncio.py).
+   Tasks that existed before profiling started cannot be wrapped: the engines' samples
+   of their steps carry no ``task`` label (the task sampler below still names them).
+
+2. **Wall and park of suspended tasks** (``TaskSampler``).  A callback on each running
+   loop (every ``interval``; running on the loop's own thread, so no task is mid-step
+   and nothing is read while it changes) walks the loop's pending tasks: each
+   suspended task's await chain (``cr_await`` / ``gi_yieldfrom`` / ``ag_await``) and the
+   future it waits on (``task._fut_waiter``) become a WALL sample and, while that future
+   is pending, a PARK sample ending in a BLOCKER pseudo-frame that names the awaited
+   thing (``[asyncio.sleep]``, ``[asyncio.Lock.acquire]``, ``[asyncio.Queue.get]``,
+   ``[asyncio.gather]``, ``[asyncio.Future]`` ...).  Weights: the time the task spent
+   suspended since its previous sample (its proxy times its steps: the time it ran
+   meanwhile is the engine's to sample, never counted twice); for tasks created before
+   profiling started, the time since their previous sample (the engines' rule for
+   threads).  Beyond ``max_tasks_per_tick`` pending tasks a random subset is sampled and
+   weighted by (tick duration x pending / sampled): unbiased, bounded cost.
+   Samples go to a synthetic thread ``"<loop thread name> (asyncio tasks)"`` with the
+   loop thread's tid, so the loop thread's own wall time stays its own.  Tasks whose
+   await chain holds only loop / kernel machinery (ipykernel's idle dispatch tasks) are
+   not sampled.
+
+3. **Folding the loop** (``fold_loop_frames``): a Profile transform that folds the event
+   loop's machinery (asyncio's run/run_forever/_run_once/Handle._run/Task.__step,
+   selectors, tornado/ipykernel/IPython loop runners) into one ``[asyncio loop]`` frame,
+   replaces each task entry (our proxy's ``send``) by ``[task <name>]`` and drops the
+   profiler's own wrapper frames.
+
+Invariants: nothing here changes what the program computes; every patch is undone at
+stop (a task wrapped while profiling keeps its proxy, which then only forwards); the
+sampler never raises into the loop (errors are counted and reported in the notes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.base_events
+import collections.abc
+import contextvars
+import dataclasses
+import random
+import re
+import sys
+import threading
+import time
+import types
+import weakref
+from typing import Iterable
+
+import numpy as np
+
+from . import labeling as _lab
+from .errors import ProfilerBusyError
+from .events import EventType, FrameKind
+from .labeling import _current, _new_slot, _push, _slots, label_id
+from .labeling import TASK_SHIFT as _TASK_SHIFT
+from .labeling import _ids as _label_ids
+from .labeling import _task_counter, _task_names
+from .model import EMPTY_LABELS, Frame, Metadata, Profile, ProfileBuilder, aggregate_columns
+
+__all__ = ["TaskSampler", "fold_loop_frames", "engine_events", "engine_config", "MAX_TASK_NAMES", "LOOP_FRAME", "IDLE_FRAME"]
+
+MAX_TASK_NAMES = 10_000  # task names per profile (automatic and given, each); later ones: task=[other]
+OTHER_TASKS = "[other]"
+MAX_CHAIN = 256  # await-chain links followed per task
+RESCAN_NS = 1_000_000_000  # how often pre-existing (unwrapped) tasks are looked up again
+TICK_COST_RATIO = 200  # the task sampler's next tick comes at least 200x a tick's cost later...
+MAX_TICK_PERIODS = 4  # ... and at most 4 intervals later
+
+LOOP_FRAME = Frame("[asyncio loop]", kind=FrameKind.THREAD)
+IDLE_FRAME = Frame("[idle]", kind=FrameKind.BLOCKER)
+TASK_MARK = Frame("[task]", kind=FrameKind.THREAD)
+SAMPLER_FRAME = Frame("[ddprof_nb asyncio sampler]", kind=FrameKind.THREAD)
+
+_CoroutineType = types.CoroutineType
+_GeneratorType = types.GeneratorType
+_AsyncGenType = types.AsyncGeneratorType
+_get_ident = threading.get_ident
+_monotonic_ns = time.monotonic_ns
+_current_task = asyncio.current_task
+_weakref = weakref.ref
+_tracker: "_Tracker | None" = None  # set while a TaskSampler runs
+_timing = False  # task steps timed (suspended time per task): while wall/park are sampled
+
+
+def engine_events(events: Iterable[EventType], engine_supported: Iterable[EventType] = ()) -> tuple[EventType, ...]:
+    """The events an engine must sample when a TaskSampler runs beside it: PARK is
+    dropped unless the engine samples it itself (``engine_supported``)."""
+    supported = set(engine_supported)
+    return tuple(e for e in events if e not in TaskSampler.provides or e in supported)
+
+
+def engine_config(config, engine_supported: Iterable[EventType] = ()):
+    """The SamplerConfig for the engine that runs beside a TaskSampler: its events are
+    ``engine_events(config.events, engine_supported)``; when none are left (park only),
+    the portable engine runs with no events (the native one needs at least one)."""
+    events = engine_events(config.events, engine_supported)
+    if not events:
+        return dataclasses.replace(config, events=(), engine="python")
+    return dataclasses.replace(config, events=events)
+
+
+# =====================================================================================
+# 1. labels follow the running task
+# =====================================================================================
+class _TaskCoro(collections.abc.Coroutine):
+    """A task's coroutine, wrapped: each step publishes the task's label id on the thread
+    running it and restores the previous id when the step ends.  Every other attribute
+    (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
+    task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
+
+    __slots__ = ("_coro", "_send", "_lid", "_q")
+
+    def __init__(self, coro, t0: int):
+        self._coro = coro
+        self._send = coro.send
+        self._lid = -1  # published id at the last suspension; -1 before the first step
+        # suspended time so far = now + _q while suspended (q = -creation - time run)
+        self._q = -t0
+
+    def send(self, value):
+        if _tracker is None:  # profiling ended: only forward
+            return self._send(value)
+        timing = _timing
+        if timing:
+            resumed = _monotonic_ns()
+        ident = _get_ident()
+        slot = _slots.get(ident)
+        if slot is None:
+            slot = _new_slot(ident)
+        prev = slot.id
+        lid = self._lid
+        if lid < 0:
+            lid = self._first_step()
+        if lid != prev:
+            slot.id = lid
+            if _lab._mirrored:
+                _push(slot, lid)
+        try:
+            result = self._send(value)
+        except BaseException:  # the task returned (StopIteration) or raised
+            if slot.id != prev:
+                slot.id = prev
+                if _lab._mirrored:
+                    _push(slot, prev)
+            raise
+        lid = slot.id  # labels() blocks inside the step may have changed it: keep theirs
+        self._lid = lid
+        if lid != prev:
+            slot.id = prev
+            if _lab._mirrored:
+                _push(slot, prev)
+        if timing:
+            self._q += resumed - _monotonic_ns()  # minus the time this step ran
+        return result
+
+    def throw(self, typ, val=None, tb=None):
+        args = (typ,) if val is None and tb is None else (typ, val, tb)
+        if _tracker is None:
+            return self._coro.throw(*args)
+        timing = _timing
+        resumed = _monotonic_ns()
+        slot = _lab._slot_here()
+        prev = slot.id
+        _lab._set(slot, self._lid if self._lid >= 0 else self._first_step())
+        try:
+            result = self._coro.throw(*args)
+        except BaseException:
+            self._finish(slot, prev)
+            raise
+        self._lid = slot.id
+        _lab._set(slot, prev)
+        if timing:
+            self._q += resumed - _monotonic_ns()
+        return result
+
+    def close(self):
+        return self._coro.close()
+
+    def __await__(self):
+        return self._coro.__await__()
+
+    def __getattr__(self, name):
+        return getattr(self._coro, name)
+
+    def __repr__(self) -> str:
+        return repr(self._coro)
+
+    def _first_step(self) -> int:
+        """The task's published id: its context's labels plus its name (as task bits).
+        (Not computed in create_task: ``asyncio.create_task(name=...)`` names the task
+        after the loop's create_task returns.)"""
+        task = _current_task()
+        name = task.get_name() if task is not None else "?"
+        tracker = _tracker
+        bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
+        ls = _current.get()
+        low = _label_ids.get(ls)
+        lid = self._lid = bits | (low if low is not None else label_id(ls))
+        return lid
+
+    def _finish(self, slot, prev: int) -> None:
+        """The task ended inside ``throw``: restore the slot."""
+        if slot.id != prev:
+            _lab._set(slot, prev)
+
+
+_orig_create_task = None
+
+
+def _create_task(self, coro, *args, **kwargs):
+    tracker = _tracker
+    if tracker is None or type(coro) is not _CoroutineType:
+        return _orig_create_task(self, coro, *args, **kwargs)
+    if self not in tracker.loops:
+        tracker.add_loop(self)
+    proxy = _TaskCoro(coro, _monotonic_ns())
+    task = _orig_create_task(self, proxy, *args, **kwargs)
+    if proxy._lid >= 0:
+        # it ran already (an eager start) unnamed: asyncio may name it after we return,
+        # so its next step looks its name up again
+        proxy._lid = -1
+    reg = tracker.registered
+    if reg is not None:  # the task sampler draws from these (weak: no task is kept alive)
+        reg[self].append(_weakref(task))
+    return task
+
+
+_create_task.__wrapped__ = asyncio.base_events.BaseEventLoop.create_task
+_create_task.__qualname__ = "BaseEventLoop.create_task"
+
+
+def _install_create_task() -> None:
+    global _orig_create_task
+    cls = asyncio.base_events.BaseEventLoop
+    current = cls.__dict__["create_task"]
+    if current is not _create_task:
+        _orig_create_task = current
+        _create_task.__wrapped__ = current
+        cls.create_task = _create_task
+
+
+def _uninstall_create_task() -> None:
+    cls = asyncio.base_events.BaseEventLoop
+    if cls.__dict__.get("create_task") is _create_task and _orig_create_task is not None:
+        cls.create_task = _orig_create_task
+
+
+# =====================================================================================
+# 2. samples of suspended tasks
+# =====================================================================================
+def _task_registries() -> list:
+    """asyncio's registries of every task of every loop (WeakSets; 3.12+ adds a set of
+    tasks being run eagerly)."""
+    mod = asyncio.tasks
+    return [getattr(mod, n) for n in ("_all_tasks", "_scheduled_tasks", "_eager_tasks") if hasattr(mod, n)]
+
+
+def _registry_refs(registries) -> list:
+    """A snapshot of the registries: weak references (WeakSets) or tasks (sets), cheap
+    (no task is dereferenced).  Retries when another thread changes a set meanwhile."""
+    for _ in range(100):
+        try:
+            out = []
+            for reg in registries:
+                data = getattr(reg, "data", None)
+                out.extend(list(data) if data is not None else list(reg))
+            return out
+        except RuntimeError:  # changed size during iteration: retry
+            continue
+    return []
+
+
+def _deref(ref):
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def _foreign_pending(ref, loop):
+    """Is ``ref`` (a registry entry) a pending task of ``loop`` that was not wrapped?"""
+    task = _deref(ref)
+    try:
+        ok = task is not None and task.get_loop() is loop and not task.done() \
+            and type(task.get_coro()) is not _TaskCoro
+    except Exception:  # noqa: BLE001 - not a task
+        return None
+    return (_weakref(task) if not isinstance(ref, weakref.ref) else ref) if ok else None
+
+
+class _TaskState:
+    __slots__ = ("last", "key", "stack", "lid", "parked", "skip")
+
+    def __init__(self, last: int):
+        # wrapped tasks: their suspended time (ns) accounted so far; others: the time of
+        # their previous sample
+        self.last = last
+        self.key = None  # the awaited future when the stack below was computed
+        self.stack = -1
+        self.lid = 0
+        self.parked = False
+        self.skip = False
+
+
+class _LoopState:
+    """What the sampler keeps per event loop."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.states: dict = {}  # task -> _TaskState
+        self.reg: list = []  # weak references to the tasks created on this loop while profiling
+        self.compact_at = 256  # compact ``reg`` (drop dead and done tasks) beyond this length
+        self.others: list = []  # weak references to pending tasks that were not wrapped
+        self.others_at = 0
+        self.handle = None
+        self.thread = -1  # builder thread index, set at the first tick
+        self.last_tick = 0
+        self.inexact_at = 0  # time of the last subsampled tick: all time before it is accounted
+        self.next_due = 0
+        self.cost = 0  # ns a tick takes (smoothed)
+        self.prefix_ns = 0  # ns the current tick spent looking up the loop's stack
+        self.prefix: list[int] | None = None
+        self.prefix_at = 0
+        self.pruned_at = 0
+        self.chains: dict = {}  # await chain key -> stack id (-1: not sampled), for this prefix
+
+
+class _Tracker:
+    """Global state while a TaskSampler runs: loops seen, task names used."""
+
+    def __init__(self, sampler: "TaskSampler"):
+        self.sampler = sampler
+        self.loops: dict = {}
+        self.names: dict[str, int] = {}  # names given by the program -> their task bits
+        self.auto = 0  # tasks with automatic names so far
+        self.names_capped = 0
+        self.lock = threading.Lock()
+        self.other = _lab.task_bits(OTHER_TASKS)
+        # loop -> its _LoopState.reg list, when the sampler samples (None: labels only)
+        self.registered: dict | None = {} if sampler.sampling else None
+
+    def task_bits(self, name: str) -> int:
+        """Task bits for a task named ``name``: asyncio's automatic names (``Task-<n>``,
+        unique) get fresh bits, the first ``MAX_TASK_NAMES`` of them per profile; names
+        given by the program are shared per name (up to ``MAX_TASK_NAMES`` distinct);
+        past the caps a task is ``[other]``."""
+        if name.startswith("Task-"):
+            if self.auto < MAX_TASK_NAMES:
+                self.auto += 1
+                idx = next(_task_counter)
+                _task_names[idx] = name
+                return idx << _TASK_SHIFT
+            self.names_capped += 1
+            return self.other
+        bits = self.names.get(name)
+        if bits is None:
+            if len(self.names) >= MAX_TASK_NAMES:
+                self.names_capped += 1
+                return self.other
+            bits = self.names[name] = _lab.task_bits(name)
+        return bits
+
+    def renamed(self, proxy: "_TaskCoro", task) -> int:
+        """``proxy``'s published id, with new task bits if the task was renamed since its
+        first step (``set_name``): checked when the sampler describes the task (at each
+        new suspension), its next steps then publish the new name."""
+        lid = proxy._lid
+        old = _lab._task_names.get(lid >> _lab.TASK_SHIFT)
+        name = task.get_name()
+        if old == name or old == OTHER_TASKS:
+            return lid
+        lid = proxy._lid = self.task_bits(name) | (lid & _lab.LOW_MASK)
+        return lid
+
+    def add_loop(self, loop) -> "_LoopState":
+        with self.lock:
+            state = self.loops.get(loop)
+            if state is None:
+                state = self.loops[loop] = _LoopState(loop)
+                if self.registered is not None:
+                    self.registered[loop] = state.reg
+                self.sampler._schedule_first(state)
+            return state
+
+
+class TaskSampler:
+    """An extra sampler, run beside any engine: asyncio task labels while profiling, and
+    WALL/PARK samples of suspended tasks (see the module docstring).
+
+    ``start()`` then ``stop(sink=None)``: stop returns a Profile (its own builder) or,
+    given a ProfileBuilder ``sink``, adds the samples to it and returns None.  One runs
+    per process at a time.  Samples are taken only while the events ask for them
+    (WALL and/or PARK); task labels are published whatever the events.
+
+    Cost bounds: with at most ``max_tasks_per_tick`` tasks registered, every pending task
+    is sampled at every tick (exact weights).  With more, the tick draws that many tasks
+    at random and stops drawing once ``tick_budget`` (a fraction of the interval) is
+    spent; the draws seen carry the whole tick's task time (scaled weights: unbiased).
+    A tick that took long (many tasks, cold caches) delays the next one, so ticks take at
+    most ~0.5% of the loop's time (``TICK_COST_RATIO``).
+    """
+
+    name = "asyncio"
+    provides = frozenset({EventType.PARK})
+
+    def __init__(self, config, *, max_tasks_per_tick: int = 32, tick_budget: float = 0.003,
+                 rng: random.Random | None = None):
+        self.config = config
+        self.interval_ns = int(config.interval_ns)
+        self.max_depth = int(getattr(config, "max_depth", 128))
+        events = set(config.events)
+        self.want_wall = EventType.WALL in events
+        self.want_park = EventType.PARK in events
+        self.max_tasks = max(1, int(max_tasks_per_tick))
+        self.budget_ns = max(20_000, int(self.interval_ns * tick_budget))
+        self._rng = rng or random.Random()
+        self._builder: ProfileBuilder | None = None
+        self._tracker: _Tracker | None = None
+        self._lock = threading.RLock()  # the builder and caches: loops may run on several threads
+        self._running = False
+        self._start_mono = 0
+        self._frame_cache: dict = {}  # (id(code), lasti) -> (code, frame id)
+        self._blockers: dict[str, int] = {}
+        self._rows: list = []  # (stack, thread, published id, parked, rel time, count, weight)
+        self._ticks = 0
+        self._samples = {EventType.WALL: 0, EventType.PARK: 0}
+        self._subsampled_ticks = 0
+        self._errors: dict[str, int] = {}
+        self._tick_ns = 0
+        self._empty_ctx = contextvars.Context()
+        self._registries = _task_registries()
+        self._mark = self._truncated = -1
+
+    @property
+    def sampling(self) -> bool:
+        return self.want_wall or self.want_park
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        global _tracker
+        if _tracker is not None:
+            raise ProfilerBusyError("an asyncio task sampler is already running in this process")
+        self._start_mono = _monotonic_ns()
+        self._builder = b = ProfileBuilder(Metadata(start_ns=time.time_ns(), interval_ns=self.interval_ns,
+                                                    engine=self.name))
+        self._mark = b.frame_id(TASK_MARK)
+        self._truncated = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        self._tracker = tracker = _Tracker(self)
+        self._running = True
+        _lab.install_propagation()  # task labels reach the threads tasks start
+        global _timing
+        _timing = self.sampling
+        _tracker = tracker
+        _install_create_task()
+        # loops already running: the caller's (a notebook's), and any other with tasks
+        # (their pending tasks are looked up now, outside the profiled code's time)
+        loops: dict = {}
+        here = asyncio._get_running_loop()
+        if here is not None:
+            loops[here] = []
+        for ref in _registry_refs(self._registries):
+            task = _deref(ref)
+            try:
+                loop = task.get_loop()
+                if task.done() or not loop.is_running():
+                    continue
+            except Exception:  # noqa: BLE001 - a dead reference, a foreign object
+                continue
+            loops.setdefault(loop, []).append(ref if isinstance(ref, weakref.ref) else _weakref(task))
+        for loop, pending in loops.items():
+            state = tracker.add_loop(loop)
+            state.others = pending
+            state.others_at = self._start_mono + RESCAN_NS
+
+    def stop(self, sink: ProfileBuilder | None = None) -> Profile | None:
+        """Stop; the samples as a Profile, or added to ``sink`` (then None is returned)."""
+        global _tracker
+        tracker = self._tracker
+        if tracker is None:
+            from .errors import NotRunningError
+
+            raise NotRunningError("the asyncio task sampler is not running")
+        # a last sample of the loop we are called from (a notebook cell, a coroutine)
+        here = asyncio._get_running_loop()
+        state = tracker.loops.get(here) if here is not None else None
+        if state is not None and self.sampling:
+            self._safe_tick(state)
+        self._running = False
+        if _tracker is tracker:
+            _tracker = None
+            global _timing
+            _timing = False
+        _uninstall_create_task()
+        for st in list(tracker.loops.values()):
+            self._cancel(st)
+            st.states = {}
+        self._tracker = None
+        profile = self._build(tracker)
+        if sink is None:
+            return profile
+        _copy_into(profile, sink)
+        return None
+
+    def _cancel(self, st: _LoopState) -> None:
+        handle, st.handle = st.handle, None
+        if handle is None:
+            return
+        if asyncio._get_running_loop() is st.loop:
+            handle.cancel()
+            return
+        try:
+            st.loop.call_soon_threadsafe(handle.cancel)
+        except RuntimeError:  # loop closed: its handles are gone with it
+            pass
+
+    def _schedule_first(self, st: _LoopState) -> None:
+        if not self.sampling:
+            return
+        loop = st.loop
+        try:
+            if asyncio._get_running_loop() is loop or not loop.is_running():
+                st.handle = loop.call_soon(self._tick, st, context=self._empty_ctx)
+            else:
+                st.handle = loop.call_soon_threadsafe(self._tick, st, context=self._empty_ctx)
+        except RuntimeError:  # closed loop
+            st.handle = None
+
+    # -- ticks (on the loop's thread) -------------------------------------------------
+    def _tick(self, st: _LoopState) -> None:
+        if not self._running:
+            return
+        self._safe_tick(st)
+        if not self._running:
+            return
+        now = _monotonic_ns()
+        # ticks cost at most ~0.5% of the loop's time: a costly tick (many tasks, cold
+        # caches) spaces the next one out; weights carry the time since the previous
+        # tick either way, only the time resolution of the suspended tasks' samples drops
+        period = min(max(self.interval_ns, st.cost * TICK_COST_RATIO), MAX_TICK_PERIODS * self.interval_ns)
+        due = st.next_due + period if st.next_due else now + period
+        if due <= now:  # the loop was busy past a whole interval: no burst to catch up
+            due = now + period
+        st.next_due = due
+        try:
+            st.handle = st.loop.call_later((due - now) / 1e9, self._tick, st, context=self._empty_ctx)
+        except RuntimeError:
+            st.handle = None
+
+    def _safe_tick(self, st: _LoopState) -> None:
+        t0 = _monotonic_ns()
+        try:
+            with self._lock:
+                self._sample_loop(st, t0)
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's loop
+            msg = f"{type(exc).__name__}: {exc}"[:200]
+            if msg in self._errors or len(self._errors) < 5:
+                self._errors[msg] = self._errors.get(msg, 0) + 1
+        took = _monotonic_ns() - t0
+        # a smoothed cost, one-off work excluded (the loop's stack, looked up once a second)
+        st.cost = (3 * st.cost + max(0, took - st.prefix_ns)) // 4
+        st.prefix_ns = 0
+        self._tick_ns += took
+        self._ticks += 1
+
+    def _prefix(self) -> list[int]:
+        """Frame ids of the loop thread's stack, root first, down to the innermost
+        ``Handle._run`` above us (the loop's dispatch); [] when there is none."""
+        f = sys._getframe(1)
+        chain = []
+        found = -1
+        while f is not None:
+            chain.append(f)
+            if found < 0 and f.f_code.co_name == "_run" and f.f_code.co_filename.endswith("events.py"):
+                found = len(chain) - 1
+            f = f.f_back
+        if found < 0:
+            return []
+        ids = [self._frame_id(fr) for fr in chain[found:]]
+        ids.reverse()
+        return ids
+
+    def _frame_id(self, frame) -> int:
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
+        hit = self._frame_cache.get(key)
+        if hit is None:
+            line = frame.f_lineno or code.co_firstlineno
+            hit = self._frame_cache[key] = (
+                code, self._builder.frame_id(Frame(code.co_qualname, code.co_filename, line, code.co_firstlineno)))
+        return hit[1]
+
+    def _sample_loop(self, st: _LoopState, now: int) -> None:
+        loop = st.loop
+        if st.thread < 0:
+            st.thread = self._builder.thread_id(threading.get_native_id(),
+                                                f"{threading.current_thread().name} (asyncio tasks)")
+        prev_tick = st.last_tick or self._start_mono
+        st.last_tick = now
+        if now >= st.others_at:
+            # tasks not created through create_task while profiling (asyncio.Task(...),
+            # loops of other classes) are looked up now and then: O(all tasks), so at most
+            # every second and at most ~0.5% of the time
+            st.others = [w for w in (_foreign_pending(r, loop) for r in _registry_refs(self._registries))
+                         if w is not None]
+            st.others_at = now + max(RESCAN_NS, 200 * (_monotonic_ns() - now))
+        if len(st.reg) > st.compact_at:  # amortized O(1) per task created
+            st.reg = [r for r in st.reg if (t := r()) is not None and not t.done()]
+            st.compact_at = max(256, 2 * len(st.reg))
+            if self._tracker is not None and self._tracker.registered is not None:
+                self._tracker.registered[loop] = st.reg
+        reg, others = st.reg, st.others
+        n = len(reg) + len(others)
+        exact = n <= self.max_tasks
+        if exact:
+            chosen = reg + others
+        else:  # uniform draws (with replacement: cheap, still unbiased once scaled)
+            rand = self._rng.random
+            nreg = len(reg)
+            chosen = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(self.max_tasks))]
+        running = _current_task(loop) if asyncio._get_running_loop() is loop else None
+        floor = max(st.inexact_at, self._start_mono)
+        old = st.states
+        states = {} if exact else old
+        acc: dict = {}
+        deadline = _monotonic_ns() + self.budget_ns
+        seen = 0
+        for ref in chosen:
+            if not exact and seen and _monotonic_ns() > deadline:
+                break  # out of time: the random draws seen so far stand for the rest
+            seen += 1
+            task = ref()
+            if task is None or task is running:
+                continue
+            try:
+                if task.get_loop() is not loop or task.done():
+                    continue
+            except Exception:  # noqa: BLE001 - not a task after all
+                continue
+            s = old.get(task)
+            coro = task.get_coro()
+            proxy = coro if type(coro) is _TaskCoro else None
+            if s is None:
+                # a wrapped task accounts its suspended time itself (since its creation);
+                # others are weighted from the previous tick (or the start)
+                s = _TaskState(0 if proxy is not None else max(prev_tick, floor))
+            states[task] = s
+            waiter = task._fut_waiter
+            parked = waiter is not None and not waiter.done()
+            # a task that has not resumed still waits on the same future: same stack
+            if s.stack < 0 or waiter is None or waiter is not s.key or parked is not s.parked:
+                if st.prefix is None or now - st.prefix_at > RESCAN_NS:
+                    p0 = _monotonic_ns()
+                    st.prefix, st.prefix_at = self._prefix(), now
+                    st.chains = {}
+                    st.prefix_ns = _monotonic_ns() - p0
+                self._describe(task, waiter, parked, s, st)
+            if proxy is not None:
+                # exact: the time it spent suspended since its previous sample (the time
+                # it ran meanwhile is the engine's to sample); never more than the time
+                # since profiling started or a subsampled tick accounted for every task
+                total = now + proxy._q
+                weight = min(total - s.last, now - floor)
+                s.last = total
+            else:
+                weight, s.last = now - max(s.last, floor), now
+            if s.skip or weight <= 0:
+                continue
+            key = (s.stack, s.lid, parked)
+            cell = acc.get(key)
+            if cell is None:
+                acc[key] = [1, weight]
+            else:
+                cell[0] += 1
+                cell[1] += weight
+        if exact:
+            st.states = states
+        else:
+            # the seen tasks are a uniform random subset: they carry the tick's task time
+            self._subsampled_ticks += 1
+            weight = (now - prev_tick) * n // max(1, seen)
+            for cell in acc.values():
+                cell[1] = cell[0] * weight
+            st.inexact_at = now
+            if now - st.pruned_at > RESCAN_NS:  # forget tasks not seen lately
+                st.pruned_at = now
+                st.states = {t: s for t, s in old.items() if now - s.last < RESCAN_NS and not t.done()}
+        rel = now - self._start_mono
+        for (stack, lid, parked), (count, weight) in acc.items():
+            if weight > 0:
+                self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
+
+    def _describe(self, task, waiter, parked: bool, s: _TaskState, st: _LoopState) -> None:
+        """Compute the task's stack and published id into ``s`` (kept until it resumes).
+        Stacks are cached per await chain (code and instruction of each frame, and what
+        is awaited): tasks suspended at the same place share one entry."""
+        coro = task.get_coro()
+        proxy = coro if type(coro) is _TaskCoro else None
+        frames = _await_chain(proxy._coro if proxy is not None else coro)
+        if parked:
+            wkey = waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter)
+        else:
+            wkey = None
+        key = [wkey, parked]
+        for f in frames:
+            key.append(id(f.f_code))
+            key.append(f.f_lasti)
+        key = tuple(key)
+        sid = st.chains.get(key)
+        if sid is None:
+            sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
+        s.key = waiter
+        s.parked = parked
+        s.stack = sid
+        s.skip = sid < 0
+        if s.skip:
+            return
+        tracker = self._tracker
+        if proxy is not None and proxy._lid >= 0:
+            # renamed since its first step? (set_name; an eager task named afterwards)
+            s.lid = tracker.renamed(proxy, task) if tracker is not None else proxy._lid
+        else:  # not started, or not ours: its context's labels and its name
+            ctx = task.get_context() if hasattr(task, "get_context") else None
+            base = ctx.get(_current, EMPTY_LABELS) if ctx is not None else EMPTY_LABELS
+            name = task.get_name()
+            bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
+            s.lid = bits | label_id(base)
+
+    def _stack_for(self, frames: list, waiter, parked: bool, st: _LoopState) -> int:
+        """The stack id of a suspended task whose await chain is ``frames`` (outermost
+        first): the loop's prefix, the task marker, the chain and, when parked, a
+        BLOCKER naming what it awaits; -1 when no frame is user code (neither asyncio
+        nor notebook machinery: such tasks are not sampled)."""
+        ids: list[int] = []
+        tail: list = []  # trailing asyncio-internal codes, outermost first
+        user = False
+        for frame in frames:
+            code = frame.f_code
+            ids.append(self._frame_id(frame))
+            kind = _file_kind(code.co_filename)
+            if kind == _ASYNCIO:
+                tail.append(code)
+            else:
+                tail = []
+                user = user or kind == _OTHER
+        if not user:
+            return -1
+        if parked:
+            if tail:  # name the API the task called, not asyncio's insides
+                ids = ids[: len(ids) - len(tail)]
+                blocker = _api_name(tail)
+            else:
+                blocker = _describe_waiter(waiter)
+            fid = self._blockers.get(blocker)
+            if fid is None:
+                fid = self._blockers[blocker] = self._builder.frame_id(Frame(f"[{blocker}]", kind=FrameKind.BLOCKER))
+            ids.append(fid)
+        full = st.prefix + [self._mark] + ids
+        if len(full) > self.max_depth:
+            full = [self._truncated] + full[len(full) - self.max_depth + 1:]
+        return self._builder.stack_id(full)
+
+    # -- the profile ------------------------------------------------------------------
+    def _build(self, tracker: _Tracker) -> Profile:
+        b = self._builder
+        end = _monotonic_ns()
+        with self._lock:  # a tick of another loop thread may still be running
+            rows, self._rows = self._rows, []
+        labels: dict[tuple[int, bool], int] = {}
+        for stack, thread, lid, parked, rel, count, weight in rows:
+            lab = labels.get((lid, parked))
+            if lab is None:
+                try:
+                    ls = _lab.labelset(lid)
+                except ValueError:
+                    ls = EMPTY_LABELS
+                lab = labels[(lid, parked)] = b.labels_id(ls.merged({"state": "await" if parked else "ready"}))
+            if self.want_wall:
+                b.add(EventType.WALL, stack, thread, lab, rel, count, weight)
+                self._samples[EventType.WALL] += count
+            if parked and self.want_park:
+                b.add(EventType.PARK, stack, thread, lab, rel, count, weight)
+                self._samples[EventType.PARK] += count
+        secs = max((end - self._start_mono) / 1e9, 1e-9)
+        notes = []
+        if self.sampling:
+            per_tick = self._tick_ns / max(1, self._ticks) / 1e3
+            notes.append(
+                f"asyncio: {self._ticks} task-sampler ticks over {len(tracker.loops)} loop(s) "
+                f"({self._ticks / secs:.0f}/s, {per_tick:.0f} us each); suspended tasks' "
+                f"wall{'/park' if self.want_park else ''} on the '(asyncio tasks)' thread(s), "
+                "labels state=await|ready")
+            if self._subsampled_ticks:
+                notes.append(f"asyncio: {self._subsampled_ticks} tick(s) saw more pending tasks than their "
+                             f"budget ({self.max_tasks} tasks, {self.budget_ns / 1e3:.0f} us): a random subset "
+                             "was sampled and its weights scaled (unbiased, noisier)")
+        if tracker.names_capped:
+            notes.append(f"asyncio: more than {MAX_TASK_NAMES} task names: {tracker.names_capped} task(s) "
+                         f"labelled task={OTHER_TASKS}")
+        if self._errors:
+            detail = "; ".join(f"{m} (x{n})" for m, n in self._errors.items())
+            notes.append(f"asyncio task sampler errors: {detail}")
+        b.metadata = b.metadata.replace(notes=tuple(notes), extra={"asyncio_ticks": str(self._ticks)})
+        return b.build(end_ns=b.metadata.start_ns + (end - self._start_mono))
+
+
+def _await_chain(coro) -> list:
+    """The frames of a suspended coroutine's await chain, outermost first: through
+    coroutines (``cr_await``), generators (``gi_yieldfrom``), async generators
+    (``ag_await``, and the generator behind an ``async for``'s ``asend``)."""
+    frames = []
+    obj = coro
+    for _ in range(MAX_CHAIN):
+        t = type(obj)
+        if t is _CoroutineType:
+            frame, nxt = obj.cr_frame, obj.cr_await
+        elif t is _GeneratorType:
+            frame, nxt = obj.gi_frame, obj.gi_yieldfrom
+        elif t is _AsyncGenType:
+            frame, nxt = obj.ag_frame, obj.ag_await
+        elif t.__name__ in ("async_generator_asend", "async_generator_athrow"):
+            obj = _agen_of(obj)
+            if obj is None:
+                break
+            continue
+        elif t is _TaskCoro:
+            obj = obj._coro
+            continue
+        elif hasattr(obj, "gi_frame") and hasattr(obj, "gi_yieldfrom"):  # types.coroutine wrappers
+            frame, nxt = obj.gi_frame, obj.gi_yieldfrom
+        else:
+            break  # a future (or its iterator): the end of the chain
+        if frame is None:
+            break
+        frames.append(frame)
+        obj = nxt
+        if obj is None:
+            break
+    return frames
+
+
+def _agen_of(awaitable):
+    """The async generator behind an ``asend``/``athrow`` awaitable (no Python attribute
+    names it; the garbage collector's referents do)."""
+    import gc
+
+    for ref in gc.get_referents(awaitable):
+        if type(ref) is _AsyncGenType:
+            return ref
+    return None
+
+
+_EVENTLOOP_CLASS = re.compile(r"^\w*EventLoop\.")
+
+
+def _api_name(tail: list) -> str:
+    """``asyncio.<qualname>`` of the asyncio API a task called: the outermost of its
+    trailing asyncio frames, past ``async with`` plumbing (``__aenter__`` ...); loop
+    classes are shown as ``loop``."""
+    code = tail[0]
+    for c in tail:
+        code = c
+        if not (c.co_name.startswith("__") and c.co_name.endswith("__")):
+            break
+    return "asyncio." + _EVENTLOOP_CLASS.sub("loop.", code.co_qualname).lstrip("_")
+
+
+def _describe_waiter(waiter) -> str:
+    if waiter is None:
+        return "asyncio.Future"
+    if isinstance(waiter, asyncio.Task):
+        name = waiter.get_name()
+        return "asyncio.Task" if _AUTO_NAME.match(name) else f"asyncio.Task {name}"
+    tname = type(waiter).__name__
+    if tname == "_GatheringFuture":
+        return "asyncio.gather"
+    if asyncio.isfuture(waiter):
+        mod = type(waiter).__module__
+        return "asyncio.Future" if mod in ("_asyncio", "asyncio.futures") else f"{mod}.{type(waiter).__qualname__}"
+    return type(waiter).__qualname__
+
+
+def _copy_into(profile: Profile, sink: ProfileBuilder) -> None:
+    """Add ``profile``'s samples to ``sink`` (times re-based on the sink's start)."""
+    shift = profile.metadata.start_ns - sink.metadata.start_ns if sink.metadata.start_ns else 0
+    stack_map = [sink.stack_of(profile.stack_frames(i)) for i in range(len(profile.stacks))]
+    thread_map = [sink.thread_id(t.tid, t.name) for t in profile.threads]
+    label_map = [sink.labels_id(ls) for ls in profile.labelsets]
+    if len(profile):
+        sink.add_many(profile.event, [stack_map[i] for i in profile.stack.tolist()],
+                      [thread_map[i] for i in profile.thread.tolist()],
+                      [label_map[i] for i in profile.labels.tolist()],
+                      np.maximum(profile.time_ns + shift, 0), profile.values)
+    if profile.metadata.notes:
+        sink.metadata = sink.metadata.replace(notes=tuple(sink.metadata.notes) + tuple(profile.metadata.notes))
+
+
+# =====================================================================================
+# 3. folding the loop's frames
+# =====================================================================================
+_OTHER, _ASYNCIO, _RUNNER = 0, 1, 2
+_AUTO_NAME = re.compile(r"^Task-\d+$")
+_ASYNCIO_FILE = re.compile(r"(^|[/\\])asyncio[/\\]\w+\.py$")
+_RUNNER_FILE = re.compile(
+    r"(^|[/\\])("
+    r"ipykernel[/\\].*|ipykernel_launcher\.py|tornado[/\\].*|zmq[/\\].*|jupyter_client[/\\].*|"
+    r"traitlets[/\\]config[/\\]application\.py|IPython[/\\]core[/\\](async_helpers|interactiveshell)\.py|"
+    r"nest_asyncio\.py|runpy\.py|<frozen runpy>|selectors\.py"
+    r")$"
+)
+_file_kinds: dict[str, int] = {}
+
+
+def _file_kind(filename: str) -> int:
+    kind = _file_kinds.get(filename)
+    if kind is None:
+        if _ASYNCIO_FILE.search(filename):
+            kind = _ASYNCIO
+        elif _RUNNER_FILE.search(filename):
+            kind = _RUNNER
+        else:
+            kind = _OTHER
+        if len(_file_kinds) < 100_000:
+            _file_kinds[filename] = kind
+    return kind
+
+
+# frame classes for folding
+_F_OTHER, _F_LOOP, _F_DRIVER, _F_SELECT, _F_ENTRY, _F_DROP, _F_OWN = range(7)
+_LOOP_MODULES = {"base_events", "events", "runners", "selector_events", "unix_events", "proactor_events",
+                 "windows_events", "base_subprocess"}
+_DRIVERS = {"BaseEventLoop.run_forever", "BaseEventLoop._run_once", "BaseEventLoop.run_until_complete",
+            "Runner.run", "run", "Handle._run", "BaseEventLoop._run_forever_setup",
+            "Task.__step", "Task.__wakeup", "Task.__step_run_and_handle_result", "Task.__eager_start"}
+_THIS_FILE = re.compile(r"(^|[/\\])ddprof_nb[/\\]asyncio_support\.py$")
+_LABELING_FILE = re.compile(r"(^|[/\\])ddprof_nb[/\\]labeling\.py$")
+
+
+def _frame_class(f: Frame) -> int:
+    if f.kind is not FrameKind.PYTHON:
+        return _F_ENTRY if f == TASK_MARK else _F_OTHER
+    fn = f.filename
+    if _THIS_FILE.search(fn):
+        if f.name in ("_TaskCoro.send", "_TaskCoro.throw"):
+            return _F_ENTRY
+        if f.name.startswith("TaskSampler."):
+            return _F_OWN
+        return _F_DROP
+    if _LABELING_FILE.search(fn):
+        return _F_DROP
+    kind = _file_kind(fn)
+    if kind == _ASYNCIO:
+        module = re.split(r"[/\\]", fn)[-1][:-3]
+        if module in _LOOP_MODULES or (module == "tasks" and f.name in _DRIVERS):
+            return _F_DRIVER if f.name in _DRIVERS else _F_LOOP
+        return _F_OTHER
+    if kind == _RUNNER:
+        return _F_SELECT if fn.endswith("selectors.py") else _F_DRIVER
+    return _F_OTHER
+
+
+def _fold(frames: tuple[Frame, ...], classes: list[int], task: str | None, keep_loop: bool,
+          task_frames: str) -> tuple[Frame, ...]:
+    out: list[Frame] = []
+    n = len(frames)
+    last_entry = max((i for i, c in enumerate(classes) if c == _F_ENTRY), default=-1)
+    i = 0
+    while i < n:
+        c = classes[i]
+        if c in (_F_LOOP, _F_DRIVER, _F_SELECT) and not keep_loop:
+            j = i
+            folds = False
+            while j < n and classes[j] in (_F_LOOP, _F_DRIVER, _F_SELECT):
+                folds = folds or classes[j] != _F_LOOP
+                j += 1
+            if not folds:  # a loop method called from user code (create_task, call_soon ...)
+                out.extend(frames[i:j])
+            elif out and out[-1].name.startswith("[task") and j < n:
+                pass  # a task's own runner frames (a notebook's dispatch task): drop
+            else:
+                if not (out and out[-1] == LOOP_FRAME):
+                    out.append(LOOP_FRAME)
+                if j == n and classes[j - 1] == _F_SELECT:
+                    out.append(IDLE_FRAME)
+            i = j
+            continue
+        if c == _F_ENTRY:
+            if task_frames != "none":
+                name = task if i == last_entry else None
+                if name is None or (task_frames == "named" and (_AUTO_NAME.match(name) or name == OTHER_TASKS)):
+                    out.append(Frame("[task]", kind=FrameKind.THREAD))
+                else:
+                    out.append(Frame(f"[task {name}]", kind=FrameKind.THREAD))
+        elif c == _F_OWN:
+            out.append(SAMPLER_FRAME)
+            break
+        elif c != _F_DROP:
+            out.append(frames[i])
+        i += 1
+    return tuple(out)
+
+
+def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str = "named") -> Profile:
+    """A new Profile whose stacks show asyncio tasks instead of the loop's machinery.
+
+    - Each run of event-loop frames (asyncio's runners, ``run_forever``, ``_run_once``,
+      ``Handle._run``, ``Task.__step``, selectors, and the tornado/ipykernel/IPython
+      loop runners) becomes one ``[asyncio loop]`` frame, followed by ``[idle]`` when the
+      loop was waiting in its selector (``keep_loop=True`` keeps those frames as they are).
+    - Each task entry (the profiler's task proxy, or the task sampler's marker) becomes
+      ``[task <name>]`` from the sample's ``task`` label.  ``task_frames``: ``"named"``
+      (default) writes names given by the program and a bare ``[task]`` for asyncio's
+      automatic ``Task-<n>`` names (unique counters that would split every flame graph
+      into slivers; the exact name stays in the ``task`` label); ``"all"`` writes every
+      name; ``"none"`` drops task frames.
+    - The profiler's own wrapper frames (task proxy, create_task and thread-label
+      wrappers) are removed; the task sampler's ticks show as one
+      ``[ddprof_nb asyncio sampler]`` frame.
+
+    Values are unchanged: stacks that become equal merge and their values add up.
+    Returns ``profile`` itself when no stack holds such frames.
+    """
+    if task_frames not in ("named", "all", "none"):
+        raise ValueError(f"task_frames={task_frames!r}: expected 'named', 'all' or 'none'")
+    classes = [_frame_class(f) for f in profile.frames]
+    if not any(c != _F_OTHER for c in classes) or not len(profile):
+        return profile
+    task_of = [ls.get("task") for ls in profile.labelsets]
+    nl = max(1, len(profile.labelsets))
+    key = profile.stack.astype(np.int64) * nl + profile.labels.astype(np.int64)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    builder = ProfileBuilder(profile.metadata)
+    memo: dict[tuple[int, str | None], int] = {}
+    new_ids = np.empty(len(uniq), dtype=np.int32)
+    for k, u in enumerate(uniq.tolist()):
+        s, lab = divmod(u, nl)
+        stack = profile.stacks[s]
+        name = task_of[lab]
+        m = (s, name)
+        sid = memo.get(m)
+        if sid is None:
+            frames = tuple(profile.frames[i] for i in stack)
+            sid = memo[m] = builder.stack_of(
+                _fold(frames, [classes[i] for i in stack], name, keep_loop, task_frames))
+        new_ids[k] = sid
+    thread_map = np.array([builder.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
+    label_map = np.array([builder.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
+    cols = aggregate_columns(profile.event, new_ids[inverse], thread_map[profile.thread],
+                             label_map[profile.labels], profile.time_ns, profile.values)
+    built = builder.build()
+    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols,
+                   profile.metadata, profile.tick_ns)

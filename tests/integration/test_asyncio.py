@@ -1,0 +1,571 @@
+"""Asyncio-aware profiling on real event loops, on the python and the native engine:
+wall/park attribution by task against a ground truth, labels reaching child tasks and
+threads, the slot following the running task, blockers named, loops already running.
+
+Profiles are taken the way ``Sampler`` does once its integration lines are in
+(``take``): the engine (without PARK) and a ``TaskSampler`` side by side, merged, then
+``fold_loop_frames``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import sys
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from ddprof_nb import EventType, aggregate, labeling
+from ddprof_nb import asyncio_support as A
+from ddprof_nb.config import SamplerConfig
+from ddprof_nb.engines.python import PythonEngine
+from ddprof_nb.model import EMPTY_LABELS
+
+
+def _native_param():
+    try:
+        from ddprof_nb.engines.native import NativeEngine
+    except Exception as exc:  # noqa: BLE001 - report why
+        return pytest.param("native", marks=pytest.mark.skip(reason=f"native engine not importable: {exc}"))
+    reason = NativeEngine.unavailable_reason()
+    if reason:
+        return pytest.param("native", marks=pytest.mark.skip(reason=f"native engine unavailable: {reason}"))
+    return "native"
+
+
+ENGINES = ["python", _native_param()]
+
+
+def engine_class(name):
+    if name == "python":
+        return PythonEngine
+    from ddprof_nb.engines.native import NativeEngine
+
+    return NativeEngine
+
+
+class take:
+    """``with take(engine, events) as t: ...`` then ``t.profile`` (folded)."""
+
+    def __init__(self, engine: str, events=("cpu", "wall", "park"), interval="5ms", **sampler_options):
+        self.config = SamplerConfig.make(events=events, engine=engine, interval=interval)
+        ecfg = A.engine_config(self.config)
+        self.engine = engine_class(ecfg.engine)(ecfg)
+        self.tasks = A.TaskSampler(self.config, **sampler_options)
+        self.profile = None
+        self.raw = None
+
+    def start(self):
+        self.engine.start()
+        self.tasks.start()
+        return self
+
+    def stop(self):
+        tp = self.tasks.stop()
+        p = self.engine.stop()
+        self.raw = aggregate.merge(p, tp)
+        self.profile = A.fold_loop_frames(self.raw)
+        return self.profile
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def burn_wall(seconds):
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        for _ in range(100):
+            x += 1
+    return x
+
+
+def burn_cpu(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for _ in range(100):
+            x += 1
+    return x
+
+
+def by(profile, event, key):
+    out = defaultdict(int)
+    for s in profile.samples():
+        if s.event is event:
+            out[key(s)] += s.values[1]
+    return dict(out)
+
+
+def shares(d, keys):
+    total = sum(d.get(k, 0) for k in keys)
+    return {k: d.get(k, 0) / total for k in keys} if total else {}
+
+
+def fnames(sample):
+    return {f.name for f in sample.stack}
+
+
+# -- ground truth ------------------------------------------------------------------------------
+async def sleeper(n, delay, truth, name):
+    t_start = time.perf_counter()
+    parked = 0.0
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await asyncio.sleep(delay)
+        parked += time.perf_counter() - t0
+    truth[name] = (time.perf_counter() - t_start, parked)
+
+
+BLOCK = b"x" * (1 << 16)
+
+
+def burn_hashing(seconds):
+    """CPU work that releases the GIL (hashlib on 64 KiB blocks)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        hashlib.sha256(BLOCK).digest()
+
+
+def compute_for(engine):
+    # The python engine reads stacks only when its thread gets the GIL, so a loop
+    # thread computing in pure Python is sampled at its next GIL release, the selector
+    # (NOTE_GIL in engines/python.py): the running task's wall then shifts to the idle
+    # loop, an engine limit measured at ~10 points here.  Its ground truth computes
+    # with GIL-releasing work; the native engine's computes in pure Python.
+    return burn_hashing if engine == "python" else burn_wall
+
+
+async def computer(chunks, chunk_s, truth, name, burn=burn_wall):
+    t_start = time.perf_counter()
+    for _ in range(chunks):
+        burn(chunk_s)
+        await asyncio.sleep(0)
+    truth[name] = (time.perf_counter() - t_start, 0.0)
+
+
+async def ground_truth_program(truth, burn=burn_wall):
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(
+        loop.create_task(sleeper(10, 0.03, truth, "A"), name="A"),
+        loop.create_task(sleeper(20, 0.03, truth, "B"), name="B"),
+        loop.create_task(sleeper(30, 0.03, truth, "C"), name="C"),
+        loop.create_task(computer(60, 0.005, truth, "D", burn), name="D"),
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_wall_and_park_by_task_match_the_ground_truth(engine):
+    # GIVEN three tasks sleeping 0.3, 0.6 and 0.9 s in 30 ms sleeps and one computing
+    # 0.3 s in 5 ms chunks, their truth measured by the tasks themselves
+    truth = {}
+    with take(engine) as t:
+        asyncio.run(ground_truth_program(truth, compute_for(engine)))
+    p = t.profile
+    wall = by(p, EventType.WALL, lambda s: s.labels.get("task"))
+    park = by(p, EventType.PARK, lambda s: s.labels.get("task"))
+    # THEN each task's share of the four tasks' wall time (its lifetime) is within 5 points
+    got, want = shares(wall, "ABCD"), shares({k: v[0] for k, v in truth.items()}, "ABCD")
+    for k in "ABCD":
+        assert abs(got[k] - want[k]) <= 0.05, (k, got, want)
+    # AND each sleeper's share of the sleepers' park time is within 5 points
+    got, want = shares(park, "ABC"), shares({k: v[1] for k, v in truth.items()}, "ABC")
+    for k in "ABC":
+        assert abs(got[k] - want[k]) <= 0.05, (k, got, want)
+    # AND the computing task never parks; its wall is mostly running (engine samples)
+    assert park.get("D", 0) < 0.05 * sum(park.values())
+    # AND park stacks name what the task awaits; every park sample has a task
+    parked = by(p, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name, s.stack[-2].name))
+    assert {k for k in parked if k[0] in "ABC"} == {(n, "[asyncio.sleep]", "sleeper") for n in "ABC"}
+    assert None not in {k[0] for k in parked}
+    # AND the suspended tasks' samples sit on the loop thread's "(asyncio tasks)" twin
+    names = {s.thread.name for s in p.samples() if s.event is EventType.PARK}
+    assert names == {"MainThread (asyncio tasks)"}
+    # AND the running task's stack shows loop, task, chain
+    running = [s for s in p.samples() if s.event is EventType.WALL and s.labels.get("task") == "D"
+               and {"burn_wall", "burn_hashing"} & fnames(s)]
+    assert running and all(
+        [f.name for f in s.stack][-4:-1] == ["[asyncio loop]", "[task D]", "computer"] for s in running), running[:1]
+
+
+# -- labels follow tasks and threads ---------------------------------------------------------
+def child_work():
+    burn_cpu(0.15)
+
+
+def pool_work():
+    burn_cpu(0.15)
+
+
+def thread_work():
+    burn_cpu(0.15)
+
+
+def to_thread_work():
+    burn_cpu(0.15)
+
+
+async def child_task():
+    child_work()
+    await asyncio.sleep(0)
+    child_work()
+
+
+async def labelled_parent():
+    loop = asyncio.get_running_loop()
+    with labeling.labels(req="r1"):
+        await loop.create_task(child_task(), name="child")
+        await loop.run_in_executor(None, pool_work)
+        await asyncio.to_thread(to_thread_work)
+        th = threading.Thread(target=thread_work, name="started-in-task")
+        th.start()
+        await loop.run_in_executor(None, th.join)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as ex:
+            await asyncio.wrap_future(ex.submit(pool_work))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_labels_reach_child_tasks_and_threads(engine):
+    # GIVEN a task under labels(req=r1) that creates a task and starts pool work and a thread
+    with take(engine, events=("cpu",)) as t:
+        asyncio.run(labelled_parent(), debug=False)
+    p = t.profile
+    cpu = by(p, EventType.CPU, lambda s: (
+        next((n for n in ("child_work", "pool_work", "thread_work", "to_thread_work") if n in fnames(s)), None),
+        s.labels.get("req"), s.labels.get("task")))
+    # THEN every CPU sample of the child task carries req=r1 and task=child
+    for fn in ("child_work", "pool_work", "thread_work", "to_thread_work"):
+        mine = {k: v for k, v in cpu.items() if k[0] == fn}
+        assert mine, (fn, cpu)
+        assert {k[1] for k in mine} == {"r1"}, (fn, mine)
+    assert {k[2] for k in cpu if k[0] == "child_work"} == {"child"}, cpu
+    # AND work done in threads for the parent task carries the parent's task name
+    parent = {k[2] for k in cpu if k[0] in ("pool_work", "to_thread_work", "thread_work")}
+    assert parent == {"Task-1"} or (len(parent) == 1 and parent != {"child"}), cpu
+
+
+async def interleaved(n, burn):
+    async def worker(tag):
+        with labeling.labels(x=tag):
+            for _ in range(n):
+                burn(0.004)
+                await asyncio.sleep(0)
+
+    async def idle():
+        await asyncio.sleep(0.05)  # the loop idles a while: no labels may leak onto it
+
+    await asyncio.gather(worker("a"), worker("b"), idle())
+    await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_published_labels_follow_the_running_task(engine):
+    # GIVEN two tasks with different labels taking turns on the loop thread
+    with take(engine, events=("cpu", "wall")) as t:
+        asyncio.run(interleaved(60, compute_for(engine)))
+    p = t.profile
+    cpu = by(p, EventType.CPU, lambda s: (any(f.name.endswith("worker") for f in s.stack), s.labels.get("x")))
+    # THEN each task's CPU carries its own label only
+    worker = {k: v for k, v in cpu.items() if k[0]}
+    assert set(worker) == {(True, "a"), (True, "b")}, cpu
+    # AND the idle loop carries no task's labels
+    idle = by(p, EventType.WALL, lambda s: (s.stack[-1].name, s.labels.get("x"), s.labels.get("task")))
+    leaks = {k: v for k, v in idle.items() if k[0] == "[idle]" and (k[1] or k[2])}
+    assert sum(leaks.values()) <= 0.02 * sum(v for k, v in idle.items() if k[0] == "[idle]"), leaks
+
+
+# -- blockers, chains, transparency ------------------------------------------------------------
+async def waits():
+    lock, ev, q = asyncio.Lock(), asyncio.Event(), asyncio.Queue()
+    fut = asyncio.get_running_loop().create_future()
+
+    async def agen():
+        await asyncio.sleep(0.2)
+        yield 1
+
+    async def hold_lock():
+        async with lock:
+            await asyncio.sleep(0.25)
+
+    async def want_lock():
+        await asyncio.sleep(0.01)
+        async with lock:
+            pass
+
+    async def want_event():
+        await ev.wait()
+
+    async def want_queue():
+        await q.get()
+
+    async def want_future():
+        await fut
+
+    async def want_agen():
+        async for _ in agen():
+            pass
+
+    async def want_gather():
+        await asyncio.gather(asyncio.sleep(0.2), asyncio.sleep(0.21))
+
+    names = ["hold_lock", "want_lock", "want_event", "want_queue", "want_future", "want_agen", "want_gather"]
+    tasks = [asyncio.create_task(f(), name=f.__name__) for f in
+             (hold_lock, want_lock, want_event, want_queue, want_future, want_agen, want_gather)]
+    await asyncio.sleep(0.22)
+    ev.set()
+    q.put_nowait(1)
+    fut.set_result(1)
+    await asyncio.gather(*tasks)
+    return names
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_park_names_what_each_task_awaits(engine):
+    with take(engine, events=("wall", "park")) as t:
+        asyncio.run(waits())
+    leaf = by(t.profile, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name))
+    got = defaultdict(set)
+    for (task, name), v in leaf.items():
+        got[task].add(name)
+    assert got["hold_lock"] == {"[asyncio.sleep]"}
+    assert "[asyncio.Lock.acquire]" in got["want_lock"]
+    assert got["want_event"] == {"[asyncio.Event.wait]"}
+    assert got["want_queue"] == {"[asyncio.Queue.get]"}
+    assert got["want_future"] == {"[asyncio.Future]"}
+    assert got["want_agen"] == {"[asyncio.sleep]"}
+    assert got["want_gather"] == {"[asyncio.gather]"}
+    # AND the async generator's frame is in the chain of the task iterating it
+    chains = by(t.profile, EventType.PARK, lambda s: tuple(f.name for f in s.stack[-3:]))
+    assert any(c[0].endswith("want_agen") and c[1].endswith("agen") and c[2] == "[asyncio.sleep]"
+               for c in chains), chains
+    # AND the main task is sampled too: parked in its sleep, then its gather
+    main = by(t.profile, EventType.PARK, lambda s: (s.stack[-2].name, s.stack[-1].name))
+    assert main.get(("waits", "[asyncio.sleep]")) and main.get(("waits", "[asyncio.gather]")), main
+
+
+def test_wrapped_tasks_look_the_same_to_the_program():
+    async def inner():
+        await asyncio.sleep(0.01)
+        return 7
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t = take("python", events=("cpu", "wall", "park")).start()
+        try:
+            task = loop.create_task(inner(), name="look")
+            await asyncio.sleep(0)
+            coro = task.get_coro()
+            assert coro.__qualname__.endswith("inner") and coro.cr_frame is not None
+            assert asyncio.iscoroutine(coro)
+            assert "inner() running at" in repr(task) and "look" in repr(task)
+            assert task.get_stack() and task.get_stack()[0].f_code.co_name == "inner"
+            # cancellation goes through the wrapper's throw
+            victim = loop.create_task(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            victim.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await victim
+            assert await task == 7
+            # a task still pending when profiling stops runs on, unwrapped behaviour
+            later = loop.create_task(inner())
+        finally:
+            t.stop()
+        assert asyncio.base_events.BaseEventLoop.create_task is not A._create_task
+        assert await later == 7
+        assert labeling.thread_label_ids.get(threading.get_ident(), 0) & labeling.LOW_MASK == 0
+
+    asyncio.run(main())
+    assert labeling.thread_label_ids.get(threading.get_ident(), 0) == 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks need Python 3.12")
+def test_eager_tasks_and_task_groups_are_labelled():
+    async def eager_child():
+        burn_cpu(0.05)  # its first step runs inside create_task (eager)
+        await asyncio.sleep(0.05)
+        burn_cpu(0.1)
+
+    async def main():
+        asyncio.get_running_loop().set_task_factory(asyncio.eager_task_factory)
+        with labeling.labels(g="1"):
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(eager_child(), name="eager")
+
+    with take("python", events=("cpu", "wall", "park")) as t:
+        asyncio.run(main())
+    cpu = by(t.profile, EventType.CPU, lambda s: ("burn_cpu" in fnames(s), s.labels.get("task"), s.labels.get("g")))
+    burns = {k: v for k, v in cpu.items() if k[0]}
+    # THEN its CPU carries the group's labels; once named (TaskGroup names a task after
+    # an eager first step on 3.12) its name; before, asyncio's automatic name
+    assert {k[2] for k in burns} == {"1"}, cpu
+    assert burns.get((True, "eager", "1"), 0) > 0.5 * sum(burns.values()), cpu
+    assert all(k[1] == "eager" or k[1].startswith("Task-") for k in burns), cpu
+    park = by(t.profile, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name))
+    assert ("eager", "[asyncio.sleep]") in park, park
+
+
+def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
+    # GIVEN 2000 tasks sleeping 0.5 s (more than a tick describes), half of them named
+    async def sleepy():
+        await asyncio.sleep(0.5)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.create_task(sleepy(), name="named" if i % 2 else None) for i in range(2000)))
+
+    # (a larger per-tick budget than the default: more draws, so the test is not noisy)
+    with take("python", events=("wall", "park"), interval="10ms", tick_budget=0.02) as t:
+        asyncio.run(main())
+    p = t.profile
+    park = by(p, EventType.PARK, lambda s: s.labels.get("task") == "named")
+    total = sum(park.values()) / 1e9
+    # THEN the park time adds up to about 2000 x 0.5 s (scaled draws: unbiased), half named
+    assert 0.7 * 1000 < total < 1.3 * 1000, total
+    assert abs(park.get(True, 0) / sum(park.values()) - 0.5) < 0.15, park
+    assert any("random subset" in n for n in p.metadata.notes), p.metadata.notes
+    # AND each tick stayed within its budget (a fraction of the interval) plus one task
+    (note,) = [n for n in p.metadata.notes if "task-sampler ticks" in n]
+    per_tick_us = float(note.split(" us each")[0].rsplit("(", 1)[1].split(", ")[1])
+    assert per_tick_us < 1000, note
+
+
+# -- a loop that is already running (a notebook cell with top-level await) -------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_profiling_started_inside_a_running_loop(engine):
+    truth = {}
+
+    async def cell():
+        # the profiler starts and stops from inside the loop, as in a notebook cell
+        t = take(engine).start()
+        await ground_truth_program(truth, compute_for(engine))
+        return t.stop()
+
+    p = asyncio.run(cell())
+    park = by(p, EventType.PARK, lambda s: s.labels.get("task"))
+    got, want = shares(park, "ABC"), shares({k: v[1] for k, v in truth.items()}, "ABC")
+    for k in "ABC":
+        assert abs(got[k] - want[k]) <= 0.05, (k, got, want)
+    # AND the task that started profiling (created before it) is sampled too
+    cell_park = by(p, EventType.PARK, lambda s: (any(f.name.endswith(".cell") for f in s.stack), s.stack[-1].name))
+    assert cell_park.get((True, "[asyncio.gather]")), cell_park
+
+
+def test_labels_and_tasks_in_a_real_kernel(tmp_path):
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("jupyter_client")
+    import os
+
+    from jupyter_client.manager import start_new_kernel
+
+    env = dict(os.environ, IPYTHONDIR=str(tmp_path), PYDEVD_DISABLE_FILE_VALIDATION="1")
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60, env=env)
+    try:
+        setup = (
+            "import asyncio, dataclasses, json, time\n"
+            "from ddprof_nb import aggregate, labeling, asyncio_support as A, EventType\n"
+            "from ddprof_nb.config import SamplerConfig\n"
+            "from ddprof_nb.engines.python import PythonEngine\n"
+            "cfg = SamplerConfig.make(events=('cpu','wall','park'), engine='python', interval='5ms')\n"
+            "async def work(tag):\n"
+            "    with labeling.labels(tag=tag):\n"
+            "        for _ in range(10):\n"
+            "            await asyncio.sleep(0.02)\n"
+        )
+        cell = (
+            "e = PythonEngine(dataclasses.replace(cfg, events=A.engine_events(cfg.events))); ts = A.TaskSampler(cfg)\n"
+            "e.start(); ts.start()\n"
+            "await asyncio.gather(asyncio.create_task(work('x'), name='wx'), asyncio.create_task(work('y'), name='wy'))\n"
+            "tp = ts.stop(); p = A.fold_loop_frames(aggregate.merge(e.stop(), tp))\n"
+            "park = {}\n"
+            "for s in p.samples():\n"
+            "    if s.event is EventType.PARK:\n"
+            "        k = '|'.join([s.labels.get('task') or '', s.labels.get('tag') or '', s.stack[0].name, s.stack[-1].name])\n"
+            "        park[k] = park.get(k, 0) + s.values[1]\n"
+            "print(json.dumps(park))\n"
+        )
+        for code in (setup, cell):
+            out = []
+            reply = kc.execute_interactive(code, timeout=60, output_hook=out.append)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        text = "".join(m["content"]["text"] for m in out if m["msg_type"] == "stream")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    import json
+
+    park = json.loads(text.strip().splitlines()[-1])
+    # THEN both tasks parked in asyncio.sleep, labelled, under one [asyncio loop] root
+    secs = {k: v / 1e9 for k, v in park.items()}
+    for name, tag in (("wx", "x"), ("wy", "y")):
+        assert secs.get(f"{name}|{tag}|[asyncio loop]|[asyncio.sleep]", 0) > 0.1, secs
+    # AND the kernel's own idle tasks (ipykernel machinery only) are not sampled
+    assert not [k for k in park if k.split("|")[0] not in ("wx", "wy") and "[asyncio.sleep]" not in k
+                and "gather" not in k], park
+    assert EMPTY_LABELS is labeling.current()
+
+
+def test_stop_into_a_builder_sink():
+    # GIVEN a task sampler whose samples go into another profile's builder
+    from ddprof_nb.model import Metadata, ProfileBuilder
+
+    async def main():
+        await asyncio.gather(asyncio.sleep(0.05), asyncio.sleep(0.06))
+
+    ts = A.TaskSampler(SamplerConfig.make(events=("wall", "park"), interval="5ms"))
+    sink = ProfileBuilder(Metadata(start_ns=time.time_ns()))
+    ts.start()
+    asyncio.run(main())
+    # WHEN it stops into the sink
+    assert ts.stop(sink) is None
+    p = sink.build()
+    # THEN the sink holds its park samples and notes; a second stop is an error
+    assert p.total("park") > 0.05e9 and any("task-sampler ticks" in n for n in p.metadata.notes)
+    with pytest.raises(Exception, match="not running"):
+        ts.stop()
+    # AND a second sampler may start once the first stopped; two at once may not
+    other = A.TaskSampler(SamplerConfig.make(events=("wall",)))
+    other.start()
+    with pytest.raises(Exception, match="already running"):
+        A.TaskSampler(SamplerConfig.make(events=("wall",))).start()
+    other.stop()
+
+
+def test_task_names_are_capped_per_profile_and_renames_are_followed(monkeypatch):
+    # GIVEN a cap of 4 task names per profile
+    monkeypatch.setattr(A, "MAX_TASK_NAMES", 4)
+
+    async def work():
+        burn_cpu(0.03)
+        await asyncio.sleep(0.03)
+        burn_cpu(0.03)
+
+    async def renamed():
+        burn_cpu(0.03)
+        await asyncio.sleep(0.03)  # renamed while it sleeps
+        await asyncio.sleep(0.03)  # the sampler sees the new name at its next suspension
+        burn_cpu(0.06)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        auto = [loop.create_task(work()) for _ in range(6)]
+        given = [loop.create_task(work(), name=f"n{i % 2}") for i in range(4)]
+        r = loop.create_task(renamed(), name="before")
+        await asyncio.sleep(0.01)
+        r.set_name("after")
+        await asyncio.gather(*auto, *given, r)
+
+    with take("python", events=("cpu", "wall", "park")) as t:
+        asyncio.run(main())
+    tasks = {ls.get("task") for ls in t.profile.labelsets} - {None}
+    # THEN 4 automatic names, the given names (shared), then [other]
+    assert len({n for n in tasks if n.startswith("Task-")}) <= 4, tasks
+    assert {"n0", "n1", "[other]"} <= tasks, tasks
+    assert any("task=[other]" in n for n in t.profile.metadata.notes), t.profile.metadata.notes
+    # AND a task renamed mid-way carries its new name from its next suspension on
+    assert {"before", "after"} <= tasks, tasks
