@@ -128,7 +128,6 @@ def _start_child(spec: dict, how: str) -> None:
         return
     from . import sampler as _sampler
     from .config import SamplerConfig
-    from .events import EventType
 
     if _child is not None or _sampler._active is not None:
         # a fork child inherits the parent's running Sampler object: its engine is gone
@@ -139,14 +138,7 @@ def _start_child(spec: dict, how: str) -> None:
     d = spec["dir"]
     if not os.path.isdir(d) or os.path.exists(os.path.join(d, _STOP_FILE)):
         return  # the parent already stopped
-    config = SamplerConfig(
-        events=tuple(EventType.parse(e) for e in spec["events"]),
-        interval_ns=int(spec["interval_ns"]),
-        alloc_rate=int(spec["alloc_rate"]),
-        max_depth=int(spec["max_depth"]),
-        engine=spec["engine"],
-        labels=tuple(tuple(kv) for kv in spec.get("labels", ())),
-    )
+    config = SamplerConfig.from_spec(spec)
     s = _sampler.Sampler(config)
     s.start(trim="none")
     state.sampler = s
@@ -305,12 +297,7 @@ class ChildCollector:
             "dir": self.dir,
             "parent": os.getpid(),
             "root": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            "events": [e.label for e in c.events],
-            "interval_ns": c.interval_ns,
-            "alloc_rate": c.alloc_rate,
-            "max_depth": c.max_depth,
-            "engine": c.engine,
-            "labels": [list(kv) for kv in c.labels],
+            **c.to_spec(),
         }
         for k in (ENV_VAR, "PYTHONPATH"):
             self._saved_env[k] = os.environ.get(k)

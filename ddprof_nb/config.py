@@ -114,3 +114,26 @@ class SamplerConfig:
             engine=engine,
             labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
         )
+
+    def to_spec(self) -> dict:
+        """A JSON-safe dict of this config, for handing to child processes and workers."""
+        return {
+            "events": [e.label for e in self.events],
+            "interval_ns": self.interval_ns,
+            "alloc_rate": self.alloc_rate,
+            "max_depth": self.max_depth,
+            "engine": self.engine,
+            "labels": [list(kv) for kv in self.labels],
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "SamplerConfig":
+        """The config ``to_spec`` described (extra keys of the spec are ignored)."""
+        return cls(
+            events=tuple(EventType.parse(e) for e in spec["events"]),
+            interval_ns=int(spec["interval_ns"]),
+            alloc_rate=int(spec["alloc_rate"]),
+            max_depth=int(spec["max_depth"]),
+            engine=spec["engine"],
+            labels=tuple(tuple(kv) for kv in spec.get("labels", ())),
+        )

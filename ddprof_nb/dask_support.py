@@ -25,18 +25,10 @@ def _worker_start(spec: dict, token: str) -> dict:
     """Runs on a worker: start sampling this worker process."""
     from . import sampler as _sampler
     from .config import SamplerConfig
-    from .events import EventType
 
     if os.getpid() == spec["client_pid"]:
         return {"pid": os.getpid(), "skipped": "in-process worker (covered by the local profile)"}
-    config = SamplerConfig(
-        events=tuple(EventType.parse(e) for e in spec["events"]),
-        interval_ns=int(spec["interval_ns"]),
-        alloc_rate=int(spec["alloc_rate"]),
-        max_depth=int(spec["max_depth"]),
-        engine=spec["engine"],
-        labels=tuple(tuple(kv) for kv in spec.get("labels", ())),
-    )
+    config = SamplerConfig.from_spec(spec)
     old = _worker_samplers.pop(token, None)
     if old is not None and old.running:
         old.stop()
@@ -58,15 +50,7 @@ def _worker_stop(token: str) -> dict:
 
 
 def _spec(config, client_pid: int) -> dict:
-    return {
-        "client_pid": client_pid,
-        "events": [e.label for e in config.events],
-        "interval_ns": config.interval_ns,
-        "alloc_rate": config.alloc_rate,
-        "max_depth": config.max_depth,
-        "engine": config.engine,
-        "labels": [list(kv) for kv in config.labels],
-    }
+    return {"client_pid": client_pid, **config.to_spec()}
 
 
 class DaskProfiler:
