@@ -12,12 +12,12 @@ Frame-regex semantics follow pprof: a regex matches a frame when it is found
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from .events import EventType, FrameKind
-from .model import Frame, LabelSet, Metadata, Profile, ProfileBuilder, Thread, aggregate_columns
+from .model import Frame, Profile, ProfileBuilder, aggregate_columns
 
 __all__ = ["filter", "merge", "map_stacks", "top", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
 

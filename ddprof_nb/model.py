@@ -21,7 +21,6 @@ import os
 import platform
 import socket
 import struct
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from . import aggregate
 from .config import SamplerConfig
-from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from .model import Frame, Profile
 
 _active_lock = threading.Lock()

@@ -254,7 +254,7 @@ def render(profile: Profile, *, event=None, events: Sequence | None = None, titl
     meta = profile.metadata
     parts = []
     heading = title or "ddprof_nb profile"
-    parts.append(f'<div class="ddp-report" style="font-family:system-ui,sans-serif;">')
+    parts.append('<div class="ddp-report" style="font-family:system-ui,sans-serif;">')
     if full_document:
         parts.append(f"<h1 style='font-size:18px'>{esc(heading)}</h1>")
     elif title:
