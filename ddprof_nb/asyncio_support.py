@@ -16,8 +16,9 @@ Three pieces, usable beside any engine:
    of their steps carry no ``task`` label (the task sampler below still names them).
 
 2. **Wall and park of suspended tasks** (``TaskSampler``).  A callback on each running
-   loop (every ``interval``; running on the loop's own thread, so no task is mid-step
-   and nothing is read while it changes) walks the loop's pending tasks: each
+   loop (every ``interval``, spaced out when ticks get costly; running on the loop's own
+   thread, so no task is mid-step and nothing is read while it changes) walks the
+   loop's pending tasks: each
    suspended task's await chain (``cr_await`` / ``gi_yieldfrom`` / ``ag_await``) and the
    future it waits on (``task._fut_waiter``) become a WALL sample and, while that future
    is pending, a PARK sample ending in a BLOCKER pseudo-frame that names the awaited
@@ -42,6 +43,12 @@ Three pieces, usable beside any engine:
 Invariants: nothing here changes what the program computes; every patch is undone at
 stop (a task wrapped while profiling keeps its proxy, which then only forwards); the
 sampler never raises into the loop (errors are counted and reported in the notes).
+
+Limits: a task's suspended time after its last tick is lost when it ends before the
+next one (as a thread's last stretch is); loops that are not ``BaseEventLoop``s (uvloop)
+run their tasks unwrapped (no ``task`` label on engine samples) and are seen by the task
+sampler only when already running at start; ``asyncio.Task(coro)`` built directly is
+not wrapped either (its loop's periodic scan still samples it).
 """
 
 from __future__ import annotations
@@ -448,7 +455,7 @@ class TaskSampler:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        global _tracker
+        global _tracker, _timing
         if _tracker is not None:
             raise ProfilerBusyError("an asyncio task sampler is already running in this process")
         self._start_mono = _monotonic_ns()
@@ -459,7 +466,6 @@ class TaskSampler:
         self._tracker = tracker = _Tracker(self)
         self._running = True
         _lab.install_propagation()  # task labels reach the threads tasks start
-        global _timing
         _timing = self.sampling
         _tracker = tracker
         _install_create_task()
@@ -485,7 +491,7 @@ class TaskSampler:
 
     def stop(self, sink: ProfileBuilder | None = None) -> Profile | None:
         """Stop; the samples as a Profile, or added to ``sink`` (then None is returned)."""
-        global _tracker
+        global _tracker, _timing
         tracker = self._tracker
         if tracker is None:
             from .errors import NotRunningError
@@ -499,7 +505,6 @@ class TaskSampler:
         self._running = False
         if _tracker is tracker:
             _tracker = None
-            global _timing
             _timing = False
         _uninstall_create_task()
         for st in list(tracker.loops.values()):

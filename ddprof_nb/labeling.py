@@ -35,7 +35,9 @@ task index (``task_bits``), 0 outside asyncio tasks.  The task scheduler knows a
 name cheaply but building a LabelSet per task costs microseconds, so the pair is
 resolved only when a sample needs it: ``labelset(id)`` returns the label set merged
 with ``task=<name>``.  ``labels()`` blocks keep the task bits of the thread's current
-id, and threads started or work submitted from a task carry them too.
+id, and threads started or work submitted from a task carry them too.  The names table
+grows with the tasks named while profiling (capped per profile by asyncio_support) and
+is never pruned: an id may be resolved long after its task ended.
 
 Invariants: ids are never reused while the process lives (id 0 = no labels); a thread's
 published id is its own business (only code running on that thread changes it, except

@@ -67,10 +67,10 @@ display_mode = "auto"
 
 _OWN_FILES = frozenset({__file__, os.path.realpath(__file__)})
 # Frames of the kernel's own machinery: a thread that only ever runs these during a
-# cell (IOPub, heartbeat, control, output watchers) is hidden from the cell's profile.
+# cell (IOPub, heartbeat, control, output watchers, idle executor workers) is hidden.
 _KERNEL_MACHINERY = (
     r"[/\\](ipykernel|zmq|tornado|jupyter_client|traitlets|IPython|comm)[/\\]"
-    r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\]asyncio[/\\]"
+    r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\](asyncio|concurrent[/\\]futures)[/\\]"
     r"|^\[(no Python frames|truncated|unknown|GC)\]$"
 )
 _MARKER = "__cell__"
