@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import os
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
@@ -404,3 +405,14 @@ def uninstall_propagation() -> None:
 
 def propagation_installed() -> bool:
     return bool(_propagation)
+
+
+def _reinit_locks_after_fork() -> None:
+    """A lock held by another thread (e.g. the drain thread) at fork stays held in the child."""
+    global _lock, _propagation_lock
+    _lock = threading.Lock()
+    _propagation_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_locks_after_fork)

@@ -152,6 +152,9 @@ class LabelSet:
 
 EMPTY_LABELS = LabelSet.of()
 
+if hasattr(os, "register_at_fork"):  # a lock held by another thread at fork stays held in the child
+    os.register_at_fork(after_in_child=lambda: setattr(LabelSet, "_lock", threading.Lock()))
+
 
 class Thread(NamedTuple):
     """A profiled thread: the OS thread id (or a synthetic id) and its name."""

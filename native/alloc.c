@@ -755,7 +755,8 @@ int ddp_alloc_live_list(ddp_alloc_info *out, int max)
     if (top[0] || top[1])
         return DDP_EBUSY; /* only after stop */
     int n = frozen_n < max ? frozen_n : max;
-    memcpy(out, frozen, (size_t)n * sizeof *out);
+    if (n > 0) /* frozen is NULL when nothing was tracked: memcpy(NULL, 0) is undefined */
+        memcpy(out, frozen, (size_t)n * sizeof *out);
     return frozen_n;
 }
 

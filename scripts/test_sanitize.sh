@@ -27,4 +27,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 work=$(mktemp -d)
 cd "$work"  # import ddprof_nb from the venv, not from the source tree
 "$venv/bin/python" -c "import ddprof_nb._native, ddprof_nb; print('sanitized build:', ddprof_nb.__file__)"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$ROOT" "$ROOT/tests/native" "$@"
+# Lock/park tests are left out here: libasan interposes the very libc waits (sem_wait,
+# pthread_cond_wait, ...) whose GOT slots they hook, so their slots point at ASan's
+# interceptors and the hooks are (correctly) refused.  They run in the normal suites.
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$ROOT" "$ROOT/tests/native" \
+    --deselect "$ROOT/tests/native/test_lockpark.py" "$@"

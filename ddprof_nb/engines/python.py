@@ -349,7 +349,10 @@ class PythonEngine(Engine):
             del self._states[ident]
 
     def _new_state(self, ident: int, owner, now: int, at_start: bool = False) -> _ThreadState:
-        tid = getattr(owner, "native_id", None) if owner is not None else None
+        # a _DummyThread may be stale: threading never forgets one, and its pthread ident is
+        # reused by later foreign threads, so its native_id can name a dead thread
+        trusted = owner is not None and not isinstance(owner, _DUMMY_THREAD)
+        tid = getattr(owner, "native_id", None) if trusted else None
         if not tid:
             tid = self._clocks.tid_of(ident)
         read_cpu = self._clocks.reader(ident, tid) if (self._want_cpu or self._want_wall) else None
