@@ -150,7 +150,7 @@ def test_labels_tag_the_thread_that_set_them():
     assert 0.35 < main_a / main_all < 0.65, (main_a, main_all)
     worker_role = cpu.filter(labels={"role": "worker"})
     assert {prof.threads[i].name for i in set(worker_role.thread.tolist())} == {"labelled-worker"}
-    assert worker_role.total("cpu") > 0.1e9
+    assert worker_role.total("cpu") > 0.06e9  # of 0.15 s burnt; the engine loses up to a tick at thread exit
     # wall samples carry the same labels plus the thread state
     wall_a = prof.filter(events=["wall"], labels={"request": "a"})
     assert {ls.get("state") for ls in (wall_a.labelsets[i] for i in set(wall_a.labels.tolist()))} <= {"cpu", "off-cpu"}
