@@ -156,6 +156,25 @@ def test_labels_tag_the_thread_that_set_them():
     assert {ls.get("state") for ls in (wall_a.labelsets[i] for i in set(wall_a.labels.tolist()))} <= {"cpu", "off-cpu"}
 
 
+def test_label_changes_between_samples_keep_their_own_time():
+    # GIVEN a sampling interval longer than the whole run, so the only sample comes at stop
+    def work():
+        with ddprof_nb.labels(step="a"):
+            burn(0.1)
+        with ddprof_nb.labels(step="b"):
+            burn(0.05)
+        burn(0.05)
+
+    _, prof = run_engine(work, interval="5s")
+    cpu = prof.filter(events=["cpu"], threads=["MainThread"])
+    # THEN each stretch's CPU keeps the labels in force while it ran, not the final ones
+    got = {step: cpu.filter(labels={"step": step}).total("cpu") / 1e9 for step in ("a", "b")}
+    assert abs(got["a"] - 0.1) < 0.015 and abs(got["b"] - 0.05) < 0.015, got
+    assert abs(cpu.total("cpu") / 1e9 - 0.2) < 0.03, cpu.total("cpu")
+    wall_a = prof.filter(events=["wall"], threads=["MainThread"], labels={"step": "a"}).total("wall") / 1e9
+    assert 0.095 < wall_a < 0.2, wall_a
+
+
 def recurse(n):
     if n == 0:
         return burn(0.15)
