@@ -11,6 +11,12 @@ in ``metadata.notes``:
   previous sample.  C code that releases the GIL (I/O, hashlib, large numpy kernels)
   is sampled on time.
 - No allocation, lock or park events, no native (C) frames, no GIL-wait state.
+- When threads running Python take turns on the GIL, the sampler thread may wait for
+  it several switch intervals; the CPU a thread spent meanwhile is charged to the stack
+  and labels seen at the late sample (labels that changed in between lose it).  A
+  listener splitting it at label changes was tried: it fixes the labels but charges the
+  earlier stretch to the wrong stack (the code that changed the labels), worse for
+  asyncio, whose every task step changes them.
 
 CPU weights come from each thread's own CPU clock: on Linux the kernel's per-thread
 clock id made from the thread's tid (what ``pthread_getcpuclockid`` returns, built
@@ -42,9 +48,6 @@ from .base import Engine
 
 THREAD_NAME = "ddprof_nb-python-sampler"
 _LINUX = sys.platform.startswith("linux")
-_get_ident = threading.get_ident
-_thread_time_ns = time.thread_time_ns
-_monotonic_ns = time.monotonic_ns
 _MAX_ERROR_KINDS = 5  # distinct error messages kept for the notes
 # threads threading adopted after they started elsewhere (their CPU clock predates us)
 _DUMMY_THREAD = getattr(threading, "_DummyThread", ())
@@ -204,15 +207,14 @@ def cpu_clock_source() -> _ClockSource:
 class _ThreadState:
     """What the sampler remembers of one live thread between ticks."""
 
-    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu", "label_id")
+    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu")
 
-    def __init__(self, owner, tid, read_cpu, last_wall, last_cpu, label_id=0):
+    def __init__(self, owner, tid, read_cpu, last_wall, last_cpu):
         self.owner = owner  # the threading.Thread (None for threads threading does not know)
         self.tid = tid
         self.read_cpu = read_cpu
         self.last_wall = last_wall
         self.last_cpu = last_cpu
-        self.label_id = label_id  # the thread's published label id at its last sample
 
 
 class PythonEngine(Engine):
@@ -235,9 +237,6 @@ class PythonEngine(Engine):
         self._initial = weakref.WeakSet()  # threading.Threads alive at start
         self._frame_ids: dict[tuple[int, int], tuple[object, int]] = {}  # (id(code), lasti) -> (code, frame id)
         self._label_ids: dict[tuple[int, str], int] = {}
-        # per thread ident: (cpu ns, monotonic ns, new label id) at each label change since
-        # its last sample, so time before a change keeps the labels then in force
-        self._bounds: dict[int, list[tuple[int, int, int]]] = {}
         self._comm: dict[int, str] = {}
         self._me = 0
         self._start_mono = 0
@@ -267,24 +266,13 @@ class PythonEngine(Engine):
         self._initial.update(threads.values())
         for ident in set(sys._current_frames()) | set(threads):
             self._states[ident] = self._new_state(ident, threads.get(ident), self._start_mono, at_start=True)
-        if self._clocks.kind == "pthread_getcpuclockid":  # the changing thread reads the same clock
-            _labels.add_listener(self._label_changed)
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
-
-    def _label_changed(self, label_id: int) -> None:
-        """Called on the thread whose published label id changes (labeling listener)."""
-        ident = _get_ident()
-        bounds = self._bounds.get(ident)
-        if bounds is None:
-            bounds = self._bounds.setdefault(ident, [])
-        bounds.append((_thread_time_ns(), _monotonic_ns(), label_id))
 
     def stop(self) -> Profile:
         if not self._started or self._stopped:
             raise NotRunningError("the python engine is not running")
         self._stopped = True
-        _labels.remove_listener(self._label_changed)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -365,7 +353,6 @@ class PythonEngine(Engine):
         # forget threads that exited (their ident may be reused by a new thread)
         for ident in [i for i in self._states if i not in frames and i not in threads]:
             del self._states[ident]
-            self._bounds.pop(ident, None)
 
     def _new_state(self, ident: int, owner, now: int, at_start: bool = False) -> _ThreadState:
         # a _DummyThread may be stale: threading never forgets one, and its pthread ident is
@@ -401,53 +388,30 @@ class PythonEngine(Engine):
         st = self._states.get(ident)
         if st is None or (owner is not None and st.owner is not owner and st.owner is not None):
             st = self._states[ident] = self._new_state(ident, owner, now)  # new thread (maybe a reused ident)
-            self._bounds.pop(ident, None)  # changes of an earlier thread with this ident
-            st.label_id = _labels.thread_label_ids.get(ident, 0)
         elif owner is not None and st.owner is None:
             st.owner = owner  # a foreign thread that threading now knows (_DummyThread)
+        builder = self._builder
         cpu = st.read_cpu() if st.read_cpu is not None else None
-        label_id = _labels.thread_label_ids.get(ident, 0)
-        # label changes since the last sample: each stretch keeps the labels then in force
-        # (the stack is this sample's: the engine saw no other)
-        stretches: list[tuple[int, int, int, int]] = []  # (label id, cpu ns, wall ns, end)
-        bounds = self._bounds.get(ident)
-        if bounds:
-            taken = bounds[:len(bounds)]
-            del bounds[:len(taken)]  # appends made meanwhile stay for the next sample
-            for cpu_at, wall_at, new_id in taken:
-                if st.last_wall <= wall_at <= now:
-                    part_cpu = 0
-                    if cpu is not None and st.last_cpu is not None and st.last_cpu <= cpu_at <= cpu:
-                        part_cpu = cpu_at - st.last_cpu
-                        st.last_cpu = cpu_at
-                    stretches.append((st.label_id, part_cpu, wall_at - st.last_wall, wall_at))
-                    st.last_wall = wall_at
-                st.label_id = new_id
         if cpu is None:  # no reading this tick: keep the baseline, the next delta covers the gap
             cpu_delta = 0
         else:
             cpu_delta = cpu - st.last_cpu if st.last_cpu is not None and cpu >= st.last_cpu else 0
             st.last_cpu = cpu
-        stretches.append((label_id, cpu_delta, now - st.last_wall, now))
+        wall_delta = now - st.last_wall
         st.last_wall = now
-        st.label_id = label_id
-        if not (self._want_wall or (self._want_cpu and any(s[1] > 0 for s in stretches))):
+        if not (self._want_wall or (self._want_cpu and cpu_delta > 0)):
             return
-        builder = self._builder
         stack = self._stack_id(frame)
         thread = builder.thread_id(st.tid, self._thread_name(st, owner))
-        start = self._start_mono
-        last = len(stretches) - 1
-        for i, (label_id, cpu_delta, wall_delta, end) in enumerate(stretches):
-            rel = end - start
-            count = 1 if i == last else 0  # one sample taken; earlier stretches add time only
-            if self._want_wall and wall_delta > 0:
-                state = ("cpu" if cpu_delta * 2 > wall_delta else "off-cpu") if cpu is not None else ""
-                builder.add(EventType.WALL, stack, thread, self._labels_id(label_id, state), rel, count, wall_delta)
-                self._samples[EventType.WALL] += count
-            if self._want_cpu and cpu_delta > 0:
-                builder.add(EventType.CPU, stack, thread, self._labels_id(label_id, ""), rel, count, cpu_delta)
-                self._samples[EventType.CPU] += count
+        label_id = _labels.thread_label_ids.get(ident, 0)
+        rel = now - self._start_mono
+        if self._want_wall and wall_delta > 0:
+            state = ("cpu" if cpu_delta * 2 > wall_delta else "off-cpu") if cpu is not None else ""
+            builder.add(EventType.WALL, stack, thread, self._labels_id(label_id, state), rel, 1, wall_delta)
+            self._samples[EventType.WALL] += 1
+        if self._want_cpu and cpu_delta > 0:
+            builder.add(EventType.CPU, stack, thread, self._labels_id(label_id, ""), rel, 1, cpu_delta)
+            self._samples[EventType.CPU] += 1
 
     def _labels_id(self, label_id: int, state: str) -> int:
         key = (label_id, state)
