@@ -20,8 +20,10 @@ processes' load.
 Modes (what "with profiling" means):
 - ``full``: the engine (cpu+wall, 100 Hz) plus asyncio support: task labels on every
   step, the task sampler (wall+park of suspended tasks) and fold_loop_frames at stop —
-  what ``Sampler`` runs once the integration lines are in;
-- ``engine``: the engine alone (cpu+wall), for reference;
+  ``Sampler`` with ``asyncio="fold"``, as the API and the magics run it;
+- ``engine``: the engine alone (cpu+wall, ``asyncio="off"``), for reference;
+- ``engine+park``: the engine alone with park too (its hooked waits: the loop's selector
+  wait is one per loop iteration), to tell that cost from the task sampler's;
 - ``tasks``: asyncio support without an engine: task labels, step timing and the task
   sampler's ticks (wall+park of suspended tasks);
 - ``labels``: asyncio task labels only (the create_task patch and the per-step label
@@ -51,9 +53,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ddprof_nb import aggregate, asyncio_support  # noqa: E402
+from ddprof_nb import asyncio_support  # noqa: E402
 from ddprof_nb.config import SamplerConfig  # noqa: E402
-from ddprof_nb.sampler import choose_engine  # noqa: E402
+from ddprof_nb.sampler import Sampler, choose_engine  # noqa: E402
 
 GOAL = 0.02
 MEASURES = {"wall": "wall", "ready": "wall − run-queue wait", "cpu": "CPU, whole process"}
@@ -133,38 +135,25 @@ def run_queue_wait() -> float | None:
 
 # -- what "profiling" means ----------------------------------------------------------------------
 class Profiling:
-    """Start/stop of one mode; mirrors the integration lines given to Sampler."""
+    """Start/stop of one mode: ``full`` and ``engine`` run ``Sampler`` as the API does."""
 
     def __init__(self, mode: str, engine: str):
         self.mode = mode
-        events = ("cpu", "wall", "park") if mode in ("full", "tasks") else ("cpu", "wall")
-        self.config = SamplerConfig.make(events=events, engine=engine, interval="10ms")
-        self.engine_cls = None
-        if mode in ("full", "engine"):
-            ecfg = asyncio_support.engine_config(self.config)
-            self.engine_config = ecfg
-            self.engine_cls, _ = choose_engine(ecfg)
+        events = ("cpu", "wall", "park") if mode in ("full", "tasks", "engine+park") else ("cpu", "wall")
+        asyncio_mode = "fold" if mode == "full" else "off"
+        self.config = SamplerConfig.make(events=events, engine=engine, interval="10ms", asyncio=asyncio_mode)
         self.last = None
 
     def start(self):
-        engine = self.engine_cls(self.engine_config) if self.engine_cls else None
-        tasks = None
-        if self.mode in ("full", "tasks", "labels"):
-            cfg = self.config if self.mode != "labels" else dataclasses.replace(self.config, events=())
-            tasks = asyncio_support.TaskSampler(cfg)
-        if engine is not None:
-            engine.start()
-        if tasks is not None:
-            tasks.start()
-        return engine, tasks
+        if self.mode in ("full", "engine", "engine+park"):
+            return Sampler(self.config).start(trim="none")
+        cfg = self.config if self.mode != "labels" else dataclasses.replace(self.config, events=())
+        tasks = asyncio_support.TaskSampler(cfg)
+        tasks.start()
+        return tasks
 
     def stop(self, handle):
-        engine, tasks = handle
-        tp = tasks.stop() if tasks is not None else None
-        p = engine.stop() if engine is not None else None
-        if p is not None and tp is not None:
-            p = asyncio_support.fold_loop_frames(aggregate.merge(p, tp))
-        self.last = p
+        self.last = handle.stop()
 
 
 # -- measurement ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ __all__ = ["main"]
 
 PROG = "python -m ddprof_nb"
 _OUTPUT_SUFFIXES = (".pprof", ".pb.gz", ".speedscope.json", ".folded", ".html")
-_RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "-o", "--output",
+_RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "--asyncio", "-o", "--output",
                          "--folded", "--html", "-l", "--label", "--max-depth"}
 
 
@@ -47,6 +47,8 @@ def _parser() -> _Parser:
     rec.add_argument("-i", "--interval", default="10ms", help="sampling interval for cpu and wall (default 10ms)")
     rec.add_argument("--alloc-rate", default="512KiB", help="mean bytes between allocation samples (default 512KiB)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
+    rec.add_argument("--asyncio", default="fold",
+                     help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
     rec.add_argument("--max-depth", type=int, default=None, help="frames kept per stack")
     rec.add_argument("--children", action="store_true",  # [children]
                      help="also profile child Python processes (multiprocessing, subprocess); labels pid, process")
@@ -170,7 +172,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
         labels[k] = v
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
-                              engine=args.engine, labels=labels)
+                              engine=args.engine, labels=labels, asyncio=args.asyncio)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
         config = SamplerConfig.make(**config_options)

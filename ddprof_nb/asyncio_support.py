@@ -336,6 +336,7 @@ class _LoopState:
         self.inexact_at = 0  # time of the last subsampled tick: all time before it is accounted
         self.next_due = 0
         self.cost = 0  # ns a tick takes (smoothed)
+        self.draw_ns = 0  # ns a random draw takes, when subsampling (smoothed)
         self.prefix_ns = 0  # ns the current tick spent looking up the loop's stack
         self.prefix: list[int] | None = None
         self.prefix_at = 0
@@ -411,9 +412,11 @@ class TaskSampler:
     (WALL and/or PARK); task labels are published whatever the events.
 
     Cost bounds: with at most ``max_tasks_per_tick`` tasks registered, every pending task
-    is sampled at every tick (exact weights).  With more, the tick draws that many tasks
-    at random and stops drawing once ``tick_budget`` (a fraction of the interval) is
-    spent; the draws seen carry the whole tick's task time (scaled weights: unbiased).
+    is sampled at every tick (exact weights).  With more, the tick draws tasks at random,
+    as many as fit ``tick_budget`` (a fraction of the interval) at the cost per draw of
+    the previous ticks (at least 4, at most ``max_tasks_per_tick``); the draws carry the
+    whole tick's task time (scaled weights).  The number of draws is fixed before drawing,
+    never cut by what the draws cost, so tasks costly to describe are not favoured.
     A tick that took long (many tasks, cold caches) delays the next one, so ticks take at
     most ~0.5% of the loop's time (``TICK_COST_RATIO``).
     """
@@ -632,18 +635,15 @@ class TaskSampler:
         else:  # uniform draws (with replacement: cheap, still unbiased once scaled)
             rand = self._rng.random
             nreg = len(reg)
-            chosen = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(self.max_tasks))]
+            draws = max(4, min(self.max_tasks, self.budget_ns // max(1, st.draw_ns)))
+            chosen = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(draws))]
         running = _current_task(loop) if asyncio._get_running_loop() is loop else None
         floor = max(st.inexact_at, self._start_mono)
         old = st.states
         states = {} if exact else old
         acc: dict = {}
-        deadline = _monotonic_ns() + self.budget_ns
-        seen = 0
+        t_draws = _monotonic_ns()
         for ref in chosen:
-            if not exact and seen and _monotonic_ns() > deadline:
-                break  # out of time: the random draws seen so far stand for the rest
-            seen += 1
             task = ref()
             if task is None or task is running:
                 continue
@@ -691,9 +691,11 @@ class TaskSampler:
         if exact:
             st.states = states
         else:
-            # the seen tasks are a uniform random subset: they carry the tick's task time
+            # the draws are a uniform random sample: together they carry the tick's task time
             self._subsampled_ticks += 1
-            weight = (now - prev_tick) * n // max(1, seen)
+            per_draw = (_monotonic_ns() - t_draws) // len(chosen)
+            st.draw_ns = per_draw if not st.draw_ns else (3 * st.draw_ns + per_draw) // 4
+            weight = (now - prev_tick) * n // len(chosen)
             for cell in acc.values():
                 cell[1] = cell[0] * weight
             st.inexact_at = now

@@ -19,6 +19,10 @@ DEFAULT_MAX_DEPTH = 128  # frames kept per stack; deeper stacks end in [truncate
 MIN_INTERVAL_NS = 100_000  # 10 kHz; finer is noise with a 250 Hz kernel tick
 MAX_INTERVAL_NS = 60_000_000_000
 ENGINES = ("auto", "native", "python")
+# asyncio tasks (ddprof_nb.asyncio_support): "fold" samples suspended tasks, labels each
+# task's samples and folds the event loop's machinery into one frame; "raw" does the same
+# but keeps the loop's frames; "off" leaves asyncio alone
+ASYNCIO_MODES = ("fold", "raw", "off")
 
 _DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
@@ -87,6 +91,7 @@ class SamplerConfig:
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
     labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
+    asyncio: str = "fold"  # one of ASYNCIO_MODES
 
     @classmethod
     def make(
@@ -97,6 +102,7 @@ class SamplerConfig:
         max_depth: int = DEFAULT_MAX_DEPTH,
         engine: str = "auto",
         labels=None,
+        asyncio: str = "fold",
     ) -> "SamplerConfig":
         """Validate user-facing options (strings with units allowed) into a config."""
         interval_ns = parse_duration_ns(interval)
@@ -106,6 +112,8 @@ class SamplerConfig:
             raise ValueError(f"invalid engine {engine!r}; expected one of: {', '.join(ENGINES)}")
         if not isinstance(max_depth, int) or not 1 <= max_depth <= 4096:
             raise ValueError(f"invalid max_depth {max_depth!r}: must be an int in 1..4096")
+        if asyncio not in ASYNCIO_MODES:
+            raise ValueError(f"invalid asyncio mode {asyncio!r}; expected one of: {', '.join(ASYNCIO_MODES)}")
         return cls(
             events=parse_events(events),
             interval_ns=interval_ns,
@@ -113,6 +121,7 @@ class SamplerConfig:
             max_depth=max_depth,
             engine=engine,
             labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
+            asyncio=asyncio,
         )
 
     def to_spec(self) -> dict:
@@ -124,6 +133,7 @@ class SamplerConfig:
             "max_depth": self.max_depth,
             "engine": self.engine,
             "labels": [list(kv) for kv in self.labels],
+            "asyncio": self.asyncio,
         }
 
     @classmethod
@@ -136,4 +146,5 @@ class SamplerConfig:
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],
             labels=tuple(tuple(kv) for kv in spec.get("labels", ())),
+            asyncio=spec.get("asyncio", "fold"),
         )

@@ -55,7 +55,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
 from . import aggregate, cells, summary
-from .config import DEFAULT_ALLOC_RATE, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
+from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
 from .model import Frame, Profile
 
@@ -82,7 +82,7 @@ _CO_COROUTINE = inspect.CO_COROUTINE
 USAGE = """\
 %%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [-l KEY=VALUE ...] [-o NAME]
          [--save PATH] [--no-show] [--engine auto|native|python]
-         [--children] [--dask CLIENT]                              profile this cell
+         [--asyncio fold|raw|off] [--children] [--dask CLIENT]     profile this cell
 %ddprof [options] STATEMENT     profile one statement
 %ddprof start [options]         profile across cells until %ddprof stop
 %ddprof stop                    stop, store and show that profile
@@ -135,6 +135,8 @@ def _sampler_options(p: "_Parser", statement: bool = False) -> None:
     p.add_argument("--all-threads", action="store_true",
                    help="keep the kernel's own idle threads (IOPub, heartbeat, ...) in the profile")
     p.add_argument("--engine", default="auto", metavar="|".join(ENGINES), help=f"sampling engine: {'|'.join(ENGINES)}")
+    p.add_argument("--asyncio", default="fold", metavar="|".join(ASYNCIO_MODES),
+                   help="asyncio tasks: fold the loop's frames (default), raw: keep them, off: no task sampling")
     # [children/dask] beyond one process
     p.add_argument("--children", action="store_true",
                    help="also profile child Python processes started meanwhile (labels pid, process)")
@@ -165,7 +167,7 @@ def _labels(items) -> dict[str, str]:
 
 
 def _config(args) -> SamplerConfig:
-    options = {"engine": args.engine, "labels": _labels(args.label)}
+    options = {"engine": args.engine, "labels": _labels(args.label), "asyncio": args.asyncio}
     if args.events:
         options["events"] = ",".join(args.events)
     if args.interval is not None:
@@ -778,7 +780,7 @@ def _split(text: str) -> list[str]:
 
 
 _VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "-l", "--label", "-o", "--name",
-                  "--save", "--engine"}
+                  "--save", "--engine", "--asyncio"}
 
 
 def _split_statement(line: str) -> tuple[str, str]:

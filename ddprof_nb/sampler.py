@@ -116,6 +116,7 @@ class Sampler:
         self._children = None
         self._dask = None
         self._engine = None
+        self._tasks = None  # the asyncio TaskSampler beside the engine (config.asyncio)
         self._note: str | None = None
         self._prefix: list = []
         self._tid = 0
@@ -144,12 +145,27 @@ class Sampler:
                     f"{_active.config.engine} engine); stop it first"
                 )
             cls, self._note = choose_engine(self.config)
-            engine = cls(self.config)
+            engine_config, tasks = self.config, None
+            if self.config.asyncio != "off":
+                from . import asyncio_support
+
+                # PARK of suspended tasks comes from the task sampler; the engine keeps the rest
+                engine_config = asyncio_support.engine_config(self.config, cls.supported_events)
+                if engine_config.engine == "python" and not engine_config.events:
+                    cls = _engine_classes()["python"]
+                tasks = asyncio_support.TaskSampler(self.config)
+            engine = cls(engine_config)
             self._prefix = [] if trim == "none" else _caller_frames(caller_depth + 1)
             self._keep_last = trim == "caller"
             self._tid = threading.get_native_id()
             engine.start()
-            self._engine = engine
+            if tasks is not None:
+                try:
+                    tasks.start()
+                except BaseException:
+                    engine.stop()
+                    raise
+            self._engine, self._tasks = engine, tasks
             _active = self
         self._start_remote()  # [children/dask]
         return self
@@ -192,10 +208,16 @@ class Sampler:
             if self._engine is None:
                 raise NotRunningError("the profiler is not running (stop without start)")
             engine, self._engine = self._engine, None
+            tasks, self._tasks = self._tasks, None
             try:
-                profile = engine.stop()
+                task_profile = tasks.stop() if tasks is not None else None
             finally:
-                _active = None
+                try:
+                    profile = engine.stop()
+                finally:
+                    _active = None
+        if task_profile is not None:
+            profile = aggregate.merge(profile, task_profile)
         if self.config.labels:
             profile = aggregate.merge(profile, labels=[dict(self.config.labels)])
         profile = trim_prefix(profile, self._tid, self._prefix, self._keep_last)
@@ -204,6 +226,10 @@ class Sampler:
         if self._note:
             profile = profile.with_metadata(notes=profile.metadata.notes + (self._note,))
         profile = self._finish_remote(profile)  # [children/dask]
+        if self.config.asyncio == "fold":
+            from .asyncio_support import fold_loop_frames
+
+            profile = fold_loop_frames(profile)
         self.profile = profile
         return self.profile
 
@@ -236,8 +262,12 @@ class ProfileHandle:
 
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", engine="auto",
-            max_depth=None, labels=None, children=False, dask=None) -> Iterator[ProfileHandle]:
+            max_depth=None, labels=None, children=False, dask=None, asyncio="fold") -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
+
+    ``asyncio``: "fold" (default) gives asyncio tasks their own stacks and ``task`` label,
+    samples suspended tasks (wall, park) and folds the event loop's machinery into one
+    ``[asyncio loop]`` frame; "raw" keeps the loop's frames; "off" leaves asyncio alone.
 
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
@@ -245,7 +275,8 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", eng
 
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
-    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, engine=engine, labels=labels)
+    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, engine=engine, labels=labels,
+                   asyncio=asyncio)
     if max_depth is not None:
         options["max_depth"] = max_depth
     sampler = Sampler(children=children, dask=dask, **options)  # [children/dask]

@@ -730,7 +730,7 @@ notebook("05-labels-and-asyncio", [
     '''),
     prof("""
         responses = run_service(1500)
-    """, events="cpu,wall", labels={"run": "baseline"}, name="service", expect=("render_search",)),
+    """, events="cpu,wall,park", labels={"run": "baseline"}, name="service", expect=("render_search",)),
     md("""
         In the explorer, type `endpoint=/search` in the label filter: the flame graph keeps only
         the samples taken while serving `/search`. The same from code:
@@ -758,6 +758,25 @@ notebook("05-labels-and-asyncio", [
             share = calls.filter(labels={"endpoint": endpoint}).total("cpu") / max(calls.total("cpu"), 1)
             print(f"{function:14s} {share:6.1%} of its CPU samples are labelled endpoint={endpoint}")
     """, expect=("labelled endpoint",)),
+    md("""
+        While a request awaits, its task is *suspended*: no thread runs it, so a thread
+        sampler cannot see it. ddprof_nb samples suspended tasks too, as **park** samples on
+        the loop thread's `(asyncio tasks)` twin, each stack ending in what the task awaits
+        (`[asyncio.sleep]`, a lock, a semaphore, a queue, a future). Where do the requests wait?
+    """),
+    code("""
+        twins = [t.name for t in service.threads if t.name.endswith("(asyncio tasks)")]
+        parked = service.filter(events="park", threads=twins)
+        for row in parked.top("park", n=3):
+            print(f"{row.name:30s} {row.self / parked.total('park'):6.1%} of the tasks' suspended time")
+    """, expect=("[asyncio.Semaphore.acquire]", "[asyncio.sleep]")),
+    md("""
+        Almost all of it is requests queueing for one of the 32 slots of the semaphore in
+        `serve`; the database round trips (`asyncio.sleep` in `query_db`) are a small part.
+        Waiting requests are cheap here, so the fix is a higher `concurrency`, not a faster
+        database. (With many pending tasks the sampler draws a random subset of them at each
+        tick and scales their weights: totals stay unbiased, small shares get noisier.)
+    """),
     md("""
         **Next:** *06-compare-two-versions*: did a change make things faster, and where?
     """),

@@ -2,9 +2,8 @@
 wall/park attribution by task against a ground truth, labels reaching child tasks and
 threads, the slot following the running task, blockers named, loops already running.
 
-Profiles are taken the way ``Sampler`` does once its integration lines are in
-(``take``): the engine (without PARK) and a ``TaskSampler`` side by side, merged, then
-``fold_loop_frames``."""
+Profiles are taken by ``Sampler`` (``take``), which runs the engine and a ``TaskSampler``
+side by side, merges them and folds the loop's frames (config ``asyncio="fold"``)."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from ddprof_nb import asyncio_support as A
 from ddprof_nb.config import SamplerConfig
 from ddprof_nb.engines.python import PythonEngine
 from ddprof_nb.model import EMPTY_LABELS
+from ddprof_nb.sampler import Sampler
 
 
 def _native_param():
@@ -48,26 +48,35 @@ def engine_class(name):
 
 
 class take:
-    """``with take(engine, events) as t: ...`` then ``t.profile`` (folded)."""
+    """``with take(engine, events) as t: ...`` then ``t.profile`` (folded).
+
+    Profiles are taken by ``Sampler`` (asyncio="fold"), as the API and magics take them;
+    given TaskSampler options (``max_tasks_per_tick``, ``tick_budget``), the engine and a
+    TaskSampler built with them run side by side the way Sampler runs them."""
 
     def __init__(self, engine: str, events=("cpu", "wall", "park"), interval="5ms", **sampler_options):
         self.config = SamplerConfig.make(events=events, engine=engine, interval=interval)
-        ecfg = A.engine_config(self.config)
-        self.engine = engine_class(ecfg.engine)(ecfg)
-        self.tasks = A.TaskSampler(self.config, **sampler_options)
+        self.sampler = None if sampler_options else Sampler(self.config)
+        if sampler_options:
+            ecfg = A.engine_config(self.config)
+            self.engine = engine_class(ecfg.engine)(ecfg)
+            self.tasks = A.TaskSampler(self.config, **sampler_options)
         self.profile = None
-        self.raw = None
 
     def start(self):
-        self.engine.start()
-        self.tasks.start()
+        if self.sampler is not None:
+            self.sampler.start(trim="none")
+        else:
+            self.engine.start()
+            self.tasks.start()
         return self
 
     def stop(self):
-        tp = self.tasks.stop()
-        p = self.engine.stop()
-        self.raw = aggregate.merge(p, tp)
-        self.profile = A.fold_loop_frames(self.raw)
+        if self.sampler is not None:
+            self.profile = self.sampler.stop()
+        else:
+            tp = self.tasks.stop()
+            self.profile = A.fold_loop_frames(aggregate.merge(self.engine.stop(), tp))
         return self.profile
 
     def __enter__(self):
@@ -181,11 +190,16 @@ def test_wall_and_park_by_task_match_the_ground_truth(engine):
     # AND the computing task never parks; its wall is mostly running (engine samples)
     assert park.get("D", 0) < 0.05 * sum(park.values())
     # AND park stacks name what the task awaits; every park sample has a task
-    parked = by(p, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name, s.stack[-2].name))
-    assert {k for k in parked if k[0] in "ABC"} == {(n, "[asyncio.sleep]", "sleeper") for n in "ABC"}
-    assert None not in {k[0] for k in parked}
+    parked = by(p, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name, s.stack[-2].name,
+                                              s.thread.name))
+    assert {k[:3] for k in parked if k[0] and k[0] in "ABC"} == {(n, "[asyncio.sleep]", "sleeper") for n in "ABC"}
+    # every park sample of the tasks' twin has a task; the loop thread's own park (the
+    # native engine samples its selector wait) has none
+    assert None not in {k[0] for k in parked if k[3].endswith("(asyncio tasks)")}
+    loop_park = {k: v for k, v in parked.items() if k[3] == "MainThread"}
+    assert all(k[0] is None for k in loop_park), loop_park
     # AND the suspended tasks' samples sit on the loop thread's "(asyncio tasks)" twin
-    names = {s.thread.name for s in p.samples() if s.event is EventType.PARK}
+    names = {s.thread.name for s in p.samples() if s.event is EventType.PARK and s.labels.get("task")}
     assert names == {"MainThread (asyncio tasks)"}
     # AND the running task's stack shows loop, task, chain
     running = [s for s in p.samples() if s.event is EventType.WALL and s.labels.get("task") == "D"

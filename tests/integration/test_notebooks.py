@@ -186,9 +186,6 @@ def test_notebook_runs_headless(name, run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="labels do not follow asyncio tasks across awaits yet: "
-                   "labeling publishes a per-thread label id on entering/leaving `with labels()`, "
-                   "so a task resuming after an await runs under another task's labels")
 def test_labels_follow_asyncio_tasks(run):
     # GIVEN 05's service, where each request's handler runs under labels(endpoint=...) and
     # awaits before rendering, THEN the renderers' CPU samples carry their own endpoint
