@@ -207,6 +207,51 @@ def test_top_level_await_runs_and_waits_are_charged_to_the_cell(shell):
     assert profile.total("wall") >= 0.2e9
 
 
+def test_top_level_await_tasks_get_their_own_stacks_labels_and_waits(shell):
+    # GIVEN a cell awaiting two tasks at top level: one sleeping, one computing
+    code = ("%%ddprof -e cpu,wall,park -i 5ms\nimport asyncio\n"
+            "async def sleeper():\n    await asyncio.sleep(0.3)\n"
+            "async def spinner():\n    busy(0.2)\n"
+            "await asyncio.gather(asyncio.create_task(sleeper(), name='sleeper'),\n"
+            "                     asyncio.create_task(spinner(), name='spinner'))\n")
+    # WHEN it runs under %%ddprof (asyncio support on by default)
+    res, _ = run(shell, code)
+    assert res.success, res.error_in_exec
+    profile = history.latest
+    # THEN the computing task's CPU carries its task label, and its stacks start at the
+    # cell's code (the coroutine), none of the event loop's machinery left
+    spin = profile.filter(events="cpu", focus="^busy$")
+    assert spin.total("cpu") > 0.1e9
+    assert {profile.labelsets[i].get("task") for i in set(spin.labels.tolist())} == {"spinner"}
+    names = [[f.name for f in profile.stack_frames(s)] for s in set(spin.stack.tolist())]
+    assert all(n[0] == "spinner" and n[-1] == "busy" for n in names), names
+    # AND the sleeping task's suspension is a park sample naming what it awaits
+    parked = profile.filter(events="park", labels={"task": "sleeper"})
+    assert parked.total("park") > 0.15e9, parked.total("park")
+    assert {profile.stack_frames(s)[-1].name for s in set(parked.stack.tolist())} == {"[asyncio.sleep]"}
+
+
+def test_asyncio_off_and_raw_options(shell):
+    code = ("%%ddprof -e cpu,wall --asyncio {mode}\nimport asyncio\n"
+            "async def spinner():\n    busy(0.15)\n"
+            "await asyncio.create_task(spinner(), name='spinner')\n")
+    frames = {}
+    for mode in ("off", "raw"):
+        res, _ = run(shell, code.format(mode=mode))
+        assert res.success, res.error_in_exec
+        p = history.latest
+        frames[mode] = {f.name for s in set(p.stack.tolist()) for f in p.stack_frames(s)}
+        tasks = {ls.get("task") for ls in p.labelsets}
+        # off: no task labels, no task sampler thread; raw: both, loop frames kept
+        assert (tasks == {None}) == (mode == "off"), (mode, tasks)
+        assert any(t.name.endswith("(asyncio tasks)") for t in p.threads) == (mode == "raw")
+    assert "[asyncio loop]" not in frames["off"] and "[asyncio loop]" not in frames["raw"]
+    assert {"spinner", "busy"} <= frames["raw"] and {"spinner", "busy"} <= frames["off"]
+    # AND a bad mode names the option's values
+    res, _ = run(shell, "%%ddprof --asyncio sometimes\nx = 1\n")
+    assert not res.success and "fold, raw, off" in str(res.error_in_exec)
+
+
 # -- options --------------------------------------------------------------------------
 
 

@@ -36,3 +36,16 @@ def test_make_validates_everything():
         SamplerConfig.make(engine="turbo")
     with pytest.raises(ValueError, match="max_depth"):
         SamplerConfig.make(max_depth=0)
+
+
+def test_asyncio_mode_is_validated_and_survives_the_spec_round_trip():
+    assert SamplerConfig.make().asyncio == "fold"
+    for mode in ("fold", "raw", "off"):
+        cfg = SamplerConfig.make(asyncio=mode, labels={"a": "1"}, events="cpu,park")
+        assert SamplerConfig.from_spec(cfg.to_spec()) == cfg
+    with pytest.raises(ValueError, match="asyncio mode 'yes'.*fold, raw, off"):
+        SamplerConfig.make(asyncio="yes")
+    # a spec from an older parent (no asyncio key) means the default
+    spec = SamplerConfig.make().to_spec()
+    del spec["asyncio"]
+    assert SamplerConfig.from_spec(spec).asyncio == "fold"
