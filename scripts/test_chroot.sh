@@ -9,7 +9,8 @@
 # compile: the install must still succeed, and the native engine must then say it is
 # unavailable), then pytest on tests/unit, the python-engine and engine-choice
 # integration tests, plus tests/native when the native engine is available, then the
-# python engine's overhead at 100 Hz.  A version the native engine claims to support
+# python engine's overhead at 100 Hz, then (native engine) the strict accuracy goals of
+# benchmarks/bench_cpu.py (+-3 points; a miss fails the version).  A version the native engine claims to support
 # (ddprof_nb._binding.SUPPORTED) whose native engine is unavailable anyway (module not
 # built, layout refused) is a failure (native=MISSING, rc 4), not a silent skip.  The
 # time of each phase is printed, and a summary at the end; the exit code is non-zero if
@@ -106,11 +107,23 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         overhead="${overhead:--}/$(grep -oE "per CPU second -?[0-9.]+%" <<<"$out" | head -n1 | awk '{print $4}')"
         echo "PHASE overhead: $(since "$t") s"
     fi
+    # the strict accuracy goals (+-3 points: cpu 60/30/10, thread split, wall per thread)
+    local accuracy="-" acc_rc=0
+    if (( native_ok )) && [[ -e benchmarks/bench_cpu.py ]]; then
+        t=$(now)
+        echo "--- accuracy: native engine, benchmarks/bench_cpu.py --sections accuracy --strict"
+        local acc_out
+        acc_out=$(python benchmarks/bench_cpu.py --sections accuracy --tools ddprof --strict 2>&1) || acc_rc=$?
+        echo "$acc_out" | grep -E "^\| ddprof_nb|goals met"
+        accuracy=$(grep -oE "[0-9]+/[0-9]+ goals met" <<<"$acc_out" | tail -n1 | awk '{print $1}')
+        accuracy=${accuracy:-none}
+        echo "PHASE accuracy: $(since "$t") s (exit $acc_rc)"
+    fi
     local native_word=unavailable
     (( native_ok )) && native_word=available
     (( native_rc )) && native_word=MISSING
-    local final=$(( rc != 0 ? rc : native_rc != 0 ? native_rc : ov_rc ))
-    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} native=$native_word rc=$final"
+    local final=$(( rc != 0 ? rc : native_rc != 0 ? native_rc : ov_rc != 0 ? ov_rc : acc_rc ))
+    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} accuracy=$accuracy native=$native_word rc=$final"
     return "$final"
 }
 
@@ -144,7 +157,7 @@ for v in $PYTHONS; do
     rc=${PIPESTATUS[0]}
     line=$(grep -E "^@@summary " "$out" | tail -n1)
     rm -f "$out"
-    [[ -n $line ]] || line="@@summary $v install=- tests=- overhead=- native=? rc=$rc"
+    [[ -n $line ]] || line="@@summary $v install=- tests=- overhead=- accuracy=- native=? rc=$rc"
     summaries+=("${line#@@summary } total=$(since "$t")")
     echo "PHASE python $v total: $(since "$t") s (exit $rc)"
     (( rc != 0 )) && status=1
@@ -152,15 +165,15 @@ done
 
 echo
 echo "=== summary (chroot ensure ${chroot_s} s; all $(since "$t_all") s)"
-printf '%-8s %-8s %-10s %-10s %-16s %-12s %s\n' version result install_s tests_s overhead:wall/cpu native total_s
+printf '%-8s %-8s %-10s %-10s %-16s %-9s %-12s %s\n' version result install_s tests_s overhead:wall/cpu accuracy native total_s
 for s in "${summaries[@]}"; do
     declare -A f=()
     read -r ver rest <<<"$s"
     for kv in $rest; do f[${kv%%=*}]=${kv#*=}; done
     result=passed
     [[ ${f[rc]} == 0 ]] || result="FAILED(${f[rc]})"
-    printf '%-8s %-8s %-10s %-10s %-16s %-12s %s\n' "$ver" "$result" "${f[install]}" "${f[tests]}" \
-        "${f[overhead]}" "${f[native]}" "${f[total]}"
+    printf '%-8s %-8s %-10s %-10s %-16s %-9s %-12s %s\n' "$ver" "$result" "${f[install]}" "${f[tests]}" \
+        "${f[overhead]}" "${f[accuracy]:--}" "${f[native]}" "${f[total]}"
     unset f
 done
 exit $status
