@@ -95,16 +95,9 @@ def _first_line(source: str) -> str:
 
 
 def _fmt(value: float, unit: str | None) -> str:
-    if unit == "bytes":
-        for name, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if value >= size:
-                return f"{value / size:.1f} {name}"
-        return f"{value:.0f} B"
-    if value >= 1e9:
-        return f"{value / 1e9:.2f} s"
-    if value >= 1e6:
-        return f"{value / 1e6:.0f} ms"
-    return f"{value / 1e3:.0f} µs"
+    from .summary import format_bytes, format_duration
+
+    return format_bytes(value) if unit == "bytes" else format_duration(value)
 
 
 def top_text(result: RunResult) -> str:
