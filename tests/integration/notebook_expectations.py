@@ -1,0 +1,116 @@
+"""What an executed demo notebook (notebooks/NN-*.ipynb) must show: one place for the
+checks that test_notebooks.py (this environment) and test_binder.py (a venv built from
+binder/) both apply.
+
+The per-cell expectations live in the notebooks themselves (notebooks/_build.py writes
+them): ``cell.metadata["ddprof_nb"] = {"profiled": True, "expect": [names]}``.  A profiled
+cell must show an explorer widget whose text summary names each expected function; any
+other cell's output must contain each expected string.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NB_DIR = ROOT / "notebooks"
+NOTEBOOKS = [
+    "01-quickstart", "02-threads-and-the-gil", "03-memory", "04-locks-and-waiting",
+    "05-labels-and-asyncio", "06-compare-two-versions", "07-export-and-share",
+]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+# 05's story: each request's handler runs under labels(endpoint=...) and awaits before
+# rendering; the renderers' CPU samples carry their own endpoint (labels follow tasks).
+LABELS_NOTEBOOK = "05-labels-and-asyncio"
+
+
+def read(name: str):
+    import nbformat
+
+    return nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
+
+
+def needs(name: str) -> list[str]:
+    """The event types the notebook samples (its metadata says; cpu and wall by default)."""
+    return list(read(name).metadata.get("ddprof_nb", {}).get("needs", ["cpu", "wall"]))
+
+
+def unsupported(events) -> str | None:
+    """Why the engines in this interpreter cannot sample ``events`` (None when they can)."""
+    from ddprof_nb.config import SamplerConfig
+    from ddprof_nb.errors import EngineUnavailableError
+    from ddprof_nb.sampler import choose_engine
+
+    try:
+        choose_engine(SamplerConfig.make(events=list(events)))
+    except EngineUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def output_text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}"
+    return output.get("data", {}).get("text/plain", "")
+
+
+def check_outputs(name: str, nb) -> None:
+    """Assert that the executed notebook ``nb`` raised nowhere and shows what each cell expects."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count for c in code), f"{name}: not every code cell ran"
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("ddprof_nb", {})
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors, f"{name} cell {i}: {errors[0].ename}: {errors[0].evalue}"
+        text = "\n".join(output_text(o) for o in cell.outputs)
+        where = f"{name} cell {i} ({cell.source.splitlines()[0]})"
+        if meta.get("profiled"):
+            # the cell shows an explorer widget, its state was stored, and its text summary
+            # (the mimebundle's text/plain: the top table) names the hot function
+            views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
+            assert views, f"{where}: no explorer widget in the outputs:\n{text[:2000]}"
+            model_id = views[-1].data[WIDGET_VIEW]["model_id"]
+            assert model_id in state, f"{where}: the explorer's widget state was not stored"
+            summary = views[-1].data.get("text/plain", "")
+            assert summary.strip(), f"{where}: the explorer has no text summary"
+            for expected in meta.get("expect", ()):
+                assert expected in summary, f"{where}: {expected!r} not in the explorer's summary:\n{summary}"
+        else:
+            for expected in meta.get("expect", ()):
+                assert expected in text, f"{where}: {expected!r} not in the output:\n{text[:2000]}"
+
+
+def check_labels_follow_tasks(nb) -> None:
+    """05: the renderers' CPU samples carry their own endpoint label (>= 80 % each)."""
+    text = "\n".join(output_text(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    shares = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+)\s+([\d.]+)% of its CPU samples", text, re.M)}
+    assert set(shares) == {"render_search", "sign_receipt"}, text[-2000:]
+    assert all(share >= 80 for share in shares.values()), shares
+
+
+def copy_tree(dest: Path) -> Path:
+    """The working tree's source files (tracked and new, not ignored) copied to ``dest``:
+    what a fresh clone would hold, without venvs or build products."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+            ".git", ".venv*", ".venvs", "build", "dist", "*.egg-info", "__pycache__", "*.so", "out", "exports"))
+        return dest
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
