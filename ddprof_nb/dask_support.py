@@ -10,11 +10,23 @@ A worker that leaves the cluster (or fails to answer) mid-profile loses only its
 samples: the merged profile is partial and its notes name the worker.  Workers that
 join after start are not profiled (noted).  Workers living in the client's own process
 (``LocalCluster(processes=False)``) are covered by the local profile and skipped.
+
+Cost on the workers is the sampler's own (nothing per task, nothing shipped until stop).
+Its per-second costs grow with every sampled thread (a wall sample per thread per tick,
+each converted in Python by the drain), so the worker's machinery threads that only
+wait for shutdown (``_IDLE_MACHINERY``) are left out of the sampling: their wall
+samples would be one unchanging blocked stack, and they use no CPU.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import threading
+
+# dask's worker-process threads that block for the whole life of the worker (the
+# Nanny's stop-queue reader, distributed.process's parent-death watcher)
+_IDLE_MACHINERY = re.compile(r"Nanny stop queue watch$|.*\(monitor_parent\)$")
 
 # one profile per worker process, keyed by the client's token so two clients sharing
 # a cluster do not stop each other's profiles
@@ -35,7 +47,20 @@ def _worker_start(spec: dict, token: str) -> dict:
     s = _sampler.Sampler(config)
     s.start(trim="none")
     _worker_samplers[token] = s
-    return {"pid": os.getpid(), "engine": s.engine_name}
+    return {"pid": os.getpid(), "engine": s.engine_name, "unsampled": _exclude_idle_machinery(s)}
+
+
+def _exclude_idle_machinery(s) -> list[str]:
+    """Stop sampling dask's forever-blocked machinery threads; their names."""
+    if s.engine_name != "native":
+        return []
+    from . import _binding
+
+    out = []
+    for t in threading.enumerate():
+        if t.native_id and _IDLE_MACHINERY.match(t.name) and _binding.lib.ddp_exclude_thread(t.native_id) == 0:
+            out.append(t.name)
+    return sorted(out)
 
 
 def _worker_stop(token: str) -> dict:
@@ -75,6 +100,7 @@ class DaskProfiler:
         except Exception as exc:  # noqa: BLE001 - scheduler unreachable, closed client, ...
             raise ProfilerError(f"dask: could not start profiling on the workers: {exc}") from exc
         self.seen = set(results)
+        unsampled: set[str] = set()
         for addr, r in results.items():
             if isinstance(r, BaseException):
                 self.notes.append(f"dask worker {addr}: could not start profiling: {r}")
@@ -82,6 +108,10 @@ class DaskProfiler:
                 self.notes.append(f"dask worker {addr}: {r['skipped']}")
             else:
                 self.started[addr] = r["pid"]
+                if r.get("unsampled"):
+                    unsampled.update(r["unsampled"])
+        if unsampled:
+            self.notes.append("dask workers: idle machinery thread(s) not sampled: " + ", ".join(sorted(unsampled)))
 
     def abort(self) -> None:
         try:
