@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import threading
 
 # dask's worker-process threads that block for the whole life of the worker (the
@@ -41,9 +42,15 @@ def _worker_start(spec: dict, token: str) -> dict:
     if os.getpid() == spec["client_pid"]:
         return {"pid": os.getpid(), "skipped": "in-process worker (covered by the local profile)"}
     config = SamplerConfig.from_spec(spec)
-    old = _worker_samplers.pop(token, None)
-    if old is not None and old.running:
-        old.stop()
+    # A client process runs one profile at a time, so a sampler left here by an earlier
+    # profile of the same client (same token prefix) is an orphan: that profile's finish
+    # skipped this worker because the scheduler briefly lost it (a heartbeat missed under
+    # load).  Stop it, or every later profile would find this process busy.
+    stale = [t for t in _worker_samplers if t == token or t.split("/")[0] == token.split("/")[0]]
+    for t in stale:
+        old = _worker_samplers.pop(t)
+        if old.running:
+            old.stop()
     s = _sampler.Sampler(config)
     s.start(trim="none")
     _worker_samplers[token] = s
@@ -87,7 +94,7 @@ class DaskProfiler:
         self.client = client
         self.config = config
         self.timeout_s = timeout_s
-        self.token = f"{os.getpid()}-{id(self):x}"
+        self.token = f"{socket.gethostname()}:{os.getpid()}/{id(self):x}"  # client process / this profile
         self.started: dict[str, int] = {}  # worker address -> pid
         self.seen: set[str] = set()  # every worker that answered start
         self.notes: list[str] = []

@@ -106,3 +106,23 @@ def test_idle_machinery_threads_are_not_sampled_but_task_threads_are(client):
         threads = {t.name for t in mine.threads if mine.filter(threads=[t.tid]).total("wall") > 0}
         assert not any("Nanny stop queue" in n or "monitor_parent" in n for n in threads), threads
         assert mine.filter(focus="dask_nap").total("wall") / 1e9 == pytest.approx(0.3, rel=0.25), threads
+
+
+def test_a_sampler_orphaned_by_an_earlier_profile_of_this_client_is_replaced(client):
+    # GIVEN a worker still sampling for an earlier profile of this client process, which
+    # skipped it at finish (the scheduler had briefly lost it)
+    from ddprof_nb import dask_support
+    from ddprof_nb.config import SamplerConfig
+
+    victim = sorted(client.scheduler_info()["workers"])[0]
+    spec = {"client_pid": os.getpid(), **SamplerConfig.make(events="cpu").to_spec()}
+    orphan = f"{__import__('socket').gethostname()}:{os.getpid()}/dead"
+    r = client.run(dask_support._worker_start, spec, orphan, workers=[victim])
+    assert r[victim].get("engine"), r
+    # WHEN this client profiles again / THEN both workers are profiled and merged
+    with ddprof_nb.profile(events="cpu", dask=client) as p:
+        client.gather([client.submit(dask_hot, 0.2, pure=False, workers=[w])
+                       for w in client.scheduler_info()["workers"]])
+    assert p.profile.metadata.extra.get("dask_workers") == "2", p.profile.metadata.notes
+    assert client.run(lambda: sorted(__import__("ddprof_nb.dask_support").dask_support._worker_samplers),
+                      workers=[victim]) == {victim: []}
