@@ -181,6 +181,12 @@ def _on_sigterm(signum, frame):
 
 
 def _watch_stop(state: _ChildState) -> None:
+    # our own thread: not sampled at all under the native engine (a wall sample and, with
+    # park, a sleep record every tick cost drain time); _finish_child filters it otherwise
+    if state.sampler is not None and state.sampler.engine_name == "native":
+        from . import _binding
+
+        _binding.lib.ddp_exclude_thread(threading.get_native_id())
     stop = os.path.join(state.spec["dir"], _STOP_FILE)
     while not state.written:
         if os.path.exists(stop) or not os.path.isdir(state.spec["dir"]):

@@ -10,11 +10,24 @@ A worker that leaves the cluster (or fails to answer) mid-profile loses only its
 samples: the merged profile is partial and its notes name the worker.  Workers that
 join after start are not profiled (noted).  Workers living in the client's own process
 (``LocalCluster(processes=False)``) are covered by the local profile and skipped.
+
+Cost on the workers is the sampler's own (nothing per task, nothing shipped until stop).
+Its per-second costs grow with every sampled thread (a wall sample per thread per tick,
+each converted in Python by the drain), so the worker's machinery threads that only
+wait for shutdown (``_IDLE_MACHINERY``) are left out of the sampling: their wall
+samples would be one unchanging blocked stack, and they use no CPU.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import threading
+
+# dask's worker-process threads that block for the whole life of the worker (the
+# Nanny's stop-queue reader, distributed.process's parent-death watcher)
+_IDLE_MACHINERY = re.compile(r"Nanny stop queue watch$|.*\(monitor_parent\)$")
 
 # one profile per worker process, keyed by the client's token so two clients sharing
 # a cluster do not stop each other's profiles
@@ -29,13 +42,32 @@ def _worker_start(spec: dict, token: str) -> dict:
     if os.getpid() == spec["client_pid"]:
         return {"pid": os.getpid(), "skipped": "in-process worker (covered by the local profile)"}
     config = SamplerConfig.from_spec(spec)
-    old = _worker_samplers.pop(token, None)
-    if old is not None and old.running:
-        old.stop()
+    # A client process runs one profile at a time, so a sampler left here by an earlier
+    # profile of the same client (same token prefix) is an orphan: that profile's finish
+    # skipped this worker because the scheduler briefly lost it (a heartbeat missed under
+    # load).  Stop it, or every later profile would find this process busy.
+    stale = [t for t in _worker_samplers if t == token or t.split("/")[0] == token.split("/")[0]]
+    for t in stale:
+        old = _worker_samplers.pop(t)
+        if old.running:
+            old.stop()
     s = _sampler.Sampler(config)
     s.start(trim="none")
     _worker_samplers[token] = s
-    return {"pid": os.getpid(), "engine": s.engine_name}
+    return {"pid": os.getpid(), "engine": s.engine_name, "unsampled": _exclude_idle_machinery(s)}
+
+
+def _exclude_idle_machinery(s) -> list[str]:
+    """Stop sampling dask's forever-blocked machinery threads; their names."""
+    if s.engine_name != "native":
+        return []
+    from . import _binding
+
+    out = []
+    for t in threading.enumerate():
+        if t.native_id and _IDLE_MACHINERY.match(t.name) and _binding.lib.ddp_exclude_thread(t.native_id) == 0:
+            out.append(t.name)
+    return sorted(out)
 
 
 def _worker_stop(token: str) -> dict:
@@ -62,7 +94,7 @@ class DaskProfiler:
         self.client = client
         self.config = config
         self.timeout_s = timeout_s
-        self.token = f"{os.getpid()}-{id(self):x}"
+        self.token = f"{socket.gethostname()}:{os.getpid()}/{id(self):x}"  # client process / this profile
         self.started: dict[str, int] = {}  # worker address -> pid
         self.seen: set[str] = set()  # every worker that answered start
         self.notes: list[str] = []
@@ -75,6 +107,7 @@ class DaskProfiler:
         except Exception as exc:  # noqa: BLE001 - scheduler unreachable, closed client, ...
             raise ProfilerError(f"dask: could not start profiling on the workers: {exc}") from exc
         self.seen = set(results)
+        unsampled: set[str] = set()
         for addr, r in results.items():
             if isinstance(r, BaseException):
                 self.notes.append(f"dask worker {addr}: could not start profiling: {r}")
@@ -82,6 +115,10 @@ class DaskProfiler:
                 self.notes.append(f"dask worker {addr}: {r['skipped']}")
             else:
                 self.started[addr] = r["pid"]
+                if r.get("unsampled"):
+                    unsampled.update(r["unsampled"])
+        if unsampled:
+            self.notes.append("dask workers: idle machinery thread(s) not sampled: " + ", ".join(sorted(unsampled)))
 
     def abort(self) -> None:
         try:

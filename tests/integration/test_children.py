@@ -107,3 +107,24 @@ def test_children_false_sees_no_children():
         subprocess.run([sys.executable, "-c", "pass"], check=True)
     assert "children" not in p.profile.metadata.extra
     assert not any(ls.get("pid") for ls in p.profile.labelsets)
+
+
+def test_child_watch_thread_is_not_sampled(tmp_path):
+    # the child's own stop-watch thread polls every 0.2 s; under the native engine it is
+    # excluded from sampling itself (no wall samples, no park records), not only filtered
+    # out of the profile afterwards
+    code = f"""
+import os, threading, time
+from ddprof_nb import children
+from ddprof_nb.config import SamplerConfig
+spec = {{"dir": {str(tmp_path)!r}, **SamplerConfig.make(events=("wall", "park"), engine="native").to_spec()}}
+children._start_child(spec, "test")
+time.sleep(0.5)
+p = children._child.sampler.stop()
+names = {{t.name for t in p.threads}}
+assert "MainThread" in names, names
+assert "ddprof_nb-child" not in names, names
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr

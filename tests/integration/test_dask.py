@@ -84,3 +84,45 @@ def test_killed_worker_gives_partial_profile_and_names_it(client):
     assert any(victim in n and "missing" in n for n in prof.metadata.notes), prof.metadata.notes
     assert prof.filter(labels={"worker": survivor}, focus="dask_hot").total("cpu") > 0.2e9
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it
+
+
+def dask_nap(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_idle_machinery_threads_are_not_sampled_but_task_threads_are(client):
+    # per-second sampling costs grow with each sampled thread: the workers' forever-blocked
+    # machinery threads are left out, the threads running tasks are still wall-sampled
+    workers = sorted(client.scheduler_info()["workers"])
+    names = client.run(lambda: sorted(t.name for t in __import__("threading").enumerate()))
+    assert all(any(n == "Nanny stop queue watch" for n in ns) for ns in names.values()), names
+    with ddprof_nb.profile(events="wall", dask=client) as p:
+        client.gather([client.submit(dask_nap, 0.3, pure=False, workers=[w]) for w in workers])
+    prof = p.profile
+    assert any("not sampled" in n and "Nanny stop queue watch" in n for n in prof.metadata.notes), prof.metadata.notes
+    for addr in workers:
+        mine = prof.filter(labels={"worker": addr})
+        threads = {t.name for t in mine.threads if mine.filter(threads=[t.tid]).total("wall") > 0}
+        assert not any("Nanny stop queue" in n or "monitor_parent" in n for n in threads), threads
+        assert mine.filter(focus="dask_nap").total("wall") / 1e9 == pytest.approx(0.3, rel=0.25), threads
+
+
+def test_a_sampler_orphaned_by_an_earlier_profile_of_this_client_is_replaced(client):
+    # GIVEN a worker still sampling for an earlier profile of this client process, which
+    # skipped it at finish (the scheduler had briefly lost it)
+    from ddprof_nb import dask_support
+    from ddprof_nb.config import SamplerConfig
+
+    victim = sorted(client.scheduler_info()["workers"])[0]
+    spec = {"client_pid": os.getpid(), **SamplerConfig.make(events="cpu").to_spec()}
+    orphan = f"{__import__('socket').gethostname()}:{os.getpid()}/dead"
+    r = client.run(dask_support._worker_start, spec, orphan, workers=[victim])
+    assert r[victim].get("engine"), r
+    # WHEN this client profiles again / THEN both workers are profiled and merged
+    with ddprof_nb.profile(events="cpu", dask=client) as p:
+        client.gather([client.submit(dask_hot, 0.2, pure=False, workers=[w])
+                       for w in client.scheduler_info()["workers"]])
+    assert p.profile.metadata.extra.get("dask_workers") == "2", p.profile.metadata.notes
+    assert client.run(lambda: sorted(__import__("ddprof_nb.dask_support").dask_support._worker_samplers),
+                      workers=[victim]) == {victim: []}
