@@ -80,7 +80,7 @@ def _stacks_matching(profile: Profile, rx) -> np.ndarray:
 # Identity-keyed memo of per-table results (frame/stack masks, hide's stack rewrite).
 # Filter views share their base's frames/stacks tuples, so every control change of the
 # explorer reuses them; entries hold their key objects, so ids cannot be recycled.
-_MEMO_SIZE = 8
+_MEMO_SIZE = 16
 _memo_items: dict[tuple, tuple[tuple, object]] = {}
 _memo_lock = threading.Lock()
 
@@ -339,35 +339,16 @@ def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", 
     rows = profile.event == e.value
     weights = np.zeros(len(profile.stacks), dtype=np.int64)
     np.add.at(weights, profile.stack[rows], profile.values[rows, value_index])
-
-    # group frames into functions (or lines): key index per frame
-    keys: dict[tuple, int] = {}
-    frame_key = np.empty(len(profile.frames), dtype=np.int64)
-    reps: list[Frame] = []
-    for i, f in enumerate(profile.frames):
-        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
-        idx = keys.get(k)
-        if idx is None:
-            idx = keys[k] = len(reps)
-            reps.append(f)
-        frame_key[i] = idx
+    # which frames group together, and which (stack, key) pairs exist, depend on the
+    # tables only: computed once per table, then each call is two scatter-adds
+    frame_key, reps = _memo((profile.frames,), ("top-keys", by), lambda: _frame_keys(profile.frames, by))
     nkeys = len(reps)
+    leaf_stack, leaf_key, pair_stack, pair_key = _memo(
+        (profile.stacks, profile.frames), ("top-pairs", by), lambda: _top_pairs(profile, frame_key, nkeys))
     self_v = np.zeros(nkeys, dtype=np.int64)
     total_v = np.zeros(nkeys, dtype=np.int64)
-    flat, offsets = profile.flat_stacks()
-    used = np.flatnonzero(weights)
-    if len(used):
-        lengths = offsets[used + 1] - offsets[used]
-        nonempty = used[lengths > 0]
-        leaf = flat[offsets[nonempty + 1] - 1]
-        np.add.at(self_v, frame_key[leaf], weights[nonempty])
-        # (stack, key) pairs, de-duplicated so recursion counts once
-        seg_stack = np.repeat(used, lengths)
-        ends = np.cumsum(lengths)
-        pos = np.arange(int(ends[-1])) - np.repeat(ends - lengths - offsets[used], lengths)
-        seg_key = frame_key[flat[pos]]
-        pair = _sorted_unique(seg_stack.astype(np.int64) * nkeys + seg_key)
-        np.add.at(total_v, pair % nkeys, weights[pair // nkeys])
+    np.add.at(self_v, leaf_key, weights[leaf_stack])
+    np.add.at(total_v, pair_key, weights[pair_stack])
     order = np.lexsort((-total_v, -self_v))
     order = order[total_v[order] > 0]
     if n is not None:
@@ -377,6 +358,34 @@ def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", 
                int(self_v[i]), int(total_v[i]), reps[i].kind)
         for i in order
     ]
+
+
+def _frame_keys(frames: Sequence[Frame], by: str) -> tuple[np.ndarray, list[Frame]]:
+    """Key index per frame (its function, or its line) and a representative frame per key."""
+    keys: dict[tuple, int] = {}
+    frame_key = np.empty(len(frames), dtype=np.int64)
+    reps: list[Frame] = []
+    for i, f in enumerate(frames):
+        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
+        idx = keys.get(k)
+        if idx is None:
+            idx = keys[k] = len(reps)
+            reps.append(f)
+        frame_key[i] = idx
+    return frame_key, reps
+
+
+def _top_pairs(profile: Profile, frame_key: np.ndarray, nkeys: int):
+    """(stack, leaf key) of each non-empty stack, and every distinct (stack, key) pair
+    (so a recursive function counts once per stack), as int32 arrays."""
+    flat, offsets = profile.flat_stacks()
+    lengths = np.diff(offsets)
+    nonempty = np.flatnonzero(lengths > 0)
+    leaf_key = frame_key[flat[offsets[nonempty + 1] - 1]] if len(nonempty) else np.zeros(0, np.int64)
+    stack_of_pos = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    pair = _sorted_unique(stack_of_pos * max(1, nkeys) + frame_key[flat]) if len(flat) else np.zeros(0, np.int64)
+    return (nonempty.astype(np.int32), leaf_key.astype(np.int32),
+            (pair // max(1, nkeys)).astype(np.int32), (pair % max(1, nkeys)).astype(np.int32))
 
 
 def drop_threads_only_in(profile: Profile, infrastructure: str, keep_tids=()) -> tuple[Profile, list[str]]:
