@@ -1,6 +1,6 @@
 """The fixed cost ``%%ddprof`` adds to a trivial cell.
 
-    python benchmarks/bench_magic.py [--runs 30] [--engine auto|native|python|all]
+    python benchmarks/bench_magic.py [--runs 30] [--engine auto|native|python|all] [--kernel]
 
 Runs ``x = 1`` in an isolated IPython InteractiveShell, plain and under ``%%ddprof``,
 ``--runs`` times each (after warm-up runs, the cases interleaved), and prints a table of
@@ -23,6 +23,12 @@ the time the main thread was runnable but had no CPU (/proc/thread-self/schedsta
 what an otherwise idle machine would show (this machine is shared: plain wall swings
 with the load); ``CPU``: the process's CPU time (every thread, the sampler's included).
 The verdict uses ``wall - wait`` (falling back to wall where schedstat is missing).
+
+``--kernel`` runs the same cells in a real IPython kernel (jupyter_client) instead, where
+displaying a widget also serialises and sends its comm messages: it reports the client's
+round trip, the kernel process's CPU time (every thread, from /proc/PID/task/*/schedstat)
+and the bytes of the messages each cell sent.  plotly 7's FigureWidget carries its ~5 MB
+JavaScript bundle in every comm_open, and the explorer shows two figures.
 """
 
 from __future__ import annotations
@@ -151,12 +157,91 @@ def bench_parts(engine: str, runs: int) -> list[tuple[str, list[tuple], tuple | 
     return rows
 
 
+def _kernel_cpu(pid: int) -> float:
+    """CPU seconds used so far by every thread of process ``pid`` (schedstat, ns precision)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
+def bench_kernel(engine: str, runs: int, warmup: int) -> int:
+    """The cells in a real kernel: round trip, kernel CPU and message bytes per cell."""
+    import json
+
+    from jupyter_client.manager import start_new_kernel
+
+    cases = [
+        ("plain cell `x = 1`", "x = 1"),
+        ("%%ddprof --no-show", f"%%ddprof --no-show --engine {engine}\nx = 1"),
+        ("%%ddprof (explorer widget)", f"%%ddprof --engine {engine}\nx = 1"),
+    ]
+    with tempfile.TemporaryDirectory() as ipython_dir:
+        env = dict(os.environ, IPYTHONDIR=ipython_dir, PYDEVD_DISABLE_FILE_VALIDATION="1")
+        km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120, env=env)
+        pid = km.provisioner.process.pid
+        try:
+            def run(code):
+                msgs: list = []
+                c0, t0 = _kernel_cpu(pid), time.perf_counter()
+                reply = kc.execute_interactive(code, timeout=600, output_hook=msgs.append)
+                wall, cpu = time.perf_counter() - t0, _kernel_cpu(pid) - c0
+                if reply["content"]["status"] != "ok":
+                    raise SystemExit(f"cell failed in the kernel: {code!r}: {reply['content']}")
+                size = sum(len(json.dumps(m["content"], default=str)) for m in msgs)
+                return wall, cpu, size
+
+            run("%load_ext ddprof_nb")
+            first: dict[str, tuple] = {}
+            samples: dict[str, list] = {label: [] for label, _ in cases}
+            for i in range(warmup + 1 + runs):
+                for label, code in cases:
+                    r = run(code)
+                    if i == 0:
+                        first[label] = r
+                    elif i > warmup:
+                        samples[label].append(r)
+                run("from ddprof_nb.history import history; history.clear()")
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+    print(f"\n### real kernel, engine {engine}, load average after: {os.getloadavg()[0]:.2f}\n")
+    header = ("case", "round trip ms", "kernel CPU ms", "added kernel CPU", "sent KB", "first cell ms / CPU ms")
+    base = median_ms(samples[cases[0][0]], 1)
+    table = []
+    for label, _ in cases:
+        cpu = median_ms(samples[label], 1)
+        table.append((label, f"{median_ms(samples[label], 0):.1f}", f"{cpu:.1f}",
+                      "" if label == cases[0][0] else f"{cpu - base:+.1f}",
+                      f"{statistics.median(x[2] for x in samples[label]) / 1024:,.0f}",
+                      f"{first[label][0] * 1e3:.0f} / {first[label][1] * 1e3:.0f}"))
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in table:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    print("\nmedians; kernel CPU = all the kernel's threads (its IOPub thread sends the messages); "
+          "sent KB = JSON size of the cell's iopub messages")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30, help="measured runs per case (>= 30 for the report)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--engine", default="all", help="auto, native, python, or all (default)")
+    ap.add_argument("--kernel", action="store_true", help="run the cells in a real kernel (jupyter_client)")
     args = ap.parse_args(argv)
+    if args.kernel:
+        print(f"# bench_magic --kernel — Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.2f}; {args.runs} runs per case after {args.warmup} warm-up runs")
+        for engine in (["native", "python"] if args.engine == "all" else [args.engine]):
+            bench_kernel(engine, args.runs, args.warmup)
+        return 0
 
     import ddprof_nb
     from ddprof_nb.sampler import choose_engine
