@@ -697,7 +697,15 @@ def _figure_widget(traces, layout: dict, trace_type: str):
         traces = [traces]
     data = [dict(t, type=trace_type) for t in traces]
     layout = dict(layout, template=_template((trace_type,)))
-    return _unvalidated_figure_widget(data=data, layout=layout, _validate=False)
+    fig = _unvalidated_figure_widget(data=data, layout=layout, _validate=False)
+    # Only the bulk data skips validation.  With validation off, plotly's object API
+    # (``fig.layout.autosize = True``, ``xaxis.update(range=...)``) would change the
+    # Python copy and send nothing to the browser: turn it back on for those edits.
+    fig._validate = True
+    fig._layout_obj._validate = True
+    for tr in fig.data:
+        tr._validate = True
+    return fig
 
 
 def _unvalidated_figure_widget(*args, **kwargs):

@@ -369,3 +369,20 @@ def test_figures_sent_without_plotly_validation_are_valid(ex):
             assert set(spec["layout"]["template"]["data"]) <= {"icicle", "bar"}
     with pytest.raises(ValueError):  # (validation does reject a bad property)
         go.Figure({"data": [{"type": "icicle", "bogus": 1}]})
+
+
+def test_layout_edits_through_plotly_objects_reach_the_browser(ex):
+    # The figures are built without validation; edits made through plotly's objects
+    # afterwards (first-draw autosize, resetting the timeline's range) must still be
+    # sent to the frontend as relayout messages, not only change the Python copy.
+    sent = []
+    for fig in (ex.flame, ex.timeline):
+        fig.observe(lambda ch: ch["new"] and sent.append(ch["new"]["relayout_data"]), names="_py2js_relayout")
+        fig.observe(lambda ch: ch["new"] and sent.append(ch["new"]["layout_data"]), names="_py2js_update")
+    ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}  # first draw
+    assert {"autosize": True} in sent
+    ex.timeline.layout.xaxis.range = [0, 50]  # as a drag on the timeline sets it
+    assert ex._time_range == (0, 50 * MS)
+    sent.clear()
+    ex.set_time_range(None)  # resets the axis through layout.xaxis.update(...)
+    assert any(m.get("xaxis.range") == list(ex._extent_ms) for m in sent), sent
