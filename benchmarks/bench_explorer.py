@@ -7,11 +7,17 @@ stacks on 8 threads spread over 60 s, then times the Explorer's default view and
 kind of control change, and prints a table (median of --repeat runs).  The budget
 from the issue: every filter change <= 300 ms for 1 M samples / 50 k stacks.  Browser
 draw times are measured by tests/integration/test_browser.py.
+
+Each change is timed in wall time and in process CPU time (this machine is shared: wall
+swings with the load, CPU time much less).  Regex changes get a pattern string never
+seen before on every run (an empty group ``(?:)`` appended, same matches), so each run
+pays the first-application cost: the per-table memos in aggregate/figures do not hit.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -113,28 +119,31 @@ def main(argv=None) -> int:
     go.FigureWidget  # noqa: B018 - first access imports anywidget, nbformat, jsonschema
     print(f"imports (plotly FigureWidget, ipywidgets; once per kernel): {time.perf_counter() - t0:.1f} s")
 
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     ex = Explorer(profile)
-    first = (time.perf_counter() - t0) * 1000
+    first = ((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000)
     rows = [("default view (Explorer(profile))", first, ex.flame_data.node_count, ex.flame_data.tree_nodes,
              dict(ex.timings))]
     tid = profile.threads[1].tid
 
     def change(label, apply, reset):
         runs, steps = [], []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            apply()
-            runs.append((time.perf_counter() - t0) * 1000)
+        for r in range(args.repeat):
+            c0, t0 = time.process_time(), time.perf_counter()
+            apply(r)
+            runs.append(((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000))
             steps.append(dict(ex.timings))
             reset()
-        i = runs.index(statistics.median_low(runs))
-        apply()
+        i = runs.index(sorted(runs)[(len(runs) - 1) // 2])  # the run of median wall time
+        apply(args.repeat)
         rows.append((label, runs[i], ex.flame_data.node_count, ex.flame_data.tree_nodes, steps[i]))
         reset()
 
     def setter(widget, value, back):
-        return (lambda: setattr(widget, "value", value)), (lambda: setattr(widget, "value", back))
+        """Set ``value`` (a regex when ``widget`` is a regex box: made new each run)."""
+        fresh = widget in (ex.focus_txt, ex.ignore_txt, ex.hide_txt)
+        return ((lambda r: setattr(widget, "value", value + "(?:)" * r if fresh else value)),
+                (lambda: setattr(widget, "value", back)))
 
     change("event cpu -> wall", *setter(ex.event_dd, "wall", "cpu"))
     change("value time -> samples", *setter(ex.value_tb, 0, 1))
@@ -143,7 +152,7 @@ def main(argv=None) -> int:
     change("ignore regex", *setter(ex.ignore_txt, "mod1\\.py", ""))
     change("hide regex", *setter(ex.hide_txt, "site-packages", ""))
     change("only my code", *setter(ex.only_mine_cb, True, False))
-    change("time range (10 s of 60)", lambda: ex.set_time_range((20_000, 30_000)), lambda: ex.set_time_range(None))
+    change("time range (10 s of 60)", lambda r: ex.set_time_range((20_000, 30_000)), lambda: ex.set_time_range(None))
     change("search", *setter(ex.search_txt, "func_2", ""))
     change("min % 0.5 -> 0.1", *setter(ex.min_pct_sl, 0.1, 0.5))
     change("flame -> icicle", *setter(ex.chart_tb, "icicle", "flame"))
@@ -151,30 +160,35 @@ def main(argv=None) -> int:
     from ddprof_nb import aggregate
 
     before = aggregate.filter(profile, ignore="func_7")
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     dx = Explorer(before, profile)
-    rows.append(("diff view (Explorer(before, after))", (time.perf_counter() - t0) * 1000,
+    rows.append(("diff view (Explorer(before, after))",
+                 ((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000),
                  dx.flame_data.node_count, dx.flame_data.tree_nodes, dict(dx.timings)))
 
-    print()
+    print(f"\nload average: {os.getloadavg()[0]:.2f} (2 cores shared with other jobs)\n")
     cols = ("chart", "filter", "tree", "prune", "figures", "timeline", "top")
-    print(f"{'step':<38} {'total':>7} " + " ".join(f"{c:>8}" for c in cols) + f" {'drawn':>6} {'tree nodes':>10}")
+    print(f"{'step':<38} {'total':>7} {'CPU':>7} " + " ".join(f"{c:>8}" for c in cols)
+          + f" {'drawn':>6} {'tree nodes':>10}")
 
     def cell(t: dict, key: str) -> str:
         return f"{t[key] * 1000:8.0f}" if key in t else f"{'-':>8}"
 
-    worst = worst_chart = 0.0
-    for label, ms, drawn, tree, t in rows:
+    worst = worst_cpu = worst_chart = 0.0
+    for label, (ms, cpu), drawn, tree, t in rows:
         if not label.startswith(("default", "diff")):
             worst = max(worst, ms)
+            worst_cpu = max(worst_cpu, cpu)
             worst_chart = max(worst_chart, t.get("chart", 0) * 1000)
-        flag = "" if ms <= BUDGET_MS else "  OVER"
-        print(f"{label:<38} {ms:7.0f} " + " ".join(cell(t, c) for c in cols) + f" {drawn:6d} {tree:10d}{flag}")
-    print("\nms; total = the whole change; chart = until the flame chart is sent (the timeline, then the")
-    print("top table and source view follow); filter = aggregate.filter, top = aggregate.top; '-' = not run.")
+        flag = "" if ms <= BUDGET_MS else ("  OVER (wall)" if cpu <= BUDGET_MS else "  OVER")
+        print(f"{label:<38} {ms:7.0f} {cpu:7.0f} " + " ".join(cell(t, c) for c in cols)
+              + f" {drawn:6d} {tree:10d}{flag}")
+    print("\nms; total = the whole change (wall), CPU = its process CPU time; chart = until the flame chart")
+    print("is sent (the timeline, then the top table and source view follow); filter = aggregate.filter,")
+    print("top = aggregate.top; step columns are wall time; '-' = not run.")
     verdict = "within" if worst <= BUDGET_MS else "OVER"
-    print(f"worst control change: {worst:.0f} ms ({verdict} the {BUDGET_MS:.0f} ms budget); "
-          f"worst until the chart is sent: {worst_chart:.0f} ms")
+    print(f"worst control change: {worst:.0f} ms wall ({verdict} the {BUDGET_MS:.0f} ms budget), "
+          f"{worst_cpu:.0f} ms CPU; worst until the chart is sent: {worst_chart:.0f} ms")
     return 0
 
 

@@ -12,6 +12,7 @@ Frame-regex semantics follow pprof: a regex matches a frame when it is found
 from __future__ import annotations
 
 import re
+import threading
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -44,13 +45,17 @@ def compile_regex(pattern: str | None, what: str = "regex"):
 
 
 def frame_matches(profile: Profile, pattern) -> np.ndarray:
-    """Boolean mask over ``profile.frames``: does the regex find the frame's name or file?"""
+    """Boolean mask over ``profile.frames``: does the regex find the frame's name or file?
+
+    Cached per (frames table, pattern): a regex is tested once per distinct frame, and
+    the views of one profile (which share its frames table) reuse the answer."""
     rx = compile_regex(pattern) if isinstance(pattern, str) else pattern
-    return np.fromiter(
-        (bool(rx.search(f.name) or (f.filename and rx.search(f.filename))) for f in profile.frames),
+    frames = profile.frames
+    return _memo((frames,), ("frames", rx.pattern, rx.flags), lambda: np.fromiter(
+        (bool(rx.search(f.name) or (f.filename and rx.search(f.filename))) for f in frames),
         dtype=bool,
-        count=len(profile.frames),
-    )
+        count=len(frames),
+    ))
 
 
 def _stacks_containing(profile: Profile, frame_mask: np.ndarray) -> np.ndarray:
@@ -66,6 +71,34 @@ def _stacks_containing(profile: Profile, frame_mask: np.ndarray) -> np.ndarray:
     return counts > 0
 
 
+def _stacks_matching(profile: Profile, rx) -> np.ndarray:
+    """``_stacks_containing`` for a regex, cached per (stacks table, frames table, regex)."""
+    return _memo((profile.stacks, profile.frames), ("stacks", rx.pattern, rx.flags),
+                 lambda: _stacks_containing(profile, frame_matches(profile, rx)))
+
+
+# Identity-keyed memo of per-table results (frame/stack masks, hide's stack rewrite).
+# Filter views share their base's frames/stacks tuples, so every control change of the
+# explorer reuses them; entries hold their key objects, so ids cannot be recycled.
+_MEMO_SIZE = 16
+_memo_items: dict[tuple, tuple[tuple, object]] = {}
+_memo_lock = threading.Lock()
+
+
+def _memo(objs: tuple, extra: tuple, make):
+    key = tuple(id(o) for o in objs) + extra
+    with _memo_lock:
+        hit = _memo_items.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], objs)):
+        return hit[1]
+    value = make()
+    with _memo_lock:
+        while len(_memo_items) >= _MEMO_SIZE:
+            _memo_items.pop(next(iter(_memo_items)))
+        _memo_items[key] = (objs, value)
+    return value
+
+
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
     """Unique values by sorting (numpy 2's default unique hashes, ~15x slower on 1M int64)."""
     if len(values) == 0:
@@ -78,7 +111,8 @@ def _sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 def _select(profile: Profile, rows: np.ndarray) -> Profile:
-    """The same tables with only the sample rows in ``rows`` (a boolean mask)."""
+    """The same tables with only the sample rows in ``rows`` (a boolean mask, or
+    ``slice(None)``: all rows, the columns shared rather than copied)."""
     view = Profile(
         profile.frames, profile.stacks, profile.threads, profile.labelsets,
         profile.event[rows], profile.stack[rows], profile.thread[rows], profile.labels[rows],
@@ -130,30 +164,88 @@ def filter(
         if end is not None:
             rows &= profile.time_ns < end
     if focus_rx is not None:
-        rows &= _stacks_containing(profile, frame_matches(profile, focus_rx))[profile.stack]
+        rows &= _stacks_matching(profile, focus_rx)[profile.stack]
     if ignore_rx is not None:
-        rows &= ~_stacks_containing(profile, frame_matches(profile, ignore_rx))[profile.stack]
-    view = _select(profile, rows)
+        rows &= ~_stacks_matching(profile, ignore_rx)[profile.stack]
+    view = _select(profile, rows) if not rows.all() else _select(profile, slice(None))
     if hide_rx is not None:
-        hidden = frame_matches(view, hide_rx)
-        view = _map_stack_ids(view, lambda ids: tuple(i for i in ids if not hidden[i]))
+        view = _hide(view, hide_rx)
     return view
 
 
-def _map_stack_ids(profile: Profile, fn: Callable[[tuple[int, ...]], tuple[int, ...]]) -> Profile:
-    """Like ``map_stacks`` but on frame indexes, keeping the frames table: no Frame
-    hashing, so it stays fast on large profiles (used by ``hide``)."""
+def _hide(view: Profile, rx) -> Profile:
+    """``view`` with the frames matching ``rx`` removed from its stacks; stacks that
+    become equal are merged, and so are their samples' rows."""
+    stack_map, stacks, flat, merged = _memo((view.stacks, view.frames), ("hide", rx.pattern, rx.flags),
+                                            lambda: _hidden_stacks(view, frame_matches(view, rx)))
+    if stack_map is None:  # nothing to hide
+        return view
+    new_stack = stack_map[view.stack]
+    cols = (view.event, new_stack, view.thread, view.labels, view.time_ns, view.values)
+    if merged is not None:
+        # rows of two old stacks may now share a key: re-aggregate those rows only
+        # (the others keep unique keys because the rest of the map is one-to-one)
+        need = merged[new_stack]
+        if need.any():
+            agg = aggregate_columns(*(c[need] for c in cols))
+            rest = np.flatnonzero(~need)
+            k = len(rest)
+            out = []
+            for c, g in zip(cols, agg):
+                o = np.empty((k + len(g),) + c.shape[1:], dtype=c.dtype)
+                np.take(c, rest, axis=0, out=o[:k])
+                o[k:] = g
+                out.append(o)
+            cols = tuple(out)
+    out = Profile(view.frames, stacks, view.threads, view.labelsets, *cols, view.metadata, view.tick_ns)
+    out._flat = flat
+    return out
+
+
+def _hidden_stacks(profile: Profile, hidden: np.ndarray):
+    """The stacks table without the ``hidden`` frames, in numpy over the CSR form.
+
+    Returns (old stack -> new stack map, new stacks, their CSR form, mask of new stacks
+    that several old ones merged into, or None), or Nones when no frame is hidden.
+    Only the stacks that lose a frame get new tuples."""
+    flat, offsets = profile.flat_stacks()
+    n = len(profile.stacks)
+    keep = ~hidden[flat] if len(flat) else np.ones(0, dtype=bool)
+    if keep.all():
+        return None, None, None, None
+    ck = np.zeros(len(flat) + 1, dtype=np.int64)
+    np.cumsum(keep, out=ck[1:])
+    k_off = ck[offsets]  # offsets of each stack in the kept positions
+    k_flat = flat[keep]
+    k_len = np.diff(k_off)
+    changed = np.flatnonzero(k_len != np.diff(offsets))
+    c_len = k_len[changed]
+    c_off = np.zeros(len(changed) + 1, dtype=np.int64)
+    np.cumsum(c_len, out=c_off[1:])
+    vals = k_flat[_segment_gather(k_off[changed], c_len, c_off)].tolist()
+    bounds = c_off.tolist()
+    candidates = list(profile.stacks)
+    for i, a, b in zip(changed.tolist(), bounds, bounds[1:]):
+        candidates[i] = tuple(vals[a:b])
     interned: dict[tuple[int, ...], int] = {}
-    stack_map = np.fromiter(
-        (interned.setdefault(fn(s), len(interned)) for s in profile.stacks),
-        dtype=np.int32, count=len(profile.stacks),
-    )
-    cols = aggregate_columns(
-        profile.event, stack_map[profile.stack] if len(profile) else profile.stack,
-        profile.thread, profile.labels, profile.time_ns, profile.values,
-    )
-    return Profile(profile.frames, list(interned), profile.threads, profile.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
+    stack_map = np.fromiter((interned.setdefault(s, len(interned)) for s in candidates), dtype=np.int32, count=n)
+    m = len(interned)
+    merged = np.bincount(stack_map, minlength=m) > 1 if m < n else None
+    # the new table's CSR: each new stack's first old stack, cut from the kept positions
+    # (ids were handed out in order of first appearance: a first one exceeds all before it)
+    is_first = np.ones(n, dtype=bool)
+    is_first[1:] = stack_map[1:] > np.maximum.accumulate(stack_map)[:-1]
+    first = np.flatnonzero(is_first)
+    f_len = k_len[first]
+    f_off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(f_len, out=f_off[1:])
+    new_flat = k_flat[_segment_gather(k_off[first], f_len, f_off)].astype(np.int32, copy=False)
+    return stack_map, tuple(interned), (new_flat, f_off), merged
+
+
+def _segment_gather(starts: np.ndarray, lengths: np.ndarray, out_offsets: np.ndarray) -> np.ndarray:
+    """Positions of the segments [starts[i], starts[i] + lengths[i]) laid end to end."""
+    return np.repeat(starts - out_offsets[:-1], lengths) + np.arange(int(out_offsets[-1]))
 
 
 def map_stacks(profile: Profile, fn: Callable[[tuple[Frame, ...], tuple[int, ...]], Sequence[Frame]]) -> Profile:
@@ -247,35 +339,16 @@ def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", 
     rows = profile.event == e.value
     weights = np.zeros(len(profile.stacks), dtype=np.int64)
     np.add.at(weights, profile.stack[rows], profile.values[rows, value_index])
-
-    # group frames into functions (or lines): key index per frame
-    keys: dict[tuple, int] = {}
-    frame_key = np.empty(len(profile.frames), dtype=np.int64)
-    reps: list[Frame] = []
-    for i, f in enumerate(profile.frames):
-        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
-        idx = keys.get(k)
-        if idx is None:
-            idx = keys[k] = len(reps)
-            reps.append(f)
-        frame_key[i] = idx
+    # which frames group together, and which (stack, key) pairs exist, depend on the
+    # tables only: computed once per table, then each call is two scatter-adds
+    frame_key, reps = _memo((profile.frames,), ("top-keys", by), lambda: _frame_keys(profile.frames, by))
     nkeys = len(reps)
+    leaf_stack, leaf_key, pair_stack, pair_key = _memo(
+        (profile.stacks, profile.frames), ("top-pairs", by), lambda: _top_pairs(profile, frame_key, nkeys))
     self_v = np.zeros(nkeys, dtype=np.int64)
     total_v = np.zeros(nkeys, dtype=np.int64)
-    flat, offsets = profile.flat_stacks()
-    used = np.flatnonzero(weights)
-    if len(used):
-        lengths = offsets[used + 1] - offsets[used]
-        nonempty = used[lengths > 0]
-        leaf = flat[offsets[nonempty + 1] - 1]
-        np.add.at(self_v, frame_key[leaf], weights[nonempty])
-        # (stack, key) pairs, de-duplicated so recursion counts once
-        seg_stack = np.repeat(used, lengths)
-        ends = np.cumsum(lengths)
-        pos = np.arange(int(ends[-1])) - np.repeat(ends - lengths - offsets[used], lengths)
-        seg_key = frame_key[flat[pos]]
-        pair = _sorted_unique(seg_stack.astype(np.int64) * nkeys + seg_key)
-        np.add.at(total_v, pair % nkeys, weights[pair // nkeys])
+    np.add.at(self_v, leaf_key, weights[leaf_stack])
+    np.add.at(total_v, pair_key, weights[pair_stack])
     order = np.lexsort((-total_v, -self_v))
     order = order[total_v[order] > 0]
     if n is not None:
@@ -285,6 +358,34 @@ def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", 
                int(self_v[i]), int(total_v[i]), reps[i].kind)
         for i in order
     ]
+
+
+def _frame_keys(frames: Sequence[Frame], by: str) -> tuple[np.ndarray, list[Frame]]:
+    """Key index per frame (its function, or its line) and a representative frame per key."""
+    keys: dict[tuple, int] = {}
+    frame_key = np.empty(len(frames), dtype=np.int64)
+    reps: list[Frame] = []
+    for i, f in enumerate(frames):
+        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
+        idx = keys.get(k)
+        if idx is None:
+            idx = keys[k] = len(reps)
+            reps.append(f)
+        frame_key[i] = idx
+    return frame_key, reps
+
+
+def _top_pairs(profile: Profile, frame_key: np.ndarray, nkeys: int):
+    """(stack, leaf key) of each non-empty stack, and every distinct (stack, key) pair
+    (so a recursive function counts once per stack), as int32 arrays."""
+    flat, offsets = profile.flat_stacks()
+    lengths = np.diff(offsets)
+    nonempty = np.flatnonzero(lengths > 0)
+    leaf_key = frame_key[flat[offsets[nonempty + 1] - 1]] if len(nonempty) else np.zeros(0, np.int64)
+    stack_of_pos = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    pair = _sorted_unique(stack_of_pos * max(1, nkeys) + frame_key[flat]) if len(flat) else np.zeros(0, np.int64)
+    return (nonempty.astype(np.int32), leaf_key.astype(np.int32),
+            (pair // max(1, nkeys)).astype(np.int32), (pair % max(1, nkeys)).astype(np.int32))
 
 
 def drop_threads_only_in(profile: Profile, infrastructure: str, keep_tids=()) -> tuple[Profile, list[str]]:

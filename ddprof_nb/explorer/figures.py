@@ -401,6 +401,8 @@ class _Shape:
     depth: np.ndarray
     bounds: np.ndarray  # node index where each level starts (+ the end)
     leaf: np.ndarray  # stack index -> its node (0 for an empty stack)
+    node_of_pos: np.ndarray  # CSR position (stack, depth) -> its node (int32)
+    lengths: np.ndarray  # stack index -> its length
 
 
 def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
@@ -415,11 +417,14 @@ def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
     n_nodes = 1
     maxlen = int(lengths_o[0]) if len(lengths_o) else 0
     active_counts = np.searchsorted(-lengths_o, -np.arange(maxlen), side="left")
+    node_of_pos = np.empty(len(flat), dtype=np.int32)
     for d in range(maxlen):
         na = int(active_counts[d])
-        key = cur[:na] * nfunc + flat[starts_o[:na] + d]
+        pos = starts_o[:na] + d
+        key = cur[:na] * nfunc + flat[pos]
         uniq, gid = _unique_inverse(key)
         cur[:na] = n_nodes + gid
+        node_of_pos[pos] = cur[:na]
         parents.append(uniq // nfunc)  # sorted keys: each level is ordered by parent
         funcs.append(uniq % nfunc)
         n_nodes += len(uniq)
@@ -429,26 +434,29 @@ def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
     return _Shape(
         np.concatenate(parents), np.concatenate(funcs),
         np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
-        np.concatenate([[0], np.cumsum(sizes)]), leaf,
+        np.concatenate([[0], np.cumsum(sizes)]), leaf, node_of_pos, lengths,
     )
 
 
 def _tree_values(shape: _Shape, weights: np.ndarray):
-    """Self and total per node for per-stack weights (S, k); then drop empty nodes."""
+    """Self and total per node for per-stack weights (S, k); then drop empty nodes.
+
+    A node's total is the weight of the stacks through it: one scatter-add of each
+    stack's weight over its positions (a path visits a node once, recursion or not)."""
     k = weights.shape[1]
     n = len(shape.parent)
     self_ = np.zeros((n, k), dtype=np.int64)
-    used = np.any(weights != 0, axis=1)
-    np.add.at(self_, shape.leaf[used], weights[used])
-    total = self_.copy()
-    b = shape.bounds
-    for d in range(len(b) - 2, 0, -1):  # deepest level first
-        lo, hi = int(b[d]), int(b[d + 1])
-        p = shape.parent[lo:hi]  # sorted: a level's nodes are grouped by parent
-        heads = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))
-        total[p[heads]] += np.add.reduceat(total[lo:hi], heads, axis=0)
+    total = np.zeros((n, k), dtype=np.int64)
+    for c in range(k):
+        w = weights[:, c]
+        used = w != 0
+        np.add.at(self_[:, c], shape.leaf[used], w[used])
+        np.add.at(total[:, c], shape.node_of_pos, np.repeat(w, shape.lengths))
+        total[0, c] = w.sum()
     keep = np.any(total != 0, axis=1)
     keep[0] = True
+    if keep.all():  # the shape's arrays are shared, never written to
+        return shape.parent, shape.func, shape.depth, total, self_
     new_id = np.cumsum(keep) - 1
     idx = np.flatnonzero(keep)
     parent = shape.parent[idx]

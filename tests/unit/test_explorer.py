@@ -262,8 +262,11 @@ def test_figure_widgets_open_their_comm_with_their_data(ex, monkeypatch):
     monkeypatch.setattr(comm, "create_comm", lambda **kw: (opened.append(kw["data"]["state"]), real(**kw))[1])
     from ddprof_nb.explorer.widget import _figure_widget
 
-    fw = _figure_widget(F.flame_figure(ex.flame_data))
-    assert [len(s.get("_widget_data", [])) for s in opened if "_widget_data" in s] == [1]
+    fd = ex.flame_data
+    fw = _figure_widget(F.flame_trace_props(fd), F.flame_layout(fd), "icicle")
+    states = [s for s in opened if "_widget_data" in s]
+    assert [len(s["_widget_data"]) for s in states] == [1]
+    assert states[0]["_widget_data"][0]["ids"] == fd.ids
     assert fw.comm is not None
 
 
@@ -339,3 +342,47 @@ def test_clear_filters_restores_the_whole_profile(ex):
     ex.set_time_range((60, 100))
     ex.clear_filters()
     assert values(ex) == full and ex.threads_sel.value == ()
+
+
+def test_figures_sent_without_plotly_validation_are_valid(ex):
+    # The explorer builds and updates its FigureWidgets without plotly's per-value
+    # validation (its cost dominated each update); here plotly validates what was sent.
+    import plotly.graph_objects as go
+
+    dx = Explorer(sample_profile(), build([([main, g], EventType.CPU, 4, 40 * MS, MAIN_T, None, 1)]))
+    steps = [
+        lambda: None,
+        lambda: setattr(ex.search_txt, "value", "f"),
+        lambda: setattr(ex.chart_tb, "value", "icicle"),
+        lambda: setattr(ex.event_dd, "value", "alloc"),
+        lambda: setattr(ex.event_dd, "value", "cpu"),
+        lambda: ex.set_time_range((0.0, 50.0)),
+        lambda: setattr(ex.hide_txt, "value", "main"),
+        lambda: setattr(dx.diff_norm_tb, "value", False),
+    ]
+    for step in steps:
+        step()
+        for fig in (ex.flame, ex.timeline, dx.flame, dx.timeline):
+            spec = fig.to_dict()
+            go.Figure(spec)  # raises ValueError on any invalid property
+            # a small template: layout basics and the one trace type drawn, not plotly's whole default
+            assert set(spec["layout"]["template"]["data"]) <= {"icicle", "bar"}
+    with pytest.raises(ValueError):  # (validation does reject a bad property)
+        go.Figure({"data": [{"type": "icicle", "bogus": 1}]})
+
+
+def test_layout_edits_through_plotly_objects_reach_the_browser(ex):
+    # The figures are built without validation; edits made through plotly's objects
+    # afterwards (first-draw autosize, resetting the timeline's range) must still be
+    # sent to the frontend as relayout messages, not only change the Python copy.
+    sent = []
+    for fig in (ex.flame, ex.timeline):
+        fig.observe(lambda ch: ch["new"] and sent.append(ch["new"]["relayout_data"]), names="_py2js_relayout")
+        fig.observe(lambda ch: ch["new"] and sent.append(ch["new"]["layout_data"]), names="_py2js_update")
+    ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}  # first draw
+    assert {"autosize": True} in sent
+    ex.timeline.layout.xaxis.range = [0, 50]  # as a drag on the timeline sets it
+    assert ex._time_range == (0, 50 * MS)
+    sent.clear()
+    ex.set_time_range(None)  # resets the axis through layout.xaxis.update(...)
+    assert any(m.get("xaxis.range") == list(ex._extent_ms) for m in sent), sent

@@ -505,3 +505,45 @@ def test_top_table_text_and_html():
     assert "f (/home/user/app.py:20)" in text
     html = F.top_table_html([r._replace(name=EVIL) for r in rows], EventType.CPU, 1, p.total("cpu"))
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+# ---------------------------------------------------------------------------------------
+# the filter fast paths the explorer relies on keep aggregate.filter's semantics
+
+
+def _rows_by_key(p) -> dict[tuple, tuple[int, int]]:
+    """Every row keyed by (event, stack as frames, thread, labels, time); asserts keys are unique."""
+    out = {}
+    for s in p.samples():
+        key = (s.event, s.stack, s.thread, s.labels, s.time_ns)
+        assert key not in out, f"duplicate row {key}"
+        out[key] = s.values
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hide_matches_a_frame_by_frame_rewrite_and_merges_equal_stacks(seed):
+    from ddprof_nb import aggregate
+
+    rng = np.random.default_rng(seed)
+    frames = [Frame(f"fn{i}", f"/app/m{i % 3}.py" if i % 4 else f"/lib/python3.11/site-packages/pkg{i}.py", i, i)
+              for i in range(12)]
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=10 * 10**9))
+    for _ in range(300):
+        stack = [frames[int(i)] for i in rng.integers(0, 12, size=int(rng.integers(0, 7)))]
+        b.add(EventType.CPU if rng.random() < 0.7 else EventType.WALL, b.stack_of(stack),
+              b.thread_id(int(rng.integers(1, 3))), b.labels_id({"k": str(int(rng.integers(0, 2)))}),
+              int(rng.integers(0, 4)) * 10**9, 1, int(rng.integers(1, 100)))
+    p = b.build()
+    for pattern in ("site-packages", "^fn[13579]$", "fn", "nomatch"):
+        rx = re.compile(pattern)
+        hidden = aggregate.filter(p, hide=pattern)
+        expected = aggregate.map_stacks(
+            p, lambda fs, _ids: [f for f in fs if not (rx.search(f.name) or rx.search(f.filename))])
+        assert _rows_by_key(hidden) == _rows_by_key(expected), pattern
+        assert len(set(hidden.stacks)) == len(hidden.stacks)  # equal stacks merged
+        flat, offsets = hidden.flat_stacks()
+        assert [tuple(flat[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:])] == list(hidden.stacks)
+        # hide combined with a row filter: the same as hiding, then filtering
+        both = aggregate.filter(p, hide=pattern, threads=[1])
+        assert _rows_by_key(both) == _rows_by_key(aggregate.filter(expected, threads=[1]))
