@@ -740,8 +740,15 @@ static void *sampler_main(void *arg)
             continue;
         pthread_mutex_unlock(&wake_lock);
         int64_t t0 = ddp_now_ns();
+        /* Our SIGSEGV handler every tick (wall reads rely on it), SIGBUS every 16th (one
+         * sigaction syscall each; a bus error needs a truncated mapping, far rarer). */
         if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED)
-            ddp_saferead_check();
+        {
+            if (gen & 15)
+                ddp_saferead_check_segv();
+            else
+                ddp_saferead_check();
+        }
         registry_tick(b, ++gen, t0);
         if (cfg.events & (1u << DDP_EVENT_WALL))
             wall_tick(&cursor, &scratch);
