@@ -742,8 +742,7 @@ static void *sampler_main(void *arg)
         int64_t t0 = ddp_now_ns();
         /* Our SIGSEGV handler every tick (wall reads rely on it), SIGBUS every 16th (one
          * sigaction syscall each; a bus error needs a truncated mapping, far rarer). */
-        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED)
-        {
+        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED) {
             if (gen & 15)
                 ddp_saferead_check_segv();
             else
