@@ -806,6 +806,7 @@ static void atfork_child(void)
     pthread_mutex_init(&wake_lock, NULL);
     pthread_mutex_init(&drain_lock, NULL); /* no drain waits in this child */
     drain_cond_init();
+    atomic_store(&drain_waiting, 0);
     sampler_started = 0;
     /* Our copies of the buffers: no other thread exists here to use them (and malloc is
      * usable in a fork child of a threaded glibc process), so give the memory back. */
