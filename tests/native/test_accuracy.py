@@ -186,7 +186,7 @@ def test_merged_wall_records_give_the_same_profile_as_one_record_per_sample():
     assert r["rows"]["merged"] == r["rows"]["per_sample"]
     # AND merging happened (the final tick holds several 2 ms samples) and counts every sample
     assert r["tick"] >= 4_000_000, r["tick"]
-    assert r["records"]["merged"] < r["records"]["per_sample"] / 2, r["records"]
+    assert r["records"]["merged"] < 0.75 * r["records"]["per_sample"], r["records"]
     assert r["merged_count"] == r["samples"] == r["records"]["per_sample"]
     # AND most samples of the idle threads reused their last stack without a walk
     assert r["unchanged"] > r["samples"] / 2, r
