@@ -337,12 +337,15 @@ class DdprofTool(Tool):
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.used_engine = ""
+        self.stop_s: list[float] = []
 
     def start(self):
         return ddprof_nb.Sampler(events=("cpu", "wall"), interval=1 / RATE_HZ, engine=self.engine).start()
 
     def stop(self, sampler, wall_s, cpu_s):
+        t0 = time.perf_counter()
         prof = sampler.stop()
+        self.stop_s.append(time.perf_counter() - t0)
         self.used_engine = prof.metadata.engine
         cpu = prof.filter(events="cpu")
         self.samples += int(cpu.values[:, 0].sum())
@@ -353,7 +356,8 @@ class DdprofTool(Tool):
         if not self.wall_s:
             return ""
         return (f"{self.samples / self.wall_s:.0f} CPU samples per wall second, {self.samples / self.cpu_s:.0f} per "
-                f"CPU-second of the main thread ({self.used_engine} engine)")
+                f"CPU-second of the main thread ({self.used_engine} engine); stop() (untimed: final drain and "
+                f"Profile build) took a median {1e3 * statistics.median(self.stop_s):.1f} ms per slice")
 
 
 class CProfileTool(Tool):
@@ -510,6 +514,91 @@ def paired_ratios(tool, work, units: int, pairs: int) -> dict[str, list[float]]:
                 if m[True][k] is not None and m[False][k]:
                     out[k].append(m[True][k] / m[False][k])
     return out
+
+
+def _task_cpu_ns(tid: int) -> int:
+    """CPU time of one thread of this process, ns (/proc schedstat: exact, not tick-based)."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _profiler_tids() -> dict[str, int]:
+    """The native engine's own threads: the Python drain thread and the wall-sampling pthread."""
+    import threading
+
+    out = {t.name: t.native_id for t in threading.enumerate() if t.name == "ddprof_nb-drain"}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                if fh.read().strip() == "ddprof_nb-wall":
+                    out["ddprof_nb-wall"] = int(tid)
+        except OSError:
+            pass
+    return out
+
+
+def profiler_threads_rows(engine: str, check: str, work, units: int, seconds: float, idle: int) -> list[Row]:
+    """One steady-state session of ``seconds`` beside ``idle`` idle threads (a notebook kernel
+    has 6-10: half blocked, half waking every 200 ms): the CPU of the profiler's own threads
+    as a share of a core and of the workload's CPU, the signal handler's cost per sample,
+    and how many records the wall samples took."""
+    import threading
+
+    stop = threading.Event()
+    idlers = [threading.Thread(target=stop.wait, daemon=True) if i % 2 else
+              threading.Thread(target=lambda: [None for _ in iter(lambda: stop.wait(0.2), True)], daemon=True)
+              for i in range(idle)]
+    for t in idlers:
+        t.start()
+    sampler = ddprof_nb.Sampler(events=("cpu", "wall"), interval=1 / RATE_HZ, engine=engine).start()
+    time.sleep(0.05)
+    tids = _profiler_tids()
+
+    def session_stats():
+        try:
+            return sampler._engine._session.stats()  # noqa: SLF001 - benchmark introspection
+        except AttributeError:
+            return None
+
+    st0 = session_stats()
+    before = {k: _task_cpu_ns(v) for k, v in tids.items()}
+    t0, c0 = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - t0 < seconds:
+        work(units)
+    wall, main = time.perf_counter() - t0, time.thread_time() - c0
+    used = {k: (_task_cpu_ns(v) - before[k]) / 1e9 for k, v in tids.items()}
+    st1 = session_stats()
+    stats = None
+    if st0 and st1:  # counters over the measured window
+        stats = {k: (st1[k] - st0[k]) for k in ("wall_ticks", "handler_ns", "handler_calls", "wall_records",
+                                                 "wall_unchanged") if k in st1}
+        stats["samples"] = {e: st1["samples"][e] - st0["samples"][e] for e in st1["samples"]}
+    prof = sampler.stop()
+    stop.set()
+    tag = f"{check}, {idle} idle threads, {seconds:.0f} s"
+    rows = []
+    for name in ("ddprof_nb-drain", "ddprof_nb-wall"):
+        if name in used:
+            rows.append(Row("ddprof_nb", f"{tag}: {name} thread CPU", f"{100 * used[name] / wall:.2f}% of a core",
+                            "—", f"{100 * used[name] / main:.2f}% of the workload's CPU", "—", None))
+    total = sum(used.values())
+    rows.append(Row("ddprof_nb", f"{tag}: profiler threads, total", f"{100 * total / wall:.2f}% of a core", "—",
+                    f"{100 * total / main:.2f}% of the workload's CPU", "—", None))
+    if stats:
+        per_tick = used.get("ddprof_nb-wall", 0) / max(1, stats["wall_ticks"])
+        rows.append(Row("ddprof_nb", f"{tag}: wall thread per tick", f"{1e6 * per_tick:.1f} µs CPU", "—",
+                        f"{stats['wall_ticks']} ticks", "—", None))
+        rows.append(Row("ddprof_nb", f"{tag}: signal handler per CPU sample",
+                        f"{stats['handler_ns'] / max(1, stats['handler_calls']) / 1e3:.1f} µs", "—",
+                        f"{stats['handler_calls']} samples", "—", None))
+        wall_samples = stats["samples"][ddprof_nb.EventType.WALL]
+        rows.append(Row("ddprof_nb", f"{tag}: wall samples → records", f"{wall_samples} → {stats.get('wall_records', wall_samples)}",
+                        "—", f"{stats.get('wall_unchanged', 0)} reused an idle thread's last stack", "—", None))
+    del prof
+    return rows
 
 
 def run_queue_wait() -> float | None:
@@ -704,6 +793,21 @@ def main(argv=None) -> int:
                     shutil.rmtree(tool.tmp, ignore_errors=True)
         print_table(f"2. overhead at {RATE_HZ} Hz (ddprof_nb: cpu+wall)", rows, notes)
         all_rows += rows
+        if "ddprof" in tools and info.get("engine") == "native":
+            rows = []
+            seconds = 3.0 if args.quick else 6.0
+            for check, (work, _kind) in works.items():
+                units = workloads.calibrate(work, 0.05)
+                for idle in (0, 8):
+                    rows += profiler_threads_rows(args.engine, check, work, units, seconds, idle)
+            print_table(f"2b. the profiler's own threads, steady state at {RATE_HZ} Hz (load average "
+                        f"{os.getloadavg()[0]:.2f})", rows,
+                        ["one session per row group, the workload in a loop beside idle threads (half blocked, half "
+                         "waking every 200 ms, like a notebook kernel's); CPU from /proc/self/task/*/schedstat",
+                         "ddprof_nb-drain: the Python thread converting records (holds the GIL while it does); "
+                         "ddprof_nb-wall: the native wall-sampling pthread (no GIL)",
+                         "the paired slices above are short sessions whose records are converted at stop(); these "
+                         "rows include the drain's work during a long session"])
 
     mine = [r for r in all_rows if r.tool == "ddprof_nb" and r.ok is not None]
     met = sum(r.ok for r in mine)

@@ -7,8 +7,10 @@ into ``ProfilerBusyError`` / ``EngineUnavailableError`` / ``NotRunningError`` /
 ``ProfilerError`` with ``ddp_strerror``'s text and errno.
 
 Records are drained into one caller-owned cffi buffer; their headers are read with a
-numpy structured dtype (``np.frombuffer``) and only the frame bytes of each record are
-touched from Python, to find its (cached) stack.  ``RecordConverter`` turns them into
+numpy structured dtype (``np.frombuffer``) and turned into ProfileBuilder columns with
+numpy: Python code runs per distinct stack, thread and label set of a batch (a stack is
+found by the hash the sampler stored with it, its bytes compared once per batch), not per
+record.  Allocation and lock/park records keep a per-record path (their consumers need it).  ``RecordConverter`` turns them into
 ProfileBuilder rows; ``Resolver`` turns captured code pointers into Frames safely.
 """
 
@@ -177,8 +179,8 @@ def check(rc: int, what: str) -> int:
 
 # -- records -------------------------------------------------------------------------------
 def _record_dtype(record_size: int) -> np.dtype:
-    fields = ["event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux"]
-    formats = ["u1", "u1", "<u2", "<u2", "<i4", "<u8", "<i8", "<i8", "<i8", "<u8"]
+    fields = ["event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux", "stack_hash"]
+    formats = ["u1", "u1", "<u2", "<u2", "<i4", "<u8", "<i8", "<i8", "<i8", "<u8", "<u8"]
     offsets = [ffi.offsetof("ddp_record", f) for f in fields]
     return np.dtype({"names": fields, "formats": formats, "offsets": offsets, "itemsize": record_size})
 
@@ -286,6 +288,7 @@ class RecordConverter:
         self.thread_names: dict[int, str] = thread_names if thread_names is not None else {}
         self._Frame = Frame
         self._stacks: dict[tuple[int, bytes], int] = {}
+        self._by_hash: dict[int, tuple[int, bytes, int]] = {}  # stack_hash -> (flags, frame bytes, stack id)
         self._frames: dict[tuple[int, int, int], int] = {}
         self._threads: dict[int, int] = {}
         self._labels: dict[tuple[int, int], int] = {}
@@ -341,6 +344,60 @@ class RecordConverter:
             self._stacks[key] = sid
         return sid
 
+    def _stack_ids(self, mv, rows: np.ndarray, hdr, record_size: int) -> np.ndarray:
+        """Stack ids of records ``rows``: one look-up per distinct stack_hash.  The hash only
+        groups: records grouped together are checked to have equal frame bytes (numpy), and a
+        group's bytes are compared with the cached stack's, so a collision costs time
+        (per-record look-ups for that group), never a wrong stack."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        uniq, first, inv, counts = np.unique(hdr["stack_hash"][rows], return_index=True, return_inverse=True,
+                                             return_counts=True)
+        inv = inv.reshape(-1)
+        flags, depths = hdr["flags"], hdr["depth"]
+        if (counts > 1).any():
+            u8 = np.frombuffer(mv, dtype=np.uint8).reshape(-1, record_size)
+            order = rows[np.argsort(inv, kind="stable")]
+            starts = np.cumsum(counts) - counts
+        sids = np.empty(len(uniq), dtype=np.int64)
+        collided = []
+        for j, (h, f, c) in enumerate(zip(uniq.tolist(), first.tolist(), counts.tolist())):
+            i = int(rows[f])
+            fl = int(flags[i]) & keep
+            nbytes = int(depths[i]) * FRAME_SIZE
+            if c > 1:
+                g = order[starts[j] : starts[j] + c]
+                block = u8[g, hsize : hsize + nbytes]
+                if ((depths[g] != depths[i]).any() or ((flags[g] & keep) != fl).any()
+                        or not (block == block[0]).all()):
+                    collided.append(j)
+                    continue
+            off = i * record_size + hsize
+            raw = mv[off : off + nbytes]
+            cached = self._by_hash.get(h)
+            if cached is not None and cached[0] == fl and cached[1] == raw:
+                sids[j] = cached[2]
+                continue
+            if cached is not None:
+                collided.append(j)
+                continue
+            sids[j] = sid = self._stack_id(fl, raw)
+            if (fl, raw) in self._stacks:  # complete (no [unknown] that may resolve later): pin it
+                self._by_hash[h] = (fl, raw, sid)
+        out = sids[inv]
+        for j in collided:  # two stacks with one hash: their records one by one, by bytes
+            for k in np.flatnonzero(inv == j).tolist():
+                i = int(rows[k])
+                off = i * record_size + hsize
+                out[k] = self._stack_id(int(flags[i]) & keep, mv[off : off + int(depths[i]) * FRAME_SIZE])
+        return out
+
+    def _map(self, values: np.ndarray, lookup) -> np.ndarray:
+        """lookup(v) for each distinct value, spread back over ``values``."""
+        uniq, inv = np.unique(values, return_inverse=True)
+        ids = np.fromiter((lookup(v) for v in uniq.tolist()), dtype=np.int64, count=len(uniq))
+        return ids[inv.reshape(-1)]
+
     def _thread_id(self, tid: int) -> int:
         idx = self._threads.get(tid)
         if idx is None:
@@ -373,52 +430,77 @@ class RecordConverter:
             self._dtype = _record_dtype(record_size)
         mv = ffi.buffer(buf, n * record_size)
         hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
-        raw = bytes(mv)
+        ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
+        self.skipped_invalid += n - int(np.count_nonzero(ok))
+        if self.exclude:
+            ok &= ~np.isin(hdr["tid"], np.fromiter(self.exclude, dtype=np.int32))
+        events = hdr["event"]
+        for e in np.unique(events[ok]).tolist():
+            if e not in self._events:
+                EventType.from_id(e)  # raises: never cast an unknown id
+        special = np.zeros(n, dtype=bool)
+        if self.alloc is not None:
+            special |= events == EventType.ALLOC.value
+        if self.waits is not None:
+            special |= (events == EventType.LOCK.value) | (events == EventType.PARK.value)
+        rows = np.flatnonzero(ok & ~special)
+        added = 0
+        if len(rows):
+            ev = events[rows]
+            wall = EventType.WALL.value  # state is kept for WALL rows only (zeroed here for the others)
+            state = np.where(ev == wall, hdr["state"][rows], 0).astype(np.uint64)
+            labels = hdr["label_id"][rows]
+            if int(labels.max()) < 1 << 56:  # one int64 key per (label set, state)
+                lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, wall))
+            else:
+                lab = np.fromiter((self._labels_id(a, b, wall) for a, b in zip(labels.tolist(), state.tolist())),
+                                  dtype=np.int64, count=len(rows))
+            self.builder.add_many(
+                ev,
+                self._stack_ids(mv, rows, hdr, record_size),
+                self._map(hdr["tid"][rows], self._thread_id),
+                lab,
+                np.maximum(hdr["ts_ns"][rows] - self.start_mono_ns, 0),
+                np.stack([hdr["count"][rows], hdr["value"][rows]], axis=1),
+            )
+            added = len(rows)
+        if special.any():
+            added += self._feed_special(mv, hdr, np.flatnonzero(ok & special), record_size)
+        return added
+
+    def _feed_special(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:
+        """ALLOC and LOCK/PARK records, one at a time: their consumers hold or reclassify them."""
         hsize = ffi.sizeof("ddp_record")
-        events, states, flags, depths, tids, label_ids, ts, counts, values = (
-            hdr[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value")
-        )
-        auxs = hdr["aux"].tolist() if (self.alloc is not None or self.waits is not None) else None  # perf: one pass, not a numpy scalar per record
-        rows_ev, rows_st, rows_th, rows_lb, rows_t, rows_v = [], [], [], [], [], []
-        invalid = lib.DDP_REC_INVALID
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        for i in range(n):
-            if flags[i] & invalid:  # torn read: already counted as dropped on the C side
-                self.skipped_invalid += 1
-                continue
-            if tids[i] in self.exclude:
-                continue
-            ev = self._events.get(events[i])
-            if ev is None:
-                EventType.from_id(events[i])  # raises: never cast an unknown id
+        sub = hdr[rows]
+        events, states, flags, depths, tids, label_ids, ts, counts, values, auxs = (
+            sub[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux")
+        )
+        rows_ev, rows_st, rows_th, rows_lb, rows_t, rows_v = [], [], [], [], [], []
+        for k, i in enumerate(rows.tolist()):
+            ev = self._events[events[k]]
             off = i * record_size + hsize
-            sid = self._stack_id(flags[i] & keep, raw[off : off + depths[i] * FRAME_SIZE])
+            sid = self._stack_id(flags[k] & keep, mv[off : off + depths[k] * FRAME_SIZE])
             if self.alloc is not None and ev is EventType.ALLOC:  # allocations: held for the type leaf (_alloc.py)
-                self.alloc.hold(auxs[i], sid, self._thread_id(tids[i]),
-                                self._labels_id(label_ids[i], states[i], events[i]),
-                                max(0, ts[i] - self.start_mono_ns), counts[i], values[i])
+                self.alloc.hold(auxs[k], sid, self._thread_id(tids[k]),
+                                self._labels_id(label_ids[k], states[k], events[k]),
+                                max(0, ts[k] - self.start_mono_ns), counts[k], values[k])
                 continue
+            ev_id = events[k]
             if self.waits is not None and (ev is EventType.LOCK or ev is EventType.PARK):
                 # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
-                ev_id, sid = self.waits.classify(auxs[i], sid)
+                ev_id, sid = self.waits.classify(auxs[k], sid)
                 if ev_id is None:
                     continue
-                events[i] = ev_id
-            rows_ev.append(events[i])
+            rows_ev.append(ev_id)
             rows_st.append(sid)
-            rows_th.append(self._thread_id(tids[i]))
-            rows_lb.append(self._labels_id(label_ids[i], states[i], events[i]))
-            rows_t.append(max(0, ts[i] - self.start_mono_ns))
-            rows_v.append((counts[i], values[i]))
+            rows_th.append(self._thread_id(tids[k]))
+            rows_lb.append(self._labels_id(label_ids[k], states[k], ev_id))
+            rows_t.append(max(0, ts[k] - self.start_mono_ns))
+            rows_v.append((counts[k], values[k]))
         if rows_ev:
-            self.builder.add_many(
-                np.asarray(rows_ev, dtype=np.uint8),
-                rows_st,
-                rows_th,
-                rows_lb,
-                rows_t,
-                np.asarray(rows_v, dtype=np.int64),
-            )
+            self.builder.add_many(np.asarray(rows_ev, dtype=np.uint8), rows_st, rows_th, rows_lb, rows_t,
+                                  np.asarray(rows_v, dtype=np.int64))
         return len(rows_ev)
 
 
@@ -433,7 +515,12 @@ class Session:
 
     def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0,
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
-                 alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0):
+                 alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0,
+                 merge_wall: bool = True, drain_early: bool = True, merge_shadow: bool = False):
+        """``merge_wall``: identical WALL samples of a thread within one Profile time tick
+        become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
+        returns once the buffer is a quarter full.  ``merge_shadow`` (tests): every WALL
+        sample is also written on its own with aux = 1, to check merged records against."""
         _require()
         if ffi.sizeof("ddp_frame") != FRAME_SIZE:
             raise EngineUnavailableError("native module's frame record has an unexpected size; reinstall ddprof_nb")
@@ -457,6 +544,12 @@ class Session:
         cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
+        if merge_wall:
+            from .model import MAX_TICKS, MIN_TICK_NS  # the Profile's time ticks: merging stays exact
+
+            cfg.merge_tick_ns, cfg.merge_max_ticks = MIN_TICK_NS, MAX_TICKS
+        cfg.drain_early = int(bool(drain_early))
+        cfg.merge_shadow = int(bool(merge_shadow))
         self._cfg = cfg
         self.record_size = 0
         self._buf = None
@@ -496,12 +589,20 @@ class Session:
         return total
 
     @staticmethod
+    def wait(timeout_s: float) -> int:
+        """Block, without the GIL, until the drain has work (a ``DDP_WAKE_*`` mask; 0 on
+        timeout) or the session stops (-1)."""
+        rc = lib.ddp_drain_wait(max(0, int(timeout_s * 1e9)))
+        return rc if rc >= 0 else -1
+
+    @staticmethod
     def stats() -> dict:
         s = ffi.new("ddp_stats *")
         lib.ddp_get_stats(s)
         out = {name: getattr(s, name) for name in (
             "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
-            "handler_calls", "wall_ticks", "wall_ns", "graveyard_overflow", "read_mode", "segv_replaced",
+            "handler_calls", "wall_ticks", "wall_ns", "wall_records", "wall_unchanged", "graveyard_overflow",
+            "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns")}
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}

@@ -50,6 +50,8 @@ void *ddp_ring_reserve(ddp_ring *r, size_t *ticket);
 void ddp_ring_publish(ddp_ring *r, size_t ticket);
 /* Copy the oldest published record into dst; 0 when none is ready. */
 int ddp_ring_pop(ddp_ring *r, void *dst);
+size_t ddp_ring_count(ddp_ring *r);        /* reserved, not yet popped (racy: a hint) */
+size_t ddp_ring_capacity(ddp_ring *r);
 
 /* ---- interpreter access (pyframes.c) ------------------------------------------------- */
 /* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */

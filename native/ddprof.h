@@ -67,10 +67,11 @@ typedef struct {
     int32_t tid;           /* OS thread id */
     uint32_t reserved2;
     uint64_t label_id;     /* the thread's label-set id (ddprof_nb.labels) when sampled */
-    int64_t ts_ns;
-    int64_t count;         /* value 0 of the event (samples) */
-    int64_t value;         /* value 1 of the event (ns for CPU/WALL) */
+    int64_t ts_ns;         /* a merged WALL record: its last sample's time (all lie in one time bucket) */
+    int64_t count;         /* value 0 of the event (samples; > 1 for a merged WALL record) */
+    int64_t value;         /* value 1 of the event (ns for CPU/WALL; summed when merged) */
     uint64_t aux;
+    uint64_t stack_hash;   /* hash of flags & (TRUNCATED|GC), depth and the frames' bytes: equal stacks hash equal */
 } ddp_record;
 
 typedef struct {
@@ -82,6 +83,16 @@ typedef struct {
     int32_t read_mode;           /* DDP_READ_GUARDED (default) or DDP_READ_SYSCALL */
     int32_t n_exclude;
     int32_t exclude_tids[8];     /* threads never sampled (the profiler's own Python threads) */
+    /* WALL merging: consecutive identical samples of a thread (stack, state, labels) that fall
+     * in one time bucket become one record (count and value summed).  Buckets follow the
+     * Profile's own time ticks (model.tick_for: merge_tick_ns * 2**k, at most merge_max_ticks
+     * over the elapsed time), which only coarsen as a profile grows: merging is exact.
+     * merge_tick_ns 0 = off (one record per sample). */
+    int64_t merge_tick_ns;
+    int32_t merge_max_ticks;
+    int32_t drain_early;         /* 1: ddp_drain_wait returns once the ring is a quarter full */
+    int32_t merge_shadow;        /* tests: also write every WALL sample unmerged, aux = 1 (merged ones: aux 0) */
+    int32_t merge_reserved;
     /* ---- lock/park (waits.c) ---- */
     int64_t wait_threshold_ns;   /* waits shorter are recorded with p = d/T, weight T; 0 = 100 us */
     int32_t wait_max_rate;       /* lock/park records per second (token bucket); 0 = 2000 */
@@ -106,6 +117,8 @@ typedef struct {
     uint64_t wall_ticks;
     uint64_t wall_ns;            /* total time of the wall sampler's ticks */
     uint64_t graveyard_overflow;
+    uint64_t wall_records;       /* WALL records written (<= WALL samples: merging) */
+    uint64_t wall_unchanged;     /* WALL samples of threads that had not run since their last one (no stack walk) */
     int32_t read_mode;           /* current DDP_READ_*; SYSCALL after a degradation */
     int32_t segv_replaced;       /* 1: someone replaced our SIGSEGV/SIGBUS handler */
     int64_t start_mono_ns;
@@ -128,6 +141,12 @@ void ddp_release(void);                    /* frees buffers after the final drai
 int ddp_running(void);
 int ddp_record_size(void);                 /* bytes per record incl. frames; 0 when no session */
 int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */
+/* Block (without the GIL) until there is work for the drain: returns a DDP_WAKE_* mask (0 on
+ * timeout), DDP_ENOTRUNNING once the session stops. */
+#define DDP_WAKE_RING 1      /* the ring is a quarter full (cfg.drain_early) */
+#define DDP_WAKE_THREAD 2    /* a new thread was registered (its name is wanted while it lives) */
+int ddp_drain_wait(int64_t timeout_ns);
+int ddp_pending(void);                     /* records in the ring (approximate while producers run) */
 int ddp_get_stats(ddp_stats *out);
 uint64_t ddp_dropped(int event);           /* full + torn, for one event */
 int ddp_set_thread_labels(uint64_t id);    /* the calling thread's label-set id */
@@ -147,6 +166,8 @@ int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti)
 int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out);
 int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault recovered */
 int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
+/* The WALL merge bucket (its start, ns since session start) of a sample taken elapsed_ns after start. */
+int64_t ddp_merge_bucket(int64_t elapsed_ns, int64_t min_tick_ns, int32_t max_ticks);
 /* ---- interpreter layout (pyframes.c) ----
  * 0: the running interpreter's published offsets (_PyRuntime.debug_offsets, 3.13+) equal
  * the compiled ones (3.11/3.12: always 0); 1: they differ, 2: no frame walker for this

@@ -116,3 +116,13 @@ int ddp_ring_pop(ddp_ring *r, void *dst)
         }
     }
 }
+
+size_t ddp_ring_count(ddp_ring *r)
+{
+    /* enq is read first: a consumer moving deq past it meanwhile only makes this smaller */
+    size_t enq = atomic_load_explicit(&r->enq, memory_order_relaxed);
+    size_t deq = atomic_load_explicit(&r->deq, memory_order_relaxed);
+    return enq > deq ? enq - deq : 0;
+}
+
+size_t ddp_ring_capacity(ddp_ring *r) { return r->mask + 1; }

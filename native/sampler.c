@@ -23,6 +23,14 @@
  * interval and samples up to N registered threads (round-robin) through safe reads,
  * without the GIL and without signalling them.  Weight = wall time since that thread's
  * previous wall sample, so skipped or torn ticks never lose time.
+ *
+ * Idle threads (a notebook kernel has 6-10, nearly all blocked) are cheap: a thread whose
+ * CPU clock has not moved since its last wall sample has not run, so its frames, state and
+ * GC flag cannot have changed (only a thread changes its own frame chain): the last sample
+ * is reused without a walk or a /proc read.  Consecutive identical samples of a thread in
+ * one time bucket (cfg.merge_tick_ns) are merged into one record, count and value summed;
+ * the bucket is the Profile's own time tick at that elapsed time, and ticks only coarsen
+ * as the profile grows, so the Profile is the same as with one record per sample.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -68,6 +76,11 @@ typedef struct {
     int64_t last_cpu_ns;
     int absent;
     uint32_t seen_gen;
+    ddp_record *wlast;            /* last WALL sample (rec_size bytes, malloc'ed on first use) */
+    int wfresh;                   /* wlast was taken at last_wall_ns/last_cpu_ns: reusable if not run since */
+    int wpend;                    /* wlast not yet written: merged samples accumulate in its count/value */
+    int64_t wpend_bucket;
+    uintptr_t wlast_tstate;
 } slot_t;
 
 static _Atomic int state = ST_IDLE;
@@ -90,11 +103,18 @@ static int wake_stop;
 static int my_pid;
 static uint64_t rng_state;
 static uintptr_t gil_lo, gil_hi;
+/* The drain's wake-up (ddp_drain_wait): the wall thread pokes it, ddp_stop ends it. */
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t drain_cond;
+static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
+static _Atomic int drain_waiting;
+static _Atomic int drain_new_thread;
+static int drain_stop; /* under drain_lock */
 
 static struct {
     _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
-    _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns;
+    _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
     int64_t start_mono_ns, stop_mono_ns;
 } st;
 
@@ -223,6 +243,8 @@ static int64_t thread_cpu_ns(slot_t *s)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static void wall_flush(slot_t *s);
+
 /* A thread seen in the interpreter's list: make sure it has a slot, a timer, a state. */
 static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t now)
 {
@@ -252,9 +274,13 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
     if (atomic_load(&s->tstate) != tstate)
         atomic_store(&s->tstate, tstate);
     if (!atomic_load(&s->active)) {
+        if (s->wpend)
+            wall_flush(s);
+        s->wfresh = 0; /* back after an absence: its frames are new */
         s->last_wall_ns = now;
         s->last_cpu_ns = thread_cpu_ns(s);
         atomic_store(&s->active, 1);
+        atomic_store(&drain_new_thread, 1);
     }
     timer_arm(s);
 }
@@ -262,25 +288,30 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
 /* ---- producing records ------------------------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 
-static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
-                      int tstate_kind, int mode, int64_t ts)
+/* Stack identity for the consumer (it looks stacks up by this instead of their bytes):
+ * every byte of the frames, the depth and the flags that change the stack. */
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
 {
-    size_t ticket;
-    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
-    if (!rec) {
-        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
-        return PROD_FULL;
+    const uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xC2B2AE3D27D4EB4FULL;
+    uint64_t h = k2 ^ ((uint64_t)(flags & (DDP_REC_TRUNCATED | DDP_REC_GC)) << 32) ^ (uint64_t)depth;
+    for (int i = 0; i < depth; i++) {
+        uint64_t w3 = ((uint64_t)(uint32_t)f[i].lasti << 32) | (uint32_t)f[i].firstlineno;
+        h = rotl64(h ^ (f[i].code * k1), 31) * k2;
+        h = rotl64(h ^ (f[i].fp * k1), 31) * k2;
+        h = rotl64(h ^ (w3 * k1), 31) * k2;
     }
-    rec->event = (uint8_t)event;
-    rec->state = (uint8_t)tstate_kind;
-    rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
-    rec->label_id = atomic_load_explicit(&s->label_id, memory_order_relaxed);
-    rec->ts_ns = ts;
-    rec->count = count;
-    rec->value = weight;
-    rec->aux = aux;
-    rec->reserved = 0;
-    rec->reserved2 = 0;
+    h ^= h >> 33; /* murmur3's finalizer */
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Walk `tstate`'s frames into rec (depth, flags, stack_hash); 0 ok, -1 torn (flags INVALID). */
+static int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
+{
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     volatile int depth = -1;
     volatile uint16_t flags = 0;
@@ -306,9 +337,38 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
         flags = f;
         depth = d;
     }
-    int torn = depth < 0;
-    rec->depth = torn ? 0 : (uint16_t)depth;
-    rec->flags = torn ? DDP_REC_INVALID : flags;
+    if (depth < 0) {
+        rec->depth = 0;
+        rec->flags = DDP_REC_INVALID;
+        rec->stack_hash = 0;
+        return -1;
+    }
+    rec->depth = (uint16_t)depth;
+    rec->flags = flags;
+    rec->stack_hash = stack_hash_of(flags, depth, frames);
+    return 0;
+}
+
+static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
+                      int tstate_kind, int mode, int64_t ts)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
+        return PROD_FULL;
+    }
+    rec->event = (uint8_t)event;
+    rec->state = (uint8_t)tstate_kind;
+    rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+    rec->label_id = atomic_load_explicit(&s->label_id, memory_order_relaxed);
+    rec->ts_ns = ts;
+    rec->count = count;
+    rec->value = weight;
+    rec->aux = aux;
+    rec->reserved = 0;
+    rec->reserved2 = 0;
+    int torn = walk_into(rec, tstate, mode) < 0;
     ddp_ring_publish(ring, ticket);
     if (torn) {
         atomic_fetch_add_explicit(&st.dropped_torn[event], 1, memory_order_relaxed);
@@ -476,8 +536,143 @@ static void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
     }
 }
 
-static void wall_tick(int *cursor)
+/* The start (ns since session start) of the time bucket a WALL sample at `elapsed` may be
+ * merged in: model.tick_for's rule, min_tick * 2**k with at most max_ticks ticks over the
+ * elapsed time.  A profile's final tick is tick_for(its duration) >= this, a power-of-two
+ * multiple aligned at 0, so samples merged here share one tick of the final Profile. */
+int64_t ddp_merge_bucket(int64_t elapsed, int64_t min_tick, int32_t max_ticks)
 {
+    if (min_tick <= 0 || max_ticks <= 0)
+        return -1;
+    if (elapsed < 0)
+        elapsed = 0;
+    int64_t tick = min_tick;
+    while (tick < INT64_MAX / 2 / max_ticks && elapsed > tick * max_ticks)
+        tick <<= 1;
+    return elapsed / tick * tick;
+}
+
+static inline int64_t bucket_of(int64_t ts)
+{
+    return ddp_merge_bucket(ts - st.start_mono_ns, cfg.merge_tick_ns, cfg.merge_max_ticks);
+}
+
+/* Write a slot's pending WALL record (count samples) to the ring. */
+static void wall_flush(slot_t *s)
+{
+    ddp_record *p = s->wlast;
+    s->wpend = 0;
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&st.dropped_full[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
+        return;
+    }
+    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+    ddp_ring_publish(ring, ticket);
+    atomic_fetch_add_explicit(&st.samples[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st.wall_records, 1, memory_order_relaxed);
+}
+
+/* Test mode: the sample as its own record (aux 1), to check merged records against. */
+static void wall_shadow(const ddp_record *src, int64_t dwall, int64_t now)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
+    if (!rec)
+        return;
+    memcpy(rec, src, sizeof(ddp_record) + (size_t)src->depth * sizeof(ddp_frame));
+    rec->count = 1;
+    rec->value = dwall;
+    rec->ts_ns = now;
+    rec->aux = 1;
+    ddp_ring_publish(ring, ticket);
+}
+
+static int same_sample(const ddp_record *a, const ddp_record *b)
+{
+    return a->state == b->state && a->flags == b->flags && a->depth == b->depth && a->label_id == b->label_id &&
+           a->stack_hash == b->stack_hash && !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
+}
+
+/* Pending records whose bucket is over, or whose thread left, go to the ring now. */
+static void wall_flush_stale(int64_t now, int all)
+{
+    int n = atomic_load(&nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    int64_t bucket = bucket_of(now);
+    for (int i = 0; i < n; i++) {
+        slot_t *s = &slots[i];
+        if (s->wpend && (all || bucket < 0 || s->wpend_bucket != bucket || !atomic_load(&s->active) ||
+                         atomic_load(&s->excluded)))
+            wall_flush(s);
+    }
+}
+
+/* One WALL sample of slot s into *scratch (swapped with the slot's wlast when kept). */
+static void wall_sample(slot_t *s, ddp_record **scratch)
+{
+    int64_t now = ddp_now_ns();
+    int64_t dwall = now - s->last_wall_ns;
+    if (dwall <= 0)
+        return;
+    if (!s->wlast && !(s->wlast = malloc(rec_size)))
+        return; /* no memory: its time carries to a later sample */
+    int64_t cpu_now = thread_cpu_ns(s);
+    uint64_t label = atomic_load_explicit(&s->label_id, memory_order_relaxed);
+    uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
+    ddp_record *last = s->wlast;
+    /* Not run since its last sample: same frames, state and GC flag. */
+    int unchanged = s->wfresh && cpu_now >= 0 && cpu_now == s->last_cpu_ns && last->label_id == label &&
+                    s->wlast_tstate == tstate;
+    ddp_record *rec = last;
+    if (unchanged) {
+        atomic_fetch_add_explicit(&st.wall_unchanged, 1, memory_order_relaxed);
+    } else {
+        rec = *scratch;
+        memset(rec, 0, sizeof *rec);
+        rec->event = DDP_EVENT_WALL;
+        rec->state = (uint8_t)thread_state_of(s, dwall, cpu_now);
+        rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+        rec->label_id = label;
+        if (walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0) {
+            atomic_fetch_add_explicit(&st.dropped_torn[DDP_EVENT_WALL], 1, memory_order_relaxed);
+            return; /* a torn read keeps its time for the next sample */
+        }
+    }
+    if (cfg.merge_shadow)
+        wall_shadow(rec, dwall, now);
+    int64_t bucket = bucket_of(now);
+    if (s->wpend && bucket >= 0 && s->wpend_bucket == bucket && (unchanged || same_sample(last, rec))) {
+        last->count += 1;
+        last->value += dwall;
+        last->ts_ns = now;
+    } else {
+        if (s->wpend)
+            wall_flush(s);
+        if (!unchanged) {
+            s->wlast = rec;
+            *scratch = last;
+            last = rec;
+        }
+        last->count = 1;
+        last->value = dwall;
+        last->ts_ns = now;
+        s->wpend = 1;
+        s->wpend_bucket = bucket;
+        if (bucket < 0)
+            wall_flush(s); /* merging off */
+    }
+    s->wfresh = 1;
+    s->wlast_tstate = tstate;
+    s->last_wall_ns = now;
+    s->last_cpu_ns = cpu_now;
+}
+
+static void wall_tick(int *cursor, ddp_record **scratch)
+{
+    wall_flush_stale(ddp_now_ns(), 0);
     int n = atomic_load(&nslots);
     if (n > MAX_SLOTS)
         n = MAX_SLOTS;
@@ -489,20 +684,29 @@ static void wall_tick(int *cursor)
         if (!atomic_load(&s->active) || atomic_load(&s->excluded))
             continue;
         budget--;
-        int64_t now = ddp_now_ns();
-        int64_t dwall = now - s->last_wall_ns;
-        if (dwall <= 0)
-            continue;
-        int64_t cpu_now = thread_cpu_ns(s);
-        int state_kind = thread_state_of(s, dwall, cpu_now);
-        int mode = atomic_load(&ddp_read_mode_now);
-        int r = produce(s, DDP_EVENT_WALL, dwall, state_kind, mode, now);
-        if (r != PROD_TORN) { /* a torn read keeps its time for the next sample */
-            s->last_wall_ns = now;
-            s->last_cpu_ns = cpu_now;
-        }
+        wall_sample(s, scratch);
         *cursor = (i + 1) % n;
     }
+}
+
+/* Wake a waiting drain when it has work: the ring a quarter full, or a new thread to name. */
+static int drain_reasons(int consume)
+{
+    int r = 0;
+    if (cfg.drain_early && ring && ddp_ring_count(ring) >= ddp_ring_capacity(ring) / 4)
+        r |= DDP_WAKE_RING;
+    if (consume ? atomic_exchange(&drain_new_thread, 0) : atomic_load(&drain_new_thread))
+        r |= DDP_WAKE_THREAD;
+    return r;
+}
+
+static void drain_poke(void)
+{
+    if (!atomic_load(&drain_waiting) || !drain_reasons(0))
+        return;
+    pthread_mutex_lock(&drain_lock);
+    pthread_cond_signal(&drain_cond);
+    pthread_mutex_unlock(&drain_lock);
 }
 
 static void *sampler_main(void *arg)
@@ -515,9 +719,14 @@ static void *sampler_main(void *arg)
     sigdelset(&set, SIGFPE);
     sigdelset(&set, SIGILL);
     pthread_sigmask(SIG_SETMASK, &set, NULL);
+    pthread_setname_np(pthread_self(), "ddprof_nb-wall"); /* its comm in /proc: benchmarks find it */
     scan_buf *b = malloc(sizeof *b);
-    if (!b)
+    ddp_record *scratch = malloc(rec_size);
+    if (!b || !scratch) {
+        free(b);
+        free(scratch);
         return NULL;
+    }
     uint32_t gen = 1; /* 1 was the start-time registration */
     int cursor = 0;
     int64_t next = ddp_now_ns() + cfg.interval_ns;
@@ -531,11 +740,18 @@ static void *sampler_main(void *arg)
             continue;
         pthread_mutex_unlock(&wake_lock);
         int64_t t0 = ddp_now_ns();
-        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED)
-            ddp_saferead_check();
+        /* Our SIGSEGV handler every tick (wall reads rely on it), SIGBUS every 16th (one
+         * sigaction syscall each; a bus error needs a truncated mapping, far rarer). */
+        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED) {
+            if (gen & 15)
+                ddp_saferead_check_segv();
+            else
+                ddp_saferead_check();
+        }
         registry_tick(b, ++gen, t0);
         if (cfg.events & (1u << DDP_EVENT_WALL))
-            wall_tick(&cursor);
+            wall_tick(&cursor, &scratch);
+        drain_poke();
         int64_t t1 = ddp_now_ns();
         atomic_fetch_add(&st.wall_ticks, 1);
         atomic_fetch_add(&st.wall_ns, (uint64_t)(t1 - t0));
@@ -545,7 +761,9 @@ static void *sampler_main(void *arg)
         pthread_mutex_lock(&wake_lock);
     }
     pthread_mutex_unlock(&wake_lock);
+    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
     free(b);
+    free(scratch);
     return NULL;
 }
 
@@ -554,9 +772,21 @@ static void free_session(void)
 {
     ddp_ring_free(ring);
     ring = NULL;
+    int n = atomic_load(&nslots);
+    for (int i = 0; slots && i < n && i < MAX_SLOTS; i++)
+        free(slots[i].wlast);
     free(slots);
     slots = NULL;
     rec_size = 0;
+}
+
+static void drain_cond_init(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&drain_cond, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
 static void atfork_child(void)
@@ -574,6 +804,9 @@ static void atfork_child(void)
     ddp_py_after_fork_child();
     ddp_alloc_after_fork_child(); /* allocations: hooks become pass-throughs */
     pthread_mutex_init(&wake_lock, NULL);
+    pthread_mutex_init(&drain_lock, NULL); /* no drain waits in this child */
+    drain_cond_init();
+    atomic_store(&drain_waiting, 0);
     sampler_started = 0;
     /* Our copies of the buffers: no other thread exists here to use them (and malloc is
      * usable in a fork child of a threaded glibc process), so give the memory back. */
@@ -612,7 +845,7 @@ int ddp_start(const ddp_config *c)
     if (!c)
         return DDP_EINVAL;
     if (c->interval_ns < 100000 || c->interval_ns > 60000000000LL || c->max_depth < 1 || c->max_depth > 4096 ||
-        c->ring_records < 0 || c->n_exclude < 0 || c->n_exclude > 8 ||
+        c->ring_records < 0 || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
     uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL);
@@ -638,6 +871,11 @@ int ddp_start(const ddp_config *c)
     if (!rng_state)
         rng_state = 1;
     memset(&st, 0, sizeof st);
+    pthread_once(&drain_once, drain_cond_init); /* never destroyed: a drain may still be leaving a wait */
+    pthread_mutex_lock(&drain_lock);
+    drain_stop = 0;
+    pthread_mutex_unlock(&drain_lock);
+    atomic_store(&drain_new_thread, 0);
     atomic_store(&ddp_fault_count, 0);
     atomic_store(&ddp_graveyard_overflow, 0);
 
@@ -704,6 +942,7 @@ int ddp_start(const ddp_config *c)
     st.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();
+    atomic_store(&drain_new_thread, 0); /* the engine names the threads present at start itself */
     ddp_py_watcher_start(); /* 3.12+: resolve dying code objects; absent on 3.11 */
     PyGILState_Release(g);
 
@@ -754,6 +993,10 @@ int ddp_stop(void)
     int s = atomic_load(&state);
     if (s != ST_RUNNING && s != ST_STARTING)
         return DDP_ENOTRUNNING;
+    pthread_mutex_lock(&drain_lock); /* a waiting drain returns DDP_ENOTRUNNING */
+    drain_stop = 1;
+    pthread_cond_broadcast(&drain_cond);
+    pthread_mutex_unlock(&drain_lock);
     ddp_waits_stop(); /* lock/park: restore the GOT slots first (a no-op without them) */
     if (sampler_started) {
         pthread_mutex_lock(&wake_lock);
@@ -823,6 +1066,42 @@ int ddp_drain(void *buf, int max_records)
     return n;
 }
 
+int ddp_pending(void)
+{
+    int s = atomic_load(&state);
+    return ring && (s == ST_RUNNING || s == ST_STOPPED) ? (int)ddp_ring_count(ring) : 0;
+}
+
+int ddp_drain_wait(int64_t timeout_ns)
+{
+    if (timeout_ns < 0)
+        return DDP_EINVAL;
+    if (atomic_load(&state) != ST_RUNNING)
+        return DDP_ENOTRUNNING;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t end = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec + timeout_ns;
+    struct timespec deadline = { end / 1000000000LL, end % 1000000000LL };
+    int r = 0;
+    pthread_mutex_lock(&drain_lock);
+    atomic_store(&drain_waiting, 1);
+    for (;;) {
+        if (drain_stop || atomic_load(&state) != ST_RUNNING) {
+            r = DDP_ENOTRUNNING;
+            break;
+        }
+        if ((r = drain_reasons(1)) != 0)
+            break;
+        if (pthread_cond_timedwait(&drain_cond, &drain_lock, &deadline) == ETIMEDOUT) {
+            r = drain_stop ? DDP_ENOTRUNNING : drain_reasons(1);
+            break;
+        }
+    }
+    atomic_store(&drain_waiting, 0);
+    pthread_mutex_unlock(&drain_lock);
+    return r;
+}
+
 int ddp_get_stats(ddp_stats *out)
 {
     if (!out)
@@ -842,6 +1121,8 @@ int ddp_get_stats(ddp_stats *out)
     out->handler_calls = atomic_load(&st.handler_calls);
     out->wall_ticks = atomic_load(&st.wall_ticks);
     out->wall_ns = atomic_load(&st.wall_ns);
+    out->wall_records = atomic_load(&st.wall_records);
+    out->wall_unchanged = atomic_load(&st.wall_unchanged);
     out->graveyard_overflow = atomic_load(&ddp_graveyard_overflow);
     out->read_mode = atomic_load(&ddp_read_mode_now);
     out->segv_replaced = atomic_load(&ddp_segv_replaced);

@@ -137,3 +137,56 @@ def test_label_block_samples_carry_the_label():
     # THEN every sample of the block carries req=a and none outside does
     assert set(inside) == {"a"} and inside["a"] > 0, rows
     assert "a" not in outside and sum(outside.values()) > 0, rows
+
+
+def test_merged_wall_records_give_the_same_profile_as_one_record_per_sample():
+    # GIVEN idle threads (blocked, or napping now and then) beside a main thread that burns
+    # CPU then sleeps, sampled at 2 ms while the profile's tick grows from 1 to 8 ms
+    r = run_script(
+        """
+        import numpy as np
+        from ddprof_nb import _binding
+        from ddprof_nb.model import Metadata, ProfileBuilder
+        stop = threading.Event()
+        def idle(): stop.wait()
+        def napper():
+            while not stop.is_set(): time.sleep(0.03)
+        ths = [threading.Thread(target=idle, name=f"idle{i}") for i in range(4)]
+        ths.append(threading.Thread(target=napper, name="napper"))
+        for t in ths: t.start()
+        cap = 1 << 15
+        s = _binding.Session(2_000_000, 16, ("wall",), ring_records=cap, merge_shadow=True)
+        s.start()
+        burn(0.6); time.sleep(0.6)
+        s.stop()
+        stop.set()
+        buf = _binding.ffi.new("char[]", s.record_size * cap)
+        n = _binding.lib.ddp_drain(buf, cap)
+        st = s.stats()
+        s.release()
+        hdr = np.frombuffer(_binding.ffi.buffer(buf, n * s.record_size), dtype=_binding._record_dtype(s.record_size))
+        raw = np.frombuffer(_binding.ffi.buffer(buf, n * s.record_size), dtype=np.uint8).reshape(n, s.record_size)
+        duration = st["stop_mono_ns"] - st["start_mono_ns"]
+        rows, records = {}, {}
+        for which, name in ((0, "merged"), (1, "per_sample")):
+            sel = np.ascontiguousarray(raw[hdr["aux"] == which])
+            records[name] = len(sel)
+            conv = _binding.RecordConverter(ProfileBuilder(), st["start_mono_ns"])
+            conv.feed(_binding.ffi.from_buffer(sel), len(sel), s.record_size)
+            conv.builder.metadata = Metadata(start_ns=0, end_ns=duration, interval_ns=2_000_000)
+            p = conv.builder.build(end_ns=duration)
+            rows[name] = sorted([s.thread.name, [f.name for f in s.stack], [list(kv) for kv in s.labels.items], s.time_ns,
+                                 list(s.values)] for s in p.samples())
+            tick = p.time_ns[p.time_ns > 0].min() if len(p) else 0
+        emit(rows=rows, records=records, samples=st["samples"][EventType.WALL], tick=int(tick),
+             merged_count=int(hdr["count"][hdr["aux"] == 0].sum()), unchanged=st["wall_unchanged"])
+        """
+    )
+    # THEN both ways give exactly the same Profile rows (stack, thread, labels, tick, values)
+    assert r["rows"]["merged"] == r["rows"]["per_sample"]
+    # AND merging happened (the final tick holds several 2 ms samples) and counts every sample
+    assert r["tick"] >= 4_000_000, r["tick"]
+    assert r["records"]["merged"] < 0.75 * r["records"]["per_sample"], r["records"]
+    assert r["merged_count"] == r["samples"] == r["records"]["per_sample"]
+    # AND most samples of the idle threads reused their last stack without a walk
+    assert r["unchanged"] > r["samples"] / 2, r

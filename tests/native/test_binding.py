@@ -312,3 +312,114 @@ def test_sigprof_disposition_restored_exactly():
         """
     )
     assert r == {"ign": True, "dfl": True}
+
+
+def test_wall_merge_buckets_are_the_profiles_own_ticks():
+    # GIVEN the Profile's tick rule (model.tick_for) and the sampler's merge bucket rule
+    import random
+
+    from ddprof_nb.model import MAX_TICKS, MIN_TICK_NS, tick_for
+
+    rng = random.Random(7)
+    points = [rng.randrange(0, 4 * 3600 * 10**9) for _ in range(3000)]
+    points += [MIN_TICK_NS * MAX_TICKS * 2**k + d for k in range(12) for d in (-1, 0, 1)]
+    for e in points:
+        # WHEN a sample taken e ns after start gets its bucket / THEN it is the tick tick_for(e) puts it in
+        t = tick_for(e)
+        assert lib.ddp_merge_bucket(e, MIN_TICK_NS, MAX_TICKS) == e // t * t, e
+    # AND two samples whose buckets are equal share one tick of every longer profile
+    for _ in range(3000):
+        e1 = rng.randrange(0, 600 * 10**9)
+        e2 = e1 + rng.randrange(0, 2 * 10**9)
+        b1, b2 = (lib.ddp_merge_bucket(e, MIN_TICK_NS, MAX_TICKS) for e in (e1, e2))
+        if b1 == b2:
+            for d in (e2, e2 + 1, 2 * e2 + 7, 10 * e2 + 3):
+                t = tick_for(d)
+                assert e1 // t == e2 // t, (e1, e2, d)
+    assert lib.ddp_merge_bucket(123, 0, MAX_TICKS) == -1  # merging off
+
+
+def _records(specs, record_size, start=0):
+    """A record buffer from (stack_hash, [code objects]) specs: WALL records, one sample each."""
+    import numpy as np
+
+    dt = _binding._record_dtype(record_size)
+    buf = np.zeros(len(specs), dtype=dt)
+    raw = buf.view(np.uint8).reshape(len(specs), record_size)
+    hsize = ffi.sizeof("ddp_record")
+    fp = ffi.new("uint64_t *")
+    for i, (h, codes) in enumerate(specs):
+        buf[i]["event"], buf[i]["state"], buf[i]["depth"] = EventType.WALL.value, 2, len(codes)
+        buf[i]["tid"], buf[i]["ts_ns"], buf[i]["count"], buf[i]["value"] = 1, start + i, 1, 10
+        buf[i]["stack_hash"] = h
+        frames = np.zeros(len(codes), dtype=[("code", "<u8"), ("fp", "<u8"), ("lasti", "<i4"), ("fl", "<i4")])
+        for j, c in enumerate(codes):
+            assert lib.ddp_fingerprint_of(id(c), fp) == 0
+            frames[j] = (id(c), fp[0], 0, c.co_firstlineno)
+        raw[i, hsize : hsize + frames.nbytes] = frames.view(np.uint8)
+    return buf
+
+
+def test_a_stack_hash_collision_never_merges_two_stacks():
+    # GIVEN records of two different stacks that carry the same stack_hash, across two batches
+    from ddprof_nb.model import ProfileBuilder
+
+    def alpha():
+        pass
+
+    def beta():
+        pass
+
+    size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
+    conv = _binding.RecordConverter(ProfileBuilder(), 0)
+    batches = [_records([(42, [alpha.__code__]), (42, [beta.__code__]), (42, [alpha.__code__])], size),
+               _records([(42, [beta.__code__]), (7, [beta.__code__]), (42, [alpha.__code__])], size, start=3)]
+    for b in batches:
+        # WHEN they are converted
+        assert conv.feed(ffi.from_buffer(b), len(b), size) == len(b)
+    prof = conv.builder.build()
+    # THEN every record keeps its own stack: 3 alpha and 3 beta samples
+    names = {}
+    for s in prof.samples():
+        names[s.stack[-1].name] = names.get(s.stack[-1].name, 0) + s.values[0]
+    assert {k.rsplit(".", 1)[-1]: v for k, v in names.items()} == {"alpha": 3, "beta": 3}, names
+
+
+def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
+    r = run_script(
+        """
+        from ddprof_nb import _binding
+        s = _binding.Session(10_000_000, 32, ("cpu", "wall"))
+        out, go = {}, threading.Event()
+        def waiter():
+            go.wait()
+            t = time.monotonic()
+            out["timeout"] = (s.wait(0.3), time.monotonic() - t)
+            t = time.monotonic()
+            out["thread"] = (s.wait(5.0), time.monotonic() - t)
+            t = time.monotonic()
+            out["stop"] = (s.wait(5.0), time.monotonic() - t)
+        w = threading.Thread(target=waiter); w.start()  # before start: not a new thread
+        s.start()
+        go.set()
+        time.sleep(0.05)
+        n, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < 0.3:  # the GIL stays free while the waiter sleeps in C
+            n += 1
+        time.sleep(0.3)
+        th = threading.Thread(target=time.sleep, args=(0.5,)); th.start()
+        time.sleep(0.5)
+        s.stop()
+        w.join(); th.join()
+        s.release()
+        emit(out=out, spins=n, after=s.wait(0.1))
+        """
+    )
+    out = r["out"]
+    # THEN a wait with nothing to do times out (0), a new thread wakes it (DDP_WAKE_THREAD)
+    # within a few wall ticks, stop ends it (-1), and a wait after stop returns at once
+    assert out["timeout"][0] == 0 and out["timeout"][1] >= 0.29, out
+    assert out["thread"][0] & 2 and out["thread"][1] < 1.5, out
+    assert out["stop"][0] == -1 and out["stop"][1] < 1.5, out
+    assert r["after"] == -1
+    assert r["spins"] > 10000
