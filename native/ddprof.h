@@ -95,7 +95,7 @@ typedef struct {
     int32_t merge_reserved;
     /* ---- lock/park (waits.c) ---- */
     int64_t wait_threshold_ns;   /* waits shorter are recorded with p = d/T, weight T; 0 = 100 us */
-    int32_t wait_max_rate;       /* lock/park records per second (token bucket); 0 = 2000 */
+    int32_t wait_max_rate;       /* lock/park records per second (token bucket); 0 = DEFAULT_MAX_RATE (waits.c) */
     int32_t wait_reserved;
     /* ---- end lock/park ---- */
     /* ---- allocations (alloc.c) ---- */

@@ -174,7 +174,9 @@ def test_keyboard_interrupt_stops_the_cell_and_keeps_the_partial_profile(shell):
     # GIVEN a cell that would loop for 20 s, interrupted (as by Ctrl-C) after 0.4 s
     code = (
         "%%ddprof -o interrupted\n"
-        "import _thread, threading, time\n"
+        "import _thread, signal, threading, time\n"
+        # a shell running pytest in the background ignores SIGINT (interrupt_main then does nothing)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "threading.Timer(0.4, _thread.interrupt_main).start()\n"
         "deadline = time.monotonic() + 20\n"
         "while time.monotonic() < deadline:\n"

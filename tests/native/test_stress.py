@@ -228,6 +228,10 @@ def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
         except ValueError:
             pass
         try:
+            # (a shell running us in the background ignores SIGINT, and Python then leaves it
+            # ignored, where interrupt_main does nothing: Ctrl-C's usual handler, explicitly)
+            import signal
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             threading.Timer(0.1, _thread.interrupt_main).start()
             while True:
                 burn(0.01)
@@ -237,7 +241,7 @@ def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
         emit(kbd=kbd, cpu=p.total("cpu"), raiser=any(f.name == "raiser" for f in p.frames))
         """
     )
-    assert r["kbd"] and r["raiser"] and r["cpu"] > 0.1e9
+    assert r["kbd"] and r["raiser"] and r["cpu"] > 0.08e9  # raiser burnt 0.1 s; a tick may be lost
 
 
 def test_full_buffer_counts_drops_and_keeps_the_profile():
