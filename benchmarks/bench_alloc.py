@@ -12,8 +12,9 @@ Overhead: an allocation-heavy workload (many small dicts, tuples and strings) cu
 slices of ~0.1 s of CPU, timed in pairs in ONE process, one slice with the tool running and
 one without (order alternating), the tool's start/stop excluded; the median with/without
 ratio over >= 30 pairs (--pairs), with its interquartile range, of wall time (the goal:
-it includes the profiler's other threads, which hold the GIL while they work) and of the
-workload thread's CPU time (steadier on a shared machine).  The load average is printed
+it includes the profiler's other threads, which hold the GIL while they work), of the
+process's CPU time (all threads; steadier than wall on a shared machine) and of the
+workload thread's CPU time.  The load average is printed
 before and after: wall-clock ratios on a loaded 2-core box swing by several points.
 Tools: ddprof_nb at the given rate (alloc only), the same with sampling never firing (the
 hook's own cost), tracemalloc (1 frame, its default), memray (memray.Tracker writing to a
@@ -200,27 +201,29 @@ class Memray:
 
 
 def overhead(tool, n, pairs):
-    """(median, q1, q3) of the with/without ratio of wall time, and of the workload thread's CPU time."""
-    wall, cpu = [], []
+    """(median, q1, q3) of the with/without ratio of wall time, of the process's CPU time (every
+    thread: the profiler's own too) and of the workload thread's CPU time."""
+    wall, proc, cpu = [], [], []
     for i in range(pairs):
         times = {}
         for with_tool in ((True, False) if i % 2 == 0 else (False, True)):
             gc.collect()
             if with_tool:
                 tool.start()
-            c, t = time.thread_time(), time.perf_counter()
+            c, pc, t = time.thread_time(), time.process_time(), time.perf_counter()
             workload(n)
-            times[with_tool] = (time.perf_counter() - t, time.thread_time() - c)
+            times[with_tool] = (time.perf_counter() - t, time.process_time() - pc, time.thread_time() - c)
             if with_tool:
                 tool.stop()
         wall.append(times[True][0] / times[False][0])
-        cpu.append(times[True][1] / times[False][1])
+        proc.append(times[True][1] / times[False][1])
+        cpu.append(times[True][2] / times[False][2])
 
     def summary(r):
         q = statistics.quantiles(r, n=4)
         return statistics.median(r), q[0], q[2]
 
-    return summary(wall), summary(cpu)
+    return summary(wall), summary(proc), summary(cpu)
 
 
 def load():
@@ -349,15 +352,16 @@ def main():
         print("memray: not installed (pip install memray, or the bench extra)")
     print(f"{load()} (before)")
     pct = lambda m: f"{100 * (m[0] - 1):+.1f}% ({100 * (m[1] - 1):+.1f}..{100 * (m[2] - 1):+.1f})"  # noqa: E731
-    print(f"{'tool':<20}  {'wall: median (IQR)':>26}  {'workload CPU: median (IQR)':>28}  goal (wall)")
+    print(f"{'tool':<20}  {'wall: median (IQR)':>26}  {'process CPU: median (IQR)':>27}  "
+          f"{'workload CPU: median (IQR)':>28}  goal (wall)")
     for tool in tools:
         try:
-            wall, cpu = overhead(tool, n, args.pairs)
+            wall, proc, cpu = overhead(tool, n, args.pairs)
         except Exception as exc:  # noqa: BLE001 - report and go on
             print(f"{tool.name:<20}  failed: {type(exc).__name__}: {exc}")
             continue
         goal = ("<= 5%: " + ("yes" if wall[0] <= 1.05 else "NO")) if tool.name == "ddprof_nb alloc" else ""
-        print(f"{tool.name:<20}  {pct(wall):>26}  {pct(cpu):>28}  {goal}", flush=True)
+        print(f"{tool.name:<20}  {pct(wall):>26}  {pct(proc):>27}  {pct(cpu):>28}  {goal}", flush=True)
     print(f"{load()} (after)")
 
 
