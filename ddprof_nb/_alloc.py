@@ -61,26 +61,33 @@ class AllocTracker:
         """Add held ALLOC rows to the builder: typed ones now, the rest after one more drain."""
         self._absorb_notes()
         keep = []
+        cols = ([], [], [], [], [])  # stack, thread, labels, time, (count, bytes): one add_many per drain
         for rows, last_chance in ((self._held_prev, True), (self._held, final)):
             for row in rows:
                 name = self._types.pop(row[0], None)
                 if name is None and not last_chance:
                     keep.append(row)
                     continue
-                self._add_alloc(row, name)
+                self._add_alloc(row, name, cols)
+        if cols[0]:
+            self.builder.add_many(EventType.ALLOC, *cols)
         self._held_prev, self._held = keep, []
         if len(self._types) > 100_000:  # notes whose record was dropped: never claimed
             self._types.clear()
         if len(self._rows) >= self._prune_at:
             self._prune()
 
-    def _add_alloc(self, row, name) -> None:
+    def _add_alloc(self, row, name, cols) -> None:
         aid, sid, thread, labels, t, count, value = row
         if name is None:
             self.untyped += 1
         else:
             self.typed += 1
-        self.builder.add(EventType.ALLOC, self._typed_stack(sid, name), thread, labels, t, count, value)
+        cols[0].append(self._typed_stack(sid, name))
+        cols[1].append(thread)
+        cols[2].append(labels)
+        cols[3].append(t)
+        cols[4].append((count, value))
         self._rows[aid] = (sid, thread, labels, t, count, value)
 
     def _typed_stack(self, sid: int, name: str | None) -> int:

@@ -4,9 +4,10 @@
  * allocator that was installed before us (PyMem_GetAllocator), and we only *look* at the
  * result, so blocks carry no header of ours: memory allocated while profiling and freed
  * after stop (or the reverse) goes to the very same underlying allocator.  Both domains
- * require the GIL (CPython's PyMem docs), so the live table and the type-note ring below
- * are protected by it; the RAW domain (no GIL) is not hooked.  Own-GIL subinterpreters
- * (3.12+) would break that assumption: they are not supported (documented).
+ * require the GIL (CPython's PyMem docs), so the live table and the countdowns are
+ * protected by it (type notes, read by the drain without the GIL, have their own lock);
+ * the RAW domain (no GIL) is not hooked.  Own-GIL subinterpreters (3.12+) would break
+ * that assumption: they are not supported (documented).
  *
  * Sampling.  A Poisson process over allocated bytes with mean gap R (config.alloc_rate),
  * as ddtrace's heap profiler and Go's runtime do: each thread counts down an
@@ -16,25 +17,35 @@
  * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
  * unbiased estimates of the allocations and bytes it stands for.  count is rounded
  * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
- * The fast path (perf: measured with callgrind, benchmarks/bench_alloc.py --callgrind) is one
- * load of the layer's session number, a TLS compare and a TLS subtraction, then a tail call
- * to the previous allocator: no stack frame, no atomics read-modify-write, no table lookup.
- * Everything else (a new session for this thread, the countdown crossing zero, a pending
- * type read) lives in cold, non-inlined functions reached only when the countdown fires: a
- * pending type read forces that by parking the real countdown (tl.saved) and zeroing
- * tl.remaining.  Bytes are counted before the previous allocator runs, so a failed
- * allocation that does not fire still counts its bytes (negligible: MemoryError paths).
+ * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 8 instructions per
+ * malloc and per free, ~2.4% of the churn benchmark's instructions): malloc/calloc/realloc
+ * subtract n from the thread's countdown in one initial-exec TLS block and branch on its
+ * sign; free tests one byte of the live filter; then a tail jump to the previous allocator,
+ * whose ctx and function sit at constant addresses because each (domain, slot) layer has
+ * its own generated functions.  No stack frame, no atomics, no session test, no table
+ * lookup.  Session changes reach the countdowns instead: every thread that ever took the
+ * slow path is on a registry, and a start zeroes their countdowns of its slot, so each
+ * thread's next allocation takes the slow path and starts the new session there.  A layer
+ * left under someone else's allocator keeps its own slot's countdown, which its slow path
+ * parks at COUNTDOWN_IDLE, so it never counts bytes the active layer above it counted.
+ * Everything else (the countdown crossing zero, a pending type read, a filter hit) lives
+ * in cold, non-inlined functions: a pending type read forces that by parking the real
+ * countdown (tl.saved) and zeroing the slot's countdown.  Bytes are counted before the
+ * previous allocator runs, so a failed allocation that does not fire still counts its
+ * bytes (negligible: MemoryError paths).
  *
  * Recording.  ddp_emit_own(ALLOC, count, bytes, id) records the calling thread's own
  * Python stack; `id` (a per-session sequence number) lets LIVE refer back to it.  The
  * profiler's own threads are excluded there (their slots are marked excluded at start).
  *
  * Live heap.  Sampled pointers go into a bounded open-addressing table (linear probing,
- * backward-shift deletion); every free/realloc first tests one bit of an 8 KiB bitmap over
- * (ptr >> 4) mod 2^16 (set while some live sample hashes there; a per-bucket count kept off
- * the hot path clears it) and probes the table only on a hit.  Full table: the sample still counts as ALLOC, not as
- * LIVE, and it is counted (live_overflow).  At stop, under the GIL, the table is frozen
- * into a list of (id, size, type) that Python turns into LIVE rows.
+ * backward-shift deletion); every free/realloc first tests one byte of a 64 KiB filter over
+ * 256-byte granules, (ptr >> 8) mod 2^16 (the count of live samples there, saturating and
+ * then sticky), and probes the table only when it is non-zero.  Granules that coarse keep a
+ * 4 KiB pymalloc pool on 16 adjacent bytes (few cache lines for a churning workload); a
+ * neighbour of a live sample costs one table probe.  Full table: the sample still counts as
+ * ALLOC, not as LIVE, and it is counted (live_overflow).  At stop, under the GIL, the table
+ * is frozen into a list of (id, size, type) that Python turns into LIVE rows.
  *
  * Type leaf.  OBJ-domain blocks usually start with an object, after the GC pre-header
  * (sizeof(PyGC_Head)) for GC types and two more words for managed dict/weakref
@@ -59,23 +70,28 @@
 #include <Python.h>
 #include "ddp_internal.h"
 
-#define N_LAYERS 4           /* hook layers per domain (a stale pass-through may stay) */
+#define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
 #define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
 #define LIVE_MAX (LIVE_CAP / 4 * 3)
 #define NOTES_CAP 4096       /* type notes waiting for the drain */
 #define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
-#define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> 4) mod FILTER_SIZE */
+#define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> FILTER_SHIFT) mod FILTER_SIZE */
+#define FILTER_SHIFT 8       /* 256-byte granules: a 4 KiB pymalloc pool is 16 adjacent bytes */
+#define FILTER_STICKY 255    /* a saturated bucket stays set until the filter is cleared */
 #define GC_HEAD_SIZE (2 * sizeof(void *)) /* sizeof(PyGC_Head), 3.11-3.13 GIL builds */
 #define TYPE_NAME_CAP 48
+#define COUNTDOWN_IDLE (INT64_MAX / 2) /* a slot with no session: never reaches 0 again */
 
 enum { DOM_MEM = 0, DOM_OBJ = 1 };
 
+/* Layer (d, k) is domain d's hook of slot k: its functions are generated per (d, k) (below),
+ * so they reach their previous allocator and their countdown tl.remaining[k] at constant
+ * addresses and need no ctx.  The MEM and OBJ layers of one slot share the countdown. */
 typedef struct {
     PyMemAllocatorEx prev;   /* what we chain to */
-    PyMemAllocatorEx self;   /* what we installed (ctx = this layer) */
-    int domain;
+    PyMemAllocatorEx self;   /* what we installed */
+    int domain, slot;
     int in_use;              /* installed in the chain (now or left as a pass-through) */
-    _Atomic uint32_t gen;    /* session sampling through this layer; 0 = pass-through */
 } layer_t;
 
 typedef struct {
@@ -87,41 +103,55 @@ typedef struct {
     int32_t pad;
 } live_t;
 
-static layer_t layers[2][N_LAYERS];
-static layer_t *top[2];      /* the layer installed by the current session */
-static _Atomic uint32_t cur_gen = 1;
+static layer_t layers[2][N_SLOTS];
+static layer_t *top[2];      /* the layers installed by the current session */
+static _Atomic int active_slot = -1; /* the slot of the running session, -1 = none */
+static _Atomic uint32_t cur_gen = 1; /* session number (a thread's first sample of a session re-seeds) */
 static double rate = 512 * 1024.0;
 static _Atomic uint64_t seq;
 
 static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
 static uint32_t live_n;
-/* Live entries per prefilter bucket (cold: touched on insert/remove only), and the hot 8 KiB
- * bitmap of non-empty buckets every free tests (a probe of the 1.3 MB table per free cost ~8%). */
-static uint16_t filter[FILTER_SIZE];
-static uint64_t filter_bits[FILTER_SIZE / 64];
+/* Live entries per prefilter bucket, saturating (FILTER_STICKY): every free tests its byte
+ * and probes the 1.3 MB table only when it is set (a probe per free cost ~8%). */
+static uint8_t filter[FILTER_SIZE];
 static ddp_alloc_info *frozen; /* the live list at stop */
 static int frozen_n;
 
+/* Type notes: pushed by sampling threads, popped by the drain without the GIL (taking it
+ * there would force a GIL hand-off from the profiled thread at every drain). */
 static ddp_alloc_info notes[NOTES_CAP];
 static uint32_t notes_head, notes_len;
+static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, notes_dropped, typed, untyped, reentered, sample_ns, type_ns;
     int left_installed;
 } ast;
 
-/* Per-thread state: byte countdown, RNG, re-entry guard, a sampled block awaiting its type. */
-/* One TLS block: the fast path then needs a single TLS-offset load for all its fields. */
-static DDP_TLS struct {
-    int64_t remaining;       /* bytes to the next sample; forced to 0 while a type read is pending */
+/* Per-thread state: byte countdowns, RNG, re-entry guard, a sampled block awaiting its type.
+ * One initial-exec TLS block: the fast path needs one GOT load for its countdown.  Every
+ * thread that ever took the slow path is on a registry (linked through its block, unlinked by
+ * a pthread key destructor at thread exit), so a session start can zero its countdown:
+ * the fast path then needs no "is this a new session" test. */
+typedef struct tl_s {
+    int64_t remaining[N_SLOTS]; /* bytes to the next sample; forced to 0 while a type read is pending */
     uint32_t gen;
     int busy;
     int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
-    int parked;
+    int parked, registered;
     uintptr_t pending;
     uint64_t rng, pending_id, pending_size;
     int pending_tries;
-} tl;
+    struct tl_s *next, *prev; /* the registry (reg_lock) */
+} tl_t;
+static DDP_TLS tl_t tl;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static tl_t *reg_head;
+static pthread_key_t reg_key;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static int reg_key_ok;
 
 /* ---- random gaps ------------------------------------------------------------------------- */
 static inline uint64_t rng_next(void)
@@ -156,33 +186,31 @@ static const struct {
 };
 
 /* ---- the live table (GIL-protected) ---------------------------------------------------------- */
-static inline uint32_t filter_bucket(uintptr_t p) { return (uint32_t)(p >> 4) & (FILTER_SIZE - 1); }
+static inline uint32_t filter_bucket(uintptr_t p) { return (uint32_t)(p >> FILTER_SHIFT) & (FILTER_SIZE - 1); }
 
 /* The only live-table work on the free/realloc fast path. */
 static inline int filter_hit(uintptr_t p)
 {
-    uint32_t b = filter_bucket(p);
-    return (int)((filter_bits[b >> 6] >> (b & 63)) & 1);
+    return filter[filter_bucket(p)] != 0;
 }
 
 static inline void filter_add(uintptr_t p)
 {
-    uint32_t b = filter_bucket(p);
-    if (!filter[b]++)
-        filter_bits[b >> 6] |= 1ULL << (b & 63);
+    uint8_t *c = &filter[filter_bucket(p)];
+    if (*c != FILTER_STICKY)
+        ++*c;
 }
 
 static inline void filter_sub(uintptr_t p)
 {
-    uint32_t b = filter_bucket(p);
-    if (!--filter[b])
-        filter_bits[b >> 6] &= ~(1ULL << (b & 63));
+    uint8_t *c = &filter[filter_bucket(p)];
+    if (*c != FILTER_STICKY) /* saturated: its true count is unknown, so it stays set */
+        --*c;
 }
 
 static void filter_clear(void)
 {
     memset(filter, 0, sizeof filter);
-    memset(filter_bits, 0, sizeof filter_bits);
 }
 
 static inline uint32_t ptr_hash(uintptr_t p)
@@ -332,16 +360,17 @@ static uintptr_t block_type(uintptr_t p, uint64_t size)
 
 static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 {
-    if (notes_len >= NOTES_CAP) {
+    ddp_alloc_info note = { .id = id, .size = size };
+    if (copy_type_name(type, note.type_name) != 0)
+        return;
+    pthread_mutex_lock(&notes_lock);
+    if (notes_len < NOTES_CAP) {
+        notes[(notes_head + notes_len) % NOTES_CAP] = note;
+        notes_len++;
+    } else {
         atomic_fetch_add_explicit(&ast.notes_dropped, 1, memory_order_relaxed);
-        return;
     }
-    ddp_alloc_info *n = &notes[(notes_head + notes_len) % NOTES_CAP];
-    if (copy_type_name(type, n->type_name) != 0)
-        return;
-    n->id = id;
-    n->size = size;
-    notes_len++;
+    pthread_mutex_unlock(&notes_lock);
 }
 
 /* The thread's last sampled OBJ block, once its object is initialised. */
@@ -372,40 +401,113 @@ static void pending_try(void)
     note_push(tl.pending_id, tl.pending_size, type);
 }
 
+/* ---- the thread registry ---------------------------------------------------------------------- */
+static void reg_unlink_locked(tl_t *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else if (reg_head == t)
+        reg_head = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->next = t->prev = NULL;
+    t->registered = 0;
+}
+
+/* pthread key destructor, run by the exiting thread on its own block (no GIL: reg_lock only). */
+static void reg_thread_exit(void *t)
+{
+    pthread_mutex_lock(&reg_lock);
+    reg_unlink_locked(t);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* fork child: only the forking thread survives; the others' blocks are not theirs any more,
+ * and a lock one of them held stays held (registered at the first slow path, before any
+ * note or registry use). */
+static void reg_after_fork_child(void)
+{
+    pthread_mutex_init(&reg_lock, NULL);
+    pthread_mutex_init(&notes_lock, NULL);
+    reg_head = NULL;
+    if (tl.registered) {
+        tl.next = tl.prev = NULL;
+        reg_head = &tl;
+    }
+}
+
+static void reg_make_key(void)
+{
+    reg_key_ok = pthread_key_create(&reg_key, reg_thread_exit) == 0 &&
+                 pthread_atfork(NULL, NULL, reg_after_fork_child) == 0;
+}
+
+/* From the slow path (GIL held).  On failure the thread stays off the registry: a session
+ * start cannot zero its countdown, so its first sample of a session comes at its old
+ * countdown (still unbiased at an unchanged rate: the countdown is memoryless). */
+static void reg_self(void)
+{
+    pthread_once(&reg_once, reg_make_key);
+    if (!reg_key_ok || pthread_setspecific(reg_key, &tl) != 0)
+        return;
+    pthread_mutex_lock(&reg_lock);
+    tl.prev = NULL;
+    tl.next = reg_head;
+    if (reg_head)
+        reg_head->prev = &tl;
+    reg_head = &tl;
+    tl.registered = 1;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* With the GIL (no thread is inside a hook): every registered thread's next allocation through
+ * slot k takes the slow path, which starts its countdown for the new session. */
+static void reg_zero_slot(int k)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (tl_t *t = reg_head; t; t = t->next)
+        t->remaining[k] = 0;
+    pthread_mutex_unlock(&reg_lock);
+}
+
 /* ---- the sampled path ------------------------------------------------------------------------- */
 /* Invariant outside slow_path: tl.pending != 0 <=> the countdown is parked, so the thread's
  * next allocation takes the slow path and retries the type read. */
-static inline void park_countdown(void)
+static inline void park_countdown(int k)
 {
     if (!tl.parked) {
-        tl.saved = tl.remaining;
-        tl.remaining = 0;
+        tl.saved = tl.remaining[k];
+        tl.remaining[k] = 0;
         tl.parked = 1;
     }
 }
 
-static inline void unpark_countdown(void)
+static inline void unpark_countdown(int k)
 {
     if (tl.parked) {
-        tl.remaining += tl.saved; /* what was counted from 0 while parked */
+        tl.remaining[k] += tl.saved; /* what was counted from 0 while parked */
         tl.parked = 0;
     }
 }
 
-/* The countdown fired (or this thread is new to the session) for an allocation of n bytes at
- * p (NULL: the previous allocator failed), through an active layer L. */
+/* Slot k's countdown fired (or this thread is new to the session) for an allocation of n bytes
+ * at p (NULL: the previous allocator failed), through layer L of slot k. */
 static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_t n)
 {
+    int k = L->slot;
     if (tl.busy) {
         atomic_fetch_add_explicit(&ast.reentered, 1, memory_order_relaxed);
         return; /* remaining stays <= 0: the next allocation comes back here */
     }
-    uint32_t gen = atomic_load_explicit(&L->gen, memory_order_relaxed);
-    if (!gen) {
-        /* a pass-through layer (stale, or a new thread whose tl.gen is still 0): no session */
-        tl.remaining = INT64_MAX / 2;
+    if (!tl.registered)
+        reg_self();
+    if (k != atomic_load_explicit(&active_slot, memory_order_relaxed)) {
+        /* a pass-through layer (stale under someone else's allocator): it never counts
+         * again, until a session on its slot zeroes the countdown */
+        tl.remaining[k] = COUNTDOWN_IDLE;
         return;
     }
+    uint32_t gen = atomic_load_explicit(&cur_gen, memory_order_relaxed);
     tl.busy = 1;
     if (tl.gen != gen) { /* first allocation of this thread in this session */
         if (!tl.rng)
@@ -413,21 +515,21 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
         tl.gen = gen;
         tl.pending = 0;
         tl.parked = 0;
-        tl.remaining = draw_gap() - (int64_t)n;
-        if (tl.remaining > 0 || !p)
+        tl.remaining[k] = draw_gap() - (int64_t)n;
+        if (tl.remaining[k] > 0 || !p)
             goto out;
     } else if (tl.parked) {
         /* parked for a type read: back to the real countdown (n already subtracted) */
-        unpark_countdown();
+        unpark_countdown(k);
         if (tl.pending)
             pending_try();
-        if (tl.remaining > 0 || !p)
+        if (tl.remaining[k] > 0 || !p)
             goto out; /* still pending: parked again at out */
     } else if (!p) {
-        tl.remaining += (int64_t)n; /* failed: not an allocation, give its bytes back */
+        tl.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
         goto out;
     }
-    tl.remaining = draw_gap();
+    tl.remaining[k] = draw_gap();
     if (tl.pending)
         pending_try(); /* give the previous one a last chance before replacing it */
     double s = (double)n;
@@ -460,22 +562,16 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
     }
 out:
     if (tl.pending)
-        park_countdown(); /* retry the type read at the thread's next allocation */
+        park_countdown(k); /* retry the type read at the thread's next allocation */
     tl.busy = 0;
 }
 
 /* The whole per-call fast path: 1 when this allocation of n bytes needs no sampling work.
- * A pass-through layer (gen 0) never counts, so a stale layer under a foreign allocator does
- * not count the bytes the active layer above it already counted. */
-static inline __attribute__((always_inline)) int count_skip(layer_t *L, size_t n)
+ * Each slot counts down on its own, so a stale layer of another slot under a foreign
+ * allocator never counts the bytes the active layer above it already counted. */
+static inline __attribute__((always_inline)) int count_skip(int k, size_t n)
 {
-    uint32_t g = atomic_load_explicit(&L->gen, memory_order_relaxed);
-    if (__builtin_expect(g == tl.gen, 1)) {
-        int64_t r = tl.remaining - (int64_t)n;
-        tl.remaining = r;
-        return r > 0;
-    }
-    return !g;
+    return (tl.remaining[k] -= (int64_t)n) > 0;
 }
 
 static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
@@ -504,7 +600,7 @@ static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old,
     }
     if (old)
         live_forget((uintptr_t)old); /* resized or moved: the old sample ends; the new size is counted anew */
-    if (counted || !count_skip(L, n))
+    if (counted || !count_skip(L->slot, n))
         slow_path(L, p, n);
     return p;
 }
@@ -515,41 +611,58 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     L->prev.free(L->prev.ctx, p);
 }
 
-static void *h_malloc(void *ctx, size_t n)
-{
-    layer_t *L = ctx;
-    if (__builtin_expect(count_skip(L, n), 1))
-        return L->prev.malloc(L->prev.ctx, n); /* tail call */
-    return malloc_slow(L, n);
-}
+/* The hooks of layer (D, K).  Every branch ends in a tail call (no stack frame); the hot path
+ * is a GOT load for the TLS block, a subtraction, one predictable branch and the jump to the
+ * previous allocator through constant addresses.  Frees go to the live table whether or not
+ * the layer is active: removing a freed pointer is always right (idempotent), and the filter
+ * is empty outside sessions. */
+#define DDP_ALLOC_HOOKS(D, K)                                                                         \
+    static void *h_malloc_##D##K(void *ctx, size_t n)                                                 \
+    {                                                                                                 \
+        (void)ctx;                                                                                    \
+        if (__builtin_expect(count_skip(K, n), 1))                                                    \
+            return layers[D][K].prev.malloc(layers[D][K].prev.ctx, n);                                \
+        return malloc_slow(&layers[D][K], n);                                                         \
+    }                                                                                                 \
+    static void *h_calloc_##D##K(void *ctx, size_t nelem, size_t elsize)                              \
+    {                                                                                                 \
+        (void)ctx;                                                                                    \
+        if (__builtin_expect(count_skip(K, nelem * elsize), 1))                                       \
+            return layers[D][K].prev.calloc(layers[D][K].prev.ctx, nelem, elsize);                    \
+        return calloc_slow(&layers[D][K], nelem, elsize);                                             \
+    }                                                                                                 \
+    static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
+    {                                                                                                 \
+        (void)ctx;                                                                                    \
+        if (__builtin_expect(filter_hit((uintptr_t)old), 0))                                          \
+            return realloc_slow(&layers[D][K], old, n, 0);                                            \
+        if (__builtin_expect(count_skip(K, n), 1))                                                    \
+            return layers[D][K].prev.realloc(layers[D][K].prev.ctx, old, n);                          \
+        return realloc_slow(&layers[D][K], old, n, 1);                                                \
+    }                                                                                                 \
+    static void h_free_##D##K(void *ctx, void *p)                                                     \
+    {                                                                                                 \
+        (void)ctx;                                                                                    \
+        if (__builtin_expect(filter_hit((uintptr_t)p), 0))                                            \
+            return free_slow(&layers[D][K], p);                                                       \
+        layers[D][K].prev.free(layers[D][K].prev.ctx, p);                                             \
+    }
 
-static void *h_calloc(void *ctx, size_t nelem, size_t elsize)
-{
-    layer_t *L = ctx;
-    if (__builtin_expect(count_skip(L, nelem * elsize), 1))
-        return L->prev.calloc(L->prev.ctx, nelem, elsize);
-    return calloc_slow(L, nelem, elsize);
-}
+DDP_ALLOC_HOOKS(0, 0)
+DDP_ALLOC_HOOKS(0, 1)
+DDP_ALLOC_HOOKS(0, 2)
+DDP_ALLOC_HOOKS(0, 3)
+DDP_ALLOC_HOOKS(1, 0)
+DDP_ALLOC_HOOKS(1, 1)
+DDP_ALLOC_HOOKS(1, 2)
+DDP_ALLOC_HOOKS(1, 3)
+_Static_assert(N_SLOTS == 4, "one DDP_ALLOC_HOOKS line per (domain, slot)");
 
-static void *h_realloc(void *ctx, void *old, size_t n)
-{
-    layer_t *L = ctx;
-    if (__builtin_expect(filter_hit((uintptr_t)old), 0))
-        return realloc_slow(L, old, n, 0);
-    if (__builtin_expect(count_skip(L, n), 1))
-        return L->prev.realloc(L->prev.ctx, old, n);
-    return realloc_slow(L, old, n, 1);
-}
-
-/* Frees go to the live table whether or not this layer is active: removing a freed pointer
- * is always right (idempotent), and the bitmap is empty outside sessions. */
-static void h_free(void *ctx, void *p)
-{
-    layer_t *L = ctx;
-    if (__builtin_expect(filter_hit((uintptr_t)p), 0))
-        return free_slow(L, p); /* both branches are tail calls: no stack frame here */
-    L->prev.free(L->prev.ctx, p);
-}
+#define DDP_HOOK_FNS(D, K) { NULL, h_malloc_##D##K, h_calloc_##D##K, h_realloc_##D##K, h_free_##D##K }
+static const PyMemAllocatorEx hook_fns[2][N_SLOTS] = {
+    { DDP_HOOK_FNS(0, 0), DDP_HOOK_FNS(0, 1), DDP_HOOK_FNS(0, 2), DDP_HOOK_FNS(0, 3) },
+    { DDP_HOOK_FNS(1, 0), DDP_HOOK_FNS(1, 1), DDP_HOOK_FNS(1, 2), DDP_HOOK_FNS(1, 3) },
+};
 
 /* ---- sessions (called by sampler.c with the GIL held / taken) ---------------------------------- */
 static const PyMemAllocatorDomain domains[2] = { PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ };
@@ -560,12 +673,20 @@ static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
            a->free == b->free;
 }
 
-static layer_t *layer_of(int d, const PyMemAllocatorEx *cur)
+/* Slot k can serve a session when each domain's layer k is free or is what is installed now
+ * (a pass-through that someone put back on top). */
+static int slot_usable(int k, const PyMemAllocatorEx cur[2], int *reused)
 {
-    for (int i = 0; i < N_LAYERS; i++)
-        if (layers[d][i].in_use && same_allocator(&layers[d][i].self, cur))
-            return &layers[d][i];
-    return NULL;
+    *reused = 0;
+    for (int d = 0; d < 2; d++) {
+        layer_t *L = &layers[d][k];
+        if (!L->in_use)
+            continue;
+        if (!same_allocator(&L->self, &cur[d]))
+            return 0; /* left under someone else's allocator */
+        (*reused)++;
+    }
+    return 1;
 }
 
 int ddp_alloc_start(const ddp_config *c)
@@ -573,6 +694,19 @@ int ddp_alloc_start(const ddp_config *c)
     int64_t r = c->alloc_rate ? c->alloc_rate : 512 * 1024;
     if (r < 1 || r > ((int64_t)1 << 40))
         return DDP_EINVAL;
+    PyMemAllocatorEx cur[2];
+    for (int d = 0; d < 2; d++)
+        PyMem_GetAllocator(domains[d], &cur[d]);
+    int k = -1, best = -1;
+    for (int j = 0; j < N_SLOTS; j++) { /* prefer a slot whose layers are on top already */
+        int reused;
+        if (slot_usable(j, cur, &reused) && reused > best) {
+            k = j;
+            best = reused;
+        }
+    }
+    if (k < 0)
+        return DDP_EBUSY; /* too many stale layers under someone else's allocator */
     if (!live) {
         live = calloc(LIVE_CAP, sizeof *live);
         if (!live)
@@ -584,40 +718,28 @@ int ddp_alloc_start(const ddp_config *c)
     free(frozen);
     frozen = NULL;
     frozen_n = 0;
+    pthread_mutex_lock(&notes_lock);
     notes_head = notes_len = 0;
+    pthread_mutex_unlock(&notes_lock);
     memset(&ast, 0, sizeof ast);
     atomic_store(&seq, 0);
     rate = (double)r;
     atomic_fetch_add(&cur_gen, 1); /* every thread redraws its countdown at the new rate */
-    layer_t *pick[2] = { NULL, NULL };
+    reg_zero_slot(k);
     for (int d = 0; d < 2; d++) {
-        PyMemAllocatorEx cur;
-        PyMem_GetAllocator(domains[d], &cur);
-        layer_t *mine = layer_of(d, &cur);
-        if (mine) { /* a pass-through of an earlier session is still on top: reuse it */
-            pick[d] = mine;
-            continue;
-        }
-        for (int i = 0; i < N_LAYERS && !pick[d]; i++)
-            if (!layers[d][i].in_use)
-                pick[d] = &layers[d][i];
-        if (!pick[d])
-            return DDP_EBUSY; /* too many stale layers under someone else's allocator */
-    }
-    for (int d = 0; d < 2; d++) {
-        layer_t *L = pick[d];
+        layer_t *L = &layers[d][k];
         if (!L->in_use) {
-            PyMemAllocatorEx cur;
-            PyMem_GetAllocator(domains[d], &cur);
-            L->prev = cur;
+            L->prev = cur[d];
             L->domain = d;
-            L->self = (PyMemAllocatorEx){ L, h_malloc, h_calloc, h_realloc, h_free };
+            L->slot = k;
+            L->self = hook_fns[d][k];
+            L->self.ctx = L;
             L->in_use = 1;
             PyMem_SetAllocator(domains[d], &L->self);
         }
-        atomic_store(&L->gen, atomic_load(&cur_gen));
         top[d] = L;
     }
+    atomic_store(&active_slot, k);
     return DDP_OK;
 }
 
@@ -651,11 +773,11 @@ static void freeze_live(void)
  * (otherwise stay as a pass-through under whoever installed over us), freeze the live list. */
 static void stop_gil(void)
 {
+    atomic_store(&active_slot, -1);
     for (int d = 0; d < 2; d++) {
         layer_t *L = top[d];
         if (!L)
             continue;
-        atomic_store(&L->gen, 0);
         PyMemAllocatorEx cur;
         PyMem_GetAllocator(domains[d], &cur);
         if (same_allocator(&cur, &L->self)) {
@@ -693,15 +815,12 @@ void ddp_alloc_stop(void)
 void ddp_alloc_after_fork_child(void)
 {
     /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
-    for (int d = 0; d < 2; d++)
-        if (top[d]) {
-            atomic_store(&top[d]->gen, 0);
-            top[d] = NULL;
-        }
+    atomic_store(&active_slot, -1);
+    top[0] = top[1] = NULL;
     atomic_fetch_add(&cur_gen, 1);
     live_n = 0;
     filter_clear();
-    notes_len = 0;
+    notes_head = notes_len = 0;
 }
 
 /* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
@@ -709,16 +828,14 @@ int ddp_alloc_types_pop(ddp_alloc_info *out, int max)
 {
     if (!out || max < 0)
         return DDP_EINVAL;
-    if (!Py_IsInitialized())
-        return 0;
-    PyGILState_STATE g = PyGILState_Ensure();
     int n = 0;
+    pthread_mutex_lock(&notes_lock);
     while (n < max && notes_len) {
         out[n++] = notes[notes_head];
         notes_head = (notes_head + 1) % NOTES_CAP;
         notes_len--;
     }
-    PyGILState_Release(g);
+    pthread_mutex_unlock(&notes_lock);
     return n;
 }
 
@@ -778,7 +895,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->left_installed = ast.left_installed;
     int layers_in_use = 0;
     for (int d = 0; d < 2; d++)
-        for (int i = 0; i < N_LAYERS; i++)
+        for (int i = 0; i < N_SLOTS; i++)
             layers_in_use += layers[d][i].in_use;
     out->layers_in_use = layers_in_use;
     return DDP_OK;

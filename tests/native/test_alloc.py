@@ -325,3 +325,118 @@ def test_blocks_freed_by_another_thread_are_never_read():
     )
     assert res["alloc"] > 0.5 * 3000 * 300_000, res
     assert res["live"].get("producer", 0) <= 4 * 300_000 * 2, res
+
+
+def test_a_layer_left_under_a_foreign_allocator_never_counts_twice():
+    # GIVEN our hook left as a pass-through under a foreign allocator (stop while theirs
+    #       is on top), and a new session installing its hook over theirs
+    # WHEN 100 MB are allocated through both layers of ours
+    # THEN the estimate is the truth, not twice it; and once the foreign one is gone a
+    #      later session reuses the old layer and puts the original allocators back
+    res = run(
+        '''
+        before = allocators()
+        e = engine(events=("alloc",))
+        e.start()
+        assert lib.ddp_alloc_test_foreign(1) == 0
+        e.stop()
+        def work():
+            for _ in range(5000): x = b"s" * 20000
+        e = engine(events=("alloc",))
+        e.start()
+        work()
+        p = e.stop()
+        assert lib.ddp_alloc_test_foreign(0) == 0
+        e = engine(events=("alloc",))
+        e.start()
+        e.stop()
+        from ddprof_nb._alloc import AllocTracker
+        emit(work=leaf_totals(p, EventType.ALLOC)["work"], restored=allocators() == before,
+             layers=AllocTracker.stats()["layers_in_use"])
+        '''
+    )
+    truth = 5000 * 20033  # ~190 samples: relative sd ~7%
+    assert 0.7 * truth <= res["work"] <= 1.3 * truth, res
+    assert res["restored"] and res["layers"] == 0, res
+
+
+def test_a_new_session_restarts_the_countdown_of_threads_alive_before():
+    # GIVEN a worker thread and the main thread, both allocating under a session whose mean
+    #       gap is 1 TiB (their countdowns are ~1e12 bytes when it stops)
+    # WHEN a session at 64 KiB follows, with both threads still alive
+    # THEN both threads' allocations are sampled at the new rate from its start
+    res = run(
+        '''
+        go, done, job = threading.Event(), threading.Event(), {}
+        def worker():
+            while True:
+                go.wait(); go.clear()
+                if job["n"] < 0: return
+                for _ in range(job["n"]): x = b"w" * 20000
+                done.set()
+        def on_worker(n):
+            job["n"] = n; done.clear(); go.set(); done.wait()
+        def main_work(n):
+            for _ in range(n): x = b"m" * 20000
+        t = threading.Thread(target=worker); t.start()
+        e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate=str(1 << 40)))
+        e.start(); on_worker(500); main_work(500); e.stop()
+        e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate="64KiB"))
+        e.start(); on_worker(1000); main_work(1000); p = e.stop()
+        tid = t.native_id
+        job["n"] = -1; go.set(); t.join()
+        by = collections.Counter()
+        for s in p.samples():
+            if s.event is EventType.ALLOC:
+                by["worker" if s.thread.tid == tid else "main"] += s.values[1]
+        emit(by=dict(by))
+        '''
+    )
+    truth = 1000 * 20033  # ~300 samples each at 64 KiB: relative sd ~6%
+    for who in ("worker", "main"):
+        assert 0.7 * truth <= res["by"].get(who, 0) <= 1.3 * truth, res
+
+
+def test_a_fork_child_forgets_the_parents_threads():
+    # GIVEN 4 threads of the parent that allocated under a session (so the hook knows them)
+    #       and are still alive when the parent forks
+    # WHEN the child (where they do not exist: glibc unmaps their 64 MiB stacks, too big for
+    #      its 40 MiB stack cache, once a thread of the child ends) starts and stops its own
+    #      allocation session
+    # THEN the child samples its allocations and exits cleanly
+    res = run(
+        '''
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        ready, release = threading.Barrier(5), threading.Event()
+        def w():
+            for _ in range(200): x = b"a" * 20000
+            ready.wait(); release.wait()
+        e = engine(events=("alloc",))
+        e.start()
+        threading.stack_size(64 << 20)
+        ts = [threading.Thread(target=w) for _ in range(4)]
+        for t in ts: t.start()
+        threading.stack_size(0)
+        ready.wait()
+        e.stop()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                t = threading.Thread(target=lambda: [bytes(1000) for _ in range(1000)])
+                t.start(); t.join()
+                e2 = engine(events=("alloc",))
+                e2.start()
+                x = [b"c" * 20000 for _ in range(3000)]
+                p2 = e2.stop()
+                code = 0 if p2.total(EventType.ALLOC) > 0 else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        release.set()
+        for t in ts: t.join()
+        emit(status=status)
+        '''
+    )
+    assert res["status"] == 0, res
