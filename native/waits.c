@@ -54,9 +54,11 @@
 
 #define MAX_PATCHES 1024
 #define DEFAULT_THRESHOLD_NS 100000
-#define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half): each record costs ~3-5 us of stack walk
-                              * in the waiting thread and ~5-8 us of drain; at 1000/s a thread-pool workload
-                              * paid ~0.8% more CPU than at 400/s (bench_locks, A/B) */
+#define DEFAULT_MAX_RATE 1000 /* records/s cap (thinning aims at half).  Each record costs ~3-5 us of stack
+                               * walk in the waiting thread and ~5-8 us of drain (a 400/s cap saved ~0.8%
+                               * CPU on a thread-pool workload, bench_locks A/B), but the cap's drops are
+                               * not re-weighted: at 400/s a burst of short waits lost up to 23% of its
+                               * park time before the thinning window adapted (test_short_waits_...) */
 #define KEEP_WINDOW_NS 100000000LL
 
 typedef struct {
