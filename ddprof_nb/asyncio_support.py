@@ -58,6 +58,7 @@ import asyncio.base_events
 import collections.abc
 import contextvars
 import dataclasses
+import os
 import random
 import re
 import sys
@@ -100,6 +101,7 @@ _monotonic_ns = time.monotonic_ns
 _current_task = asyncio.current_task
 _weakref = weakref.ref
 _tracker: "_Tracker | None" = None  # set while a TaskSampler runs
+_tracker_pid = 0  # the process it runs in (a fork child inherits _tracker, not the sampler)
 _timing = False  # task steps timed (suspended time per task): while wall/park are sampled
 
 
@@ -458,7 +460,12 @@ class TaskSampler:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        global _tracker, _timing
+        global _tracker, _tracker_pid, _timing
+        if _tracker is not None and _tracker_pid != os.getpid():
+            # a fork child (multiprocessing fork, children=True): the parent's sampler does
+            # not run here, its create_task patch only forwards
+            _tracker = None
+            _uninstall_create_task()
         if _tracker is not None:
             raise ProfilerBusyError("an asyncio task sampler is already running in this process")
         self._start_mono = _monotonic_ns()
@@ -470,7 +477,7 @@ class TaskSampler:
         self._running = True
         _lab.install_propagation()  # task labels reach the threads tasks start
         _timing = self.sampling
-        _tracker = tracker
+        _tracker, _tracker_pid = tracker, os.getpid()
         _install_create_task()
         # loops already running: the caller's (a notebook's), and any other with tasks
         # (their pending tasks are looked up now, outside the profiled code's time)

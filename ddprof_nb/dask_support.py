@@ -82,7 +82,9 @@ def _worker_stop(token: str) -> dict:
 
 
 def _spec(config, client_pid: int) -> dict:
-    return {"client_pid": client_pid, **config.to_spec()}
+    # a worker's event loop runs dask's own machinery (comms, heartbeats, one task per
+    # executing key), never the user's coroutines: sampling its tasks only adds noise and cost
+    return {"client_pid": client_pid, **config.to_spec(), "asyncio": "off"}
 
 
 class DaskProfiler:

@@ -60,7 +60,7 @@ def test_two_workers_hot_function_and_cpu_totals(client):
         assert pid in results
         mine = prof.filter(labels={"worker": addr}, events="cpu")
         assert {ls.get("pid") for ls in mine.labelsets if ls.get("worker") == addr} == {str(pid)}
-        hot = mine.filter(focus="dask_hot")
+        hot = mine.filter(focus="^dask_hot$")
         # the hot function's own thread CPU, and the whole worker process's CPU
         assert hot.total("cpu") / 1e9 == pytest.approx(results[pid], rel=0.10), (addr, hot.total("cpu"))
         measured = after[addr] - before[addr]
@@ -82,7 +82,7 @@ def test_killed_worker_gives_partial_profile_and_names_it(client):
             time.sleep(0.1)
     prof = p.profile
     assert any(victim in n and "missing" in n for n in prof.metadata.notes), prof.metadata.notes
-    assert prof.filter(labels={"worker": survivor}, focus="dask_hot").total("cpu") > 0.2e9
+    assert prof.filter(labels={"worker": survivor}, focus="^dask_hot$").total("cpu") > 0.2e9
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it
 
 
@@ -105,7 +105,7 @@ def test_idle_machinery_threads_are_not_sampled_but_task_threads_are(client):
         mine = prof.filter(labels={"worker": addr})
         threads = {t.name for t in mine.threads if mine.filter(threads=[t.tid]).total("wall") > 0}
         assert not any("Nanny stop queue" in n or "monitor_parent" in n for n in threads), threads
-        assert mine.filter(focus="dask_nap").total("wall") / 1e9 == pytest.approx(0.3, rel=0.25), threads
+        assert mine.filter(focus="^dask_nap$").total("wall") / 1e9 == pytest.approx(0.3, rel=0.25), threads
 
 
 def test_a_sampler_orphaned_by_an_earlier_profile_of_this_client_is_replaced(client):
