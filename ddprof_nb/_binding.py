@@ -502,7 +502,7 @@ class Session:
         out = {name: getattr(s, name) for name in (
             "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
             "handler_calls", "wall_ticks", "wall_ns", "graveyard_overflow", "read_mode", "segv_replaced",
-            "start_mono_ns", "stop_mono_ns")}
+            "start_mono_ns", "stop_mono_ns", "timer_errno")}
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
