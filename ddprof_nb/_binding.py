@@ -14,6 +14,7 @@ ProfileBuilder rows; ``Resolver`` turns captured code pointers into Frames safel
 
 from __future__ import annotations
 
+import mmap
 import os
 import platform
 import sys
@@ -373,7 +374,9 @@ class RecordConverter:
             self._dtype = _record_dtype(record_size)
         mv = ffi.buffer(buf, n * record_size)
         hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
-        raw = bytes(mv)
+        # slices of the cffi buffer are bytes already; no whole-batch copy (a multi-MB
+        # malloc per drain raises glibc's mmap threshold and bloats every thread arena)
+        raw = mv
         hsize = ffi.sizeof("ddp_record")
         events, states, flags, depths, tids, label_ids, ts, counts, values = (
             hdr[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value")
@@ -426,6 +429,13 @@ class RecordConverter:
 READ_MODES = {"guarded": 0, "syscall": 1}
 
 
+def _mapped(nbytes: int):
+    """A zeroed ``char[]`` of its own anonymous mapping.  Not malloc: freeing a block of
+    megabytes makes glibc raise its mmap threshold (up to 32 MiB), after which every
+    thread arena keeps megabytes of freed memory: RSS creeps over start/stop cycles."""
+    return ffi.from_buffer("char[]", mmap.mmap(-1, max(nbytes, 1)))
+
+
 class Session:
     """One native sampling session (the C side allows one per process at a time)."""
 
@@ -465,10 +475,10 @@ class Session:
     def start(self) -> None:
         # the drain buffer is allocated before start, so the allocation sampler never sees it
         size = ffi.sizeof("ddp_record") + self._cfg.max_depth * FRAME_SIZE
-        buf = ffi.new("char[]", size * self.BATCH)
+        buf = _mapped(size * self.BATCH)
         check(lib.ddp_start(self._cfg), "cannot start the native sampler")
         self.record_size = lib.ddp_record_size()
-        self._buf = buf if self.record_size == size else ffi.new("char[]", self.record_size * self.BATCH)
+        self._buf = buf if self.record_size == size else _mapped(self.record_size * self.BATCH)
 
     def stop(self) -> None:
         check(lib.ddp_stop(), "cannot stop the native sampler")
