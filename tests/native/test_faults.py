@@ -30,11 +30,21 @@ def snapshot(like=None):
             return snap
         time.sleep(0.01)
 
+NAMES = {}  # native id -> name, of the threads the script starts (by tid: the engine
+            # names threads it saw alive at a drain, and a slow build may miss one)
+
+def named(t):
+    NAMES[t.native_id] = t.name
+    return t
+
+def by_thread(p, event):
+    return dict(totals(p, event, lambda s: NAMES.get(s.thread.tid, s.thread.name)))
+
 def cpu_by_thread(p):
-    return dict(totals(p, EventType.CPU, lambda s: s.thread.name))
+    return by_thread(p, EventType.CPU)
 
 def wall_by_thread(p):
-    return dict(totals(p, EventType.WALL, lambda s: s.thread.name))
+    return by_thread(p, EventType.WALL)
 """
 
 
@@ -57,7 +67,8 @@ def test_timer_create_eagain_degrades_cpu_only_and_says_why():
             burn(0.2)
             time.sleep(0.1)
         ts = [threading.Thread(target=work, name=f"late{i}") for i in range(3)]
-        for t in ts: t.start()
+        for t in ts:
+            t.start(); named(t)
         burn(0.3)
         for t in ts: t.join()
         timers_late = timers_of_ours()
@@ -72,11 +83,11 @@ def test_timer_create_eagain_degrades_cpu_only_and_says_why():
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (soft, hard))
         s3 = Sampler(events="cpu,wall", interval="10ms")
         s3.start()
-        t = threading.Thread(target=burn, args=(0.2,), name="restored"); t.start(); t.join()
+        t = threading.Thread(target=burn, args=(0.2,), name="restored"); t.start(); named(t); t.join()
         p3 = s3.stop()
         emit(before=before, after=after, timers_running=timers_running, timers_late=timers_late,
              cpu=cpu_by_thread(p), wall=wall_by_thread(p),
-             alloc=dict(totals(p, EventType.ALLOC, lambda s: s.thread.name)),
+             alloc=by_thread(p, EventType.ALLOC),
              notes=p.metadata.notes, notes2=p2.metadata.notes, wall2=p2.total("wall"), cpu2=p2.total("cpu"),
              cpu3=cpu_by_thread(p3), notes3=p3.metadata.notes, final=snapshot(before))
         """
@@ -117,8 +128,8 @@ def test_start_and_stop_on_different_threads():
             burn(0.2)  # the starting thread works on, then ends while still profiled
         def worker():
             burn(0.2)
-        a = threading.Thread(target=starter, name="starter"); a.start(); a.join()
-        w = threading.Thread(target=worker, name="worker"); w.start()
+        a = threading.Thread(target=starter, name="starter"); a.start(); named(a); a.join()
+        w = threading.Thread(target=worker, name="worker"); w.start(); named(w)
         burn(0.2)
         w.join()
         time.sleep(0.1)  # a few sampler ticks: exited threads' timers are deleted
