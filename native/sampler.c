@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -561,8 +560,7 @@ static void free_session(void)
 {
     ddp_ring_free(ring);
     ring = NULL;
-    if (slots)
-        munmap(slots, MAX_SLOTS * sizeof(slot_t));
+    free(slots);
     slots = NULL;
     rec_size = 0;
 }
@@ -672,11 +670,7 @@ int ddp_start(const ddp_config *c)
     if (cfg.ring_records <= 0 && records * rec_size > RING_BUDGET_BYTES)
         records = RING_BUDGET_BYTES / rec_size < 256 ? 256 : RING_BUDGET_BYTES / rec_size;
     ring = ddp_ring_new(records, rec_size);
-    /* mmap, not calloc: freeing a malloc'd block this size (~320 KiB) would raise glibc's
-     * dynamic mmap threshold, and every thread arena would then keep more freed memory */
-    slots = mmap(NULL, MAX_SLOTS * sizeof(slot_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (slots == MAP_FAILED)
-        slots = NULL;
+    slots = calloc(MAX_SLOTS, sizeof(slot_t));
     if (!ring || !slots) {
         rc = DDP_ENOMEM;
         goto fail_gil;
