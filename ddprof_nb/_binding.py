@@ -14,7 +14,6 @@ ProfileBuilder rows; ``Resolver`` turns captured code pointers into Frames safel
 
 from __future__ import annotations
 
-import mmap
 import os
 import platform
 import sys
@@ -429,11 +428,18 @@ class RecordConverter:
 READ_MODES = {"guarded": 0, "syscall": 1}
 
 
-def _mapped(nbytes: int):
-    """A zeroed ``char[]`` of its own anonymous mapping.  Not malloc: freeing a block of
-    megabytes makes glibc raise its mmap threshold (up to 32 MiB), after which every
-    thread arena keeps megabytes of freed memory: RSS creeps over start/stop cycles."""
-    return ffi.from_buffer("char[]", mmap.mmap(-1, max(nbytes, 1)))
+_scratch = {"buf": None, "size": 0}
+
+
+def _drain_buffer(nbytes: int):
+    """The process's drain buffer, kept between sessions (only one runs at a time; a
+    session holds its own reference, so a replaced buffer lives on while it is used).
+    Never freed on purpose: freeing a malloc'd block of megabytes makes glibc raise its
+    mmap threshold (up to 32 MiB), after which every thread arena keeps megabytes of
+    freed memory and RSS creeps over start/stop cycles.  Only a larger need replaces it."""
+    if _scratch["size"] < nbytes:
+        _scratch["buf"], _scratch["size"] = ffi.new("char[]", nbytes), nbytes
+    return _scratch["buf"]
 
 
 class Session:
@@ -475,10 +481,10 @@ class Session:
     def start(self) -> None:
         # the drain buffer is allocated before start, so the allocation sampler never sees it
         size = ffi.sizeof("ddp_record") + self._cfg.max_depth * FRAME_SIZE
-        buf = _mapped(size * self.BATCH)
+        _drain_buffer(size * self.BATCH)
         check(lib.ddp_start(self._cfg), "cannot start the native sampler")
         self.record_size = lib.ddp_record_size()
-        self._buf = buf if self.record_size == size else _mapped(self.record_size * self.BATCH)
+        self._buf = _drain_buffer(self.record_size * self.BATCH)
 
     def stop(self) -> None:
         check(lib.ddp_stop(), "cannot stop the native sampler")
