@@ -508,6 +508,20 @@ class RecordConverter:
 READ_MODES = {"guarded": 0, "syscall": 1}
 
 
+_scratch = {"buf": None, "size": 0}
+
+
+def _drain_buffer(nbytes: int):
+    """The process's drain buffer, kept between sessions (only one runs at a time; a
+    session holds its own reference, so a replaced buffer lives on while it is used).
+    Never freed on purpose: freeing a malloc'd block of megabytes makes glibc raise its
+    mmap threshold (up to 32 MiB), after which every thread arena keeps megabytes of
+    freed memory and RSS creeps over start/stop cycles.  Only a larger need replaces it."""
+    if _scratch["size"] < nbytes:
+        _scratch["buf"], _scratch["size"] = ffi.new("char[]", nbytes), nbytes
+    return _scratch["buf"]
+
+
 class Session:
     """One native sampling session (the C side allows one per process at a time)."""
 
@@ -558,10 +572,10 @@ class Session:
     def start(self) -> None:
         # the drain buffer is allocated before start, so the allocation sampler never sees it
         size = ffi.sizeof("ddp_record") + self._cfg.max_depth * FRAME_SIZE
-        buf = ffi.new("char[]", size * self.BATCH)
+        _drain_buffer(size * self.BATCH)
         check(lib.ddp_start(self._cfg), "cannot start the native sampler")
         self.record_size = lib.ddp_record_size()
-        self._buf = buf if self.record_size == size else ffi.new("char[]", self.record_size * self.BATCH)
+        self._buf = _drain_buffer(self.record_size * self.BATCH)
 
     def stop(self) -> None:
         check(lib.ddp_stop(), "cannot stop the native sampler")
@@ -603,7 +617,7 @@ class Session:
             "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
             "handler_calls", "wall_ticks", "wall_ns", "wall_records", "wall_unchanged", "graveyard_overflow",
             "read_mode", "segv_replaced",
-            "start_mono_ns", "stop_mono_ns")}
+            "start_mono_ns", "stop_mono_ns", "timer_errno")}
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out

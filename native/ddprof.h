@@ -123,6 +123,8 @@ typedef struct {
     int32_t segv_replaced;       /* 1: someone replaced our SIGSEGV/SIGBUS handler */
     int64_t start_mono_ns;
     int64_t stop_mono_ns;
+    int32_t timer_errno;         /* errno of the first CPU-timer failure (EAGAIN: RLIMIT_SIGPENDING) */
+    int32_t reserved;
 } ddp_stats;
 
 typedef struct {

@@ -114,6 +114,7 @@ static int drain_stop; /* under drain_lock */
 static struct {
     _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
+    _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
     int64_t start_mono_ns, stop_mono_ns;
 } st;
@@ -205,10 +206,13 @@ static void timer_arm(slot_t *s)
     sev.sigev_notify_thread_id = atomic_load(&s->tid);
     if (timer_create(s->clock, &sev, &s->timer) != 0) {
         /* EAGAIN (signal queue limit) and friends: this thread gets no CPU samples. */
+        int e = errno, zero = 0;
         s->timer_failed = 1;
-        if (errno != EINVAL && errno != ESRCH) /* EINVAL: the thread exited meanwhile */
+        if (e != EINVAL && e != ESRCH) { /* EINVAL: the thread exited meanwhile */
             atomic_fetch_add(&st.timer_failures, 1);
-        ddp_set_errno(errno);
+            atomic_compare_exchange_strong(&st.timer_errno, &zero, e);
+        }
+        ddp_set_errno(e);
         return;
     }
     int64_t period = cfg.interval_ns;
@@ -219,9 +223,11 @@ static void timer_arm(slot_t *s)
     its.it_value.tv_sec = first / 1000000000LL;
     its.it_value.tv_nsec = first % 1000000000LL;
     if (timer_settime(s->timer, 0, &its, NULL) != 0) {
+        int e = errno, zero = 0;
         timer_delete(s->timer);
         s->timer_failed = 1;
         atomic_fetch_add(&st.timer_failures, 1);
+        atomic_compare_exchange_strong(&st.timer_errno, &zero, e);
         return;
     }
     s->has_timer = 1;
@@ -1128,6 +1134,7 @@ int ddp_get_stats(ddp_stats *out)
     out->segv_replaced = atomic_load(&ddp_segv_replaced);
     out->start_mono_ns = st.start_mono_ns;
     out->stop_mono_ns = st.stop_mono_ns;
+    out->timer_errno = atomic_load(&st.timer_errno);
     return DDP_OK;
 }
 

@@ -22,7 +22,9 @@ rm -rf "$src"
 so=$(ls "$venv"/lib/python*/site-packages/ddprof_nb/_native*.so)
 case "$(nm -D "$so")" in *__asan_init*) ;; *) echo "the native module is not sanitized: $so"; exit 1 ;; esac
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allow_user_segv_handler=1"
+# quarantine 16 MiB (default 256): freed memory ASan holds back counts as RSS, and the
+# RSS-flatness tests (many start/stop cycles) must see a quarantine already full after warm-up
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allow_user_segv_handler=1:quarantine_size_mb=16"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 work=$(mktemp -d)
 cd "$work"  # import ddprof_nb from the venv, not from the source tree

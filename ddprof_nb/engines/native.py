@@ -14,6 +14,7 @@ their labels (see ``_binding.STATE_LABELS``).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -228,8 +229,7 @@ class NativeEngine(Engine):
         elif stats["read_mode"] == 1:
             notes.append("safe reads: process_vm_readv")
         if stats["timer_failures"]:
-            notes.append(f"degraded: {stats['timer_failures']} thread(s) got no CPU timer (timer_create failed); "
-                         "their CPU time is missing")
+            notes.append(_timer_note(stats["timer_failures"], stats.get("timer_errno", 0)))
         if stats["threads_overflow"]:
             notes.append(f"degraded: {stats['threads_overflow']} thread(s) beyond the 4096-thread table were not sampled")
         torn = sum(stats["dropped_torn"].values())
@@ -286,6 +286,23 @@ class NativeEngine(Engine):
         if w["restore_mismatch"]:
             notes.append(f"lock/park: {w['restore_mismatch']} slot(s) re-patched by someone else were left as found")
         return notes
+
+
+def _timer_note(failures: int, err: int) -> str:
+    """Why some threads have no CPU samples: the errno of the first failed timer_create."""
+    why = f"{errno.errorcode.get(err, err)}: {os.strerror(err)}" if err else "unknown error"
+    if err == errno.EAGAIN:
+        try:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]
+            limit = "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
+        except (ImportError, AttributeError, OSError, ValueError):
+            limit = "?"
+        why = (f"EAGAIN: the per-user limit of pending signals, RLIMIT_SIGPENDING = {limit} (ulimit -i), is used up; "
+               "each POSIX timer reserves one")
+    return (f"degraded: {failures} thread(s) got no CPU timer (timer_create failed, {why}); "
+            "their CPU time is missing; wall time and other events are unaffected")
 
 
 # ---- allocations ------------------------------------------------------------------------------
