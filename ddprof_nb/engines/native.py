@@ -5,18 +5,18 @@ drain thread and a ProfileBuilder.  The drain thread ("ddprof_nb-drain") is star
 before the session so its tid can be excluded from sampling: the profiler's own threads
 never appear in samples.  It sleeps in C, without the GIL, and converts records only when
 there is work: the buffer a quarter full, a new thread to name while it lives, or
-``drain_interval`` elapsed.  Each wake takes the GIL from the profiled code, so fewer is
-cheaper: 1 s on 3.12+, where a code watcher resolves code objects as they die; 0.1 s on
-3.11, which has none (a finished cell's code is gone by the next drain: its frames would
-read [unknown]), and with allocation or lock/park events, whose side buffers are smaller.  Wall samples carry ``state=cpu|off-cpu|gil`` in
-their labels (see ``_binding.STATE_LABELS``).
+``drain_interval`` (0.1 s) elapsed.  Each wake takes the GIL from the profiled code, so
+fewer would be cheaper, but records must be converted while the code objects they name
+live: a 1 s interval on 3.12+ (trusting the code watcher to keep dying code) turned the
+frames of scripts recorded by the CLI into [unknown] (tests/integration/test_cli.py), so
+every version drains at least every 0.1 s until that is understood.  Wall samples carry
+``state=cpu|off-cpu|gil`` in their labels (see ``_binding.STATE_LABELS``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import sys
 import threading
 import time
 
@@ -62,8 +62,7 @@ class NativeEngine(Engine):
         super().__init__(config)
         self._ring_records = ring_records
         if drain_interval is None:
-            side_buffers = {EventType.ALLOC, EventType.LOCK, EventType.PARK} & set(config.events)
-            drain_interval = 0.1 if side_buffers or sys.version_info < (3, 12) else 1.0
+            drain_interval = 0.1  # see the module docstring: code objects must still live
         self._drain_interval = drain_interval
         self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early}
         self._read_mode = read_mode

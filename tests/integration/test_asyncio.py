@@ -539,7 +539,7 @@ def test_stop_into_a_builder_sink():
     assert ts.stop(sink) is None
     p = sink.build()
     # THEN the sink holds its park samples and notes; a second stop is an error
-    assert p.total("park") > 0.05e9 and any("task-sampler ticks" in n for n in p.metadata.notes)
+    assert p.total("park") > 0.02e9 and any("task-sampler ticks" in n for n in p.metadata.notes)
     with pytest.raises(Exception, match="not running"):
         ts.stop()
     # AND a second sampler may start once the first stopped; two at once may not
