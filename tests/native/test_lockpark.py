@@ -330,6 +330,9 @@ def test_fork_while_hooked():
     assert r["sleep"] >= 0.09e9, r
 
 
+@pytest.mark.xfail(strict=False, reason="open bug (#5): under CI load the park total of a burst of short waits came "
+                   "out 14-17% low (noise ~4%) on 3.11 and 3.12, about 1 run in 15; suspected: the hard records/s cap "
+                   "drops un-reweighted records before the 100 ms thinning window adapts")
 def test_short_waits_sampled_unbiased():
     # GIVEN 1000 sleeps of ~0.3 ms, each timed by the workload, under a 1 ms threshold
     r = run_lp(
