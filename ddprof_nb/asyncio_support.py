@@ -131,11 +131,12 @@ class _TaskCoro(collections.abc.Coroutine):
     (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
     task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
 
-    __slots__ = ("_coro", "_send", "_lid", "_q")
+    __slots__ = ("_coro", "_send", "_lid", "_q", "_t0")
 
     def __init__(self, coro, t0: int):
         self._coro = coro
         self._send = coro.send
+        self._t0 = t0  # creation: a subsampled draw of a young task stands for its age only
         self._lid = -1  # published id at the last suspension; -1 before the first step
         # suspended time so far = now + _q while suspended (q = -creation - time run)
         self._q = -t0
@@ -686,6 +687,8 @@ class TaskSampler:
                 s.last = total
             else:
                 weight, s.last = now - max(s.last, floor), now
+            if not exact:  # a uniform draw: the tick's period, or the task's age when younger
+                weight = now - max(prev_tick, floor, proxy._t0 if proxy is not None else 0)
             if s.skip or weight <= 0:
                 continue
             key = (s.stack, s.lid, parked)
@@ -702,9 +705,8 @@ class TaskSampler:
             self._subsampled_ticks += 1
             per_draw = (_monotonic_ns() - t_draws) // len(chosen)
             st.draw_ns = per_draw if not st.draw_ns else (3 * st.draw_ns + per_draw) // 4
-            weight = (now - prev_tick) * n // len(chosen)
             for cell in acc.values():
-                cell[1] = cell[0] * weight
+                cell[1] = cell[1] * n // len(chosen)
             st.inexact_at = now
             if now - st.pruned_at > RESCAN_NS:  # forget tasks not seen lately
                 st.pruned_at = now
