@@ -287,7 +287,9 @@ def test_the_published_labels_follow_the_running_task(engine):
     cpu = by(p, EventType.CPU, lambda s: (any(f.name.endswith("worker") for f in s.stack), s.labels.get("x")))
     # THEN each task's CPU carries its own label only
     worker = {k: v for k, v in cpu.items() if k[0]}
-    assert set(worker) == {(True, "a"), (True, "b")}, cpu
+    assert {(True, "a"), (True, "b")} <= set(worker) <= {(True, "a"), (True, "b"), (True, None)}, cpu
+    # (a sample may land in a worker's first step before it enters its labels() block)
+    assert worker.get((True, None), 0) <= 0.05 * sum(worker.values()), cpu
     # AND the idle loop carries no task's labels
     idle = by(p, EventType.WALL, lambda s: (s.stack[-1].name, s.labels.get("x"), s.labels.get("task")))
     leaks = {k: v for k, v in idle.items() if k[0] == "[idle]" and (k[1] or k[2])}

@@ -55,7 +55,8 @@ def test_start_stop_profiles_across_cells(shell, capsys):
     profile = history[name]
     assert top_name(profile) == "busy"
     roots = {profile.stack_frames(s)[0].filename for s in set(profile.stack.tolist())}
-    assert roots <= {f"Cell In[{work1}]", f"Cell In[{work2}]", "Cell In[2]"}
+    # (the start and stop cells run a little code of their own while sampling)
+    assert roots <= {f"Cell In[{c}]" for c in (first, work1, work2, last)} | {"Cell In[2]"}
     assert {f"Cell In[{work1}]", f"Cell In[{work2}]"} <= roots
     assert profile.total("cpu") >= 0.3e9
     # AND status said it was running, and says so no longer
