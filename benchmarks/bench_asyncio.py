@@ -53,6 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from clocks import run_queue_wait  # noqa: E402 - benchmarks/ (the script's folder) is on sys.path
 from ddprof_nb import asyncio_support  # noqa: E402
 from ddprof_nb.config import SamplerConfig  # noqa: E402
 from ddprof_nb.sampler import Sampler, choose_engine  # noqa: E402
@@ -124,13 +125,6 @@ async def timed_slice(n_tasks: int, steps: int, iters: int) -> tuple[float, floa
     return wall, (wall - (q1 - q0) if q0 is not None and q1 is not None else None), cpu
 
 
-def run_queue_wait() -> float | None:
-    """Seconds this thread has been runnable without a CPU (schedstat field 2)."""
-    try:
-        with open("/proc/thread-self/schedstat") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 # -- what "profiling" means ----------------------------------------------------------------------

@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads  # noqa: E402
+from clocks import run_queue_wait  # noqa: E402
 
 import ddprof_nb  # noqa: E402
 
@@ -601,14 +602,6 @@ def profiler_threads_rows(engine: str, check: str, work, units: int, seconds: fl
     return rows
 
 
-def run_queue_wait() -> float | None:
-    """Seconds this thread has spent runnable but waiting for a CPU (schedstat field 2),
-    or None where the kernel does not say."""
-    try:
-        with open("/proc/thread-self/schedstat") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def whole_run_pyspy(kind: str, units: int, runs: int) -> list[float]:

@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+from clocks import run_queue_wait  # benchmarks/ (the script's folder) is on sys.path
+
 GOAL_MS = 50.0
 
 
@@ -55,13 +57,6 @@ def make_shell(ipython_dir: str):
     return InteractiveShell.instance(config=cfg, ipython_dir=ipython_dir, display_pub_class=CapturingDisplayPublisher)
 
 
-def run_queue_wait() -> float | None:
-    """Seconds this thread has spent runnable but waiting for a CPU (schedstat field 2)."""
-    try:
-        with open("/proc/thread-self/schedstat") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Clocks:
