@@ -59,6 +59,15 @@ def make_shell(ipython_dir: str):
 
 
 
+def print_table(header, rows) -> None:
+    """A Markdown table, columns padded to their widest cell."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
 class Clocks:
     """(wall, wall - run-queue wait, process CPU) of a block, in seconds."""
 
@@ -214,11 +223,7 @@ def bench_kernel(engine: str, runs: int, warmup: int) -> int:
                       "" if label == cases[0][0] else f"{cpu - base:+.1f}",
                       f"{statistics.median(x[2] for x in samples[label]) / 1024:,.0f}",
                       f"{first[label][0] * 1e3:.0f} / {first[label][1] * 1e3:.0f}"))
-    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in table:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    print_table(header, table)
     print("\nmedians; kernel CPU = all the kernel's threads (its IOPub thread sends the messages); "
           "sent KB = JSON size of the cell's iopub messages")
     return 0
@@ -277,11 +282,7 @@ def main(argv=None) -> int:
                 table.append((label, f"{med[0]:.1f}", f"{med[1]:.1f}", f"{med[2]:.1f}",
                               "" if added is None else f"{added[1]:+.1f}", "" if added is None else f"{added[2]:+.1f}",
                               "" if first is None else f"{first[0] * 1e3:.0f} / {first[2] * 1e3:.0f}", goal))
-            widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-            print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-            for r in table:
-                print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+            print_table(header, table)
             print("\nmedians; added = minus the plain cell; first cell = the first run of each case in this "
                   "process (the widget's includes importing plotly/ipywidgets/anywidget once per kernel)")
     if verdicts:
