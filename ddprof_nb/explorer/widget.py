@@ -28,6 +28,7 @@ from .. import aggregate
 from ..events import EventType
 from ..model import Frame, Profile
 from . import figures as F
+from .figure_widget import figure_widget_class
 
 __all__ = ["Explorer"]
 
@@ -688,16 +689,13 @@ def _template(trace_types: tuple[str, ...]) -> dict:
 _TEMPLATE_LAYOUT = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor",
                     "plot_bgcolor", "xaxis", "yaxis", "title", "legend", "margin")
 
-_FigureWidget = None
-
-
 def _figure_widget(traces, layout: dict, trace_type: str):
     """A FigureWidget of ``traces`` (props dicts: unvalidated, see ``_send_update``)."""
     if isinstance(traces, dict):
         traces = [traces]
     data = [dict(t, type=trace_type) for t in traces]
     layout = dict(layout, template=_template((trace_type,)))
-    fig = _unvalidated_figure_widget(data=data, layout=layout, _validate=False)
+    fig = figure_widget_class()(data=data, layout=layout, _validate=False)
     # Only the bulk data skips validation.  With validation off, plotly's object API
     # (``fig.layout.autosize = True``, ``xaxis.update(range=...)``) would change the
     # Python copy and send nothing to the browser: turn it back on for those edits.
@@ -706,33 +704,6 @@ def _figure_widget(traces, layout: dict, trace_type: str):
     for tr in fig.data:
         tr._validate = True
     return fig
-
-
-def _unvalidated_figure_widget(*args, **kwargs):
-    """A plotly FigureWidget whose comm opens only once its traces and layout are set.
-
-    plotly's FigureWidget opens its comm inside ``__init__`` (ipywidgets does) and then
-    sends its traces and layout in a second message; a page that renders the view in
-    between draws an empty chart and never redraws it (reproduced with Chromium's CPU
-    throttled 6x: one load in three).  Deferring ``open()`` to the end of ``__init__``
-    makes the comm_open message carry the data.
-    """
-    global _FigureWidget
-    if _FigureWidget is None:
-        import plotly.graph_objects as go
-
-        class FigureWidget(go.FigureWidget):
-            def open(self):
-                if self.__dict__.get("_ddprof_ready"):
-                    super().open()
-
-            def __init__(self, *a, **k):
-                super().__init__(*a, **k)
-                self._ddprof_ready = True
-                self.open()
-
-        _FigureWidget = FigureWidget
-    return _FigureWidget(*args, **kwargs)
 
 
 def _short_path(filename: str, parts: int = 2) -> str:

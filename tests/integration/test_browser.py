@@ -66,11 +66,19 @@ print("READY")
 SHOW_CELL = "ex"
 
 
-def _notebook(path: Path) -> None:
-    cells = [
-        {"cell_type": "code", "metadata": {}, "source": SETUP_CELL, "outputs": [], "execution_count": None},
-        {"cell_type": "code", "metadata": {}, "source": SHOW_CELL, "outputs": [], "execution_count": None},
-    ]
+# Two explorers in one page: plotly's JS bundle is sent once (figure_widget.py) and
+# both must draw, also after a page reload restores every model from the kernel.
+TWO_CELLS = (
+    f"import sys\nsys.path.insert(0, {str(HELPERS)!r})\nfrom explorer_demo import make_profile\n"
+    "from ddprof_nb.explorer import Explorer\nprofile = make_profile(n_samples=20_000, n_stacks=300)",
+    "Explorer(profile)",
+    "Explorer(profile, event='cpu')",
+)
+
+
+def _notebook(path: Path, sources=(SETUP_CELL, SHOW_CELL)) -> None:
+    cells = [{"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+             for src in sources]
     nb = {
         "cells": cells,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -92,6 +100,7 @@ def lab(tmp_path_factory):
         json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8"
     )
     _notebook(root / "explorer.ipynb")
+    _notebook(root / "two.ipynb", TWO_CELLS)
     port, token = _free_port(), "ddprof-test-token"
     # a private Jupyter config/data/runtime: the user's kernels and settings stay out of it
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
@@ -314,6 +323,53 @@ def _run_explorer_notebook(page, url, token):
     assert first_render <= FIRST_RENDER_BUDGET_S * 2, f"first render {first_render:.2f} s"
     # generous bounds: CI machines are shared; the printed numbers are the measurement
     assert max(toggle_update, filter_update, zoom_response, range_update) <= UPDATE_BUDGET_S * 4
+
+
+def _open_and_wait_idle(page, url, token, name):
+    """Open notebook ``name`` and wait until it is the current tab (the workspace may
+    restore other notebooks first) with its kernel idle."""
+    page.goto(f"{url}/lab/tree/{name}?token={token}", wait_until="domcontentloaded")
+    page.wait_for_function(
+        "(name) => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+        " return w && w.context && w.context.path === name && w.sessionContext && w.sessionContext.session"
+        " && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'; }",
+        arg=name, timeout=60_000,
+    )
+
+
+_DRAWN = ("() => { const ex = document.querySelectorAll('.ddprof-explorer');"
+          " return ex.length === 2 && Array.from(ex).every(e => e.querySelectorAll('.js-plotly-plot').length === 2"
+          " && e.querySelectorAll('.js-plotly-plot g.slice').length > 20); }")
+
+
+def test_two_explorers_share_one_bundle_and_survive_a_reload(lab, browser):
+    url, token, root = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        _open_and_wait_idle(page, url, token, "two.ipynb")
+        t0 = time.perf_counter()
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # THEN both explorers draw their flame chart and timeline
+        page.wait_for_function(_DRAWN, polling=100, timeout=90_000)
+        both = time.perf_counter() - t0
+        # and the page imported plotly's bundle once, through the carrier
+        keys = page.evaluate("() => Object.getOwnPropertySymbols(globalThis).map(String)"
+                             ".filter(k => k.includes('ddprof_nb.plotly-widget-bundle'))")
+        assert len(keys) == 1, keys
+        # WHEN the notebook is saved and the page reloaded (the kernel lives on) THEN the
+        # widget manager restores every model from the kernel, in any order, and both draw
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=20_000)
+        _open_and_wait_idle(page, url, token, "two.ipynb")
+        t1 = time.perf_counter()
+        page.wait_for_function(_DRAWN, polling=100, timeout=90_000)
+        print(f"\n[browser] two explorers drawn in {both:.2f} s (run all); after a reload {time.perf_counter() - t1:.2f} s")
+    except Exception:
+        page.screenshot(path=str(root / "failure_two.png"))
+        print(f"\n[browser] failure screenshot: {root / 'failure_two.png'}")
+        raise
+    finally:
+        page.close()
 
 
 def _demo_profile(**kwargs):

@@ -270,6 +270,39 @@ def test_figure_widgets_open_their_comm_with_their_data(ex, monkeypatch):
     assert fw.comm is not None
 
 
+def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
+    # plotly's FigureWidget sends its whole JS bundle (~5 MB) in every figure's state;
+    # ours send a small loader, and one hidden carrier widget sends the bundle once.
+    import comm
+    import plotly.graph_objects as go
+
+    from ddprof_nb.explorer import figure_widget
+
+    monkeypatch.setattr(figure_widget, "_carrier", None)
+    sent = []
+    real = comm.create_comm
+    monkeypatch.setattr(comm, "create_comm", lambda **kw: (sent.append(kw), real(**kw))[1])
+    Explorer(sample_profile())
+    Explorer(sample_profile())
+    bundle = str(go.FigureWidget._esm).encode()
+    assert len(bundle) > 1_000_000
+    payload = [len(str(kw["data"]["state"].get("_esm", ""))) + sum(len(b) for b in kw.get("buffers") or [])
+               for kw in sent]
+    # THEN one message carries the bundle (as a binary buffer) and every other is small
+    assert sorted(payload)[-1] >= len(bundle)
+    assert sorted(payload)[-2] < 200_000, sorted(payload)[-3:]
+    carriers = [kw for kw in sent if kw.get("buffers") and bytes(kw["buffers"][0]) == bundle]
+    assert len(carriers) == 1
+    # and the figures' loader waits for the very key the carrier publishes under
+    fig_esm = figure_widget.figure_widget_class()._esm
+    key = figure_widget._bundle_key()
+    assert key in str(fig_esm) and key in carriers[0]["data"]["state"]["_esm"]
+    # a closed carrier (Widget.close_all()) is replaced by the next figure
+    figure_widget._carrier.close()
+    Explorer(sample_profile())
+    assert sum(1 for kw in sent if kw.get("buffers") and bytes(kw["buffers"][0]) == bundle) == 2
+
+
 def test_first_draw_fills_the_width(ex):
     # WHEN the page reports its first draw THEN autosize is sent once (plotly then measures)
     ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}
