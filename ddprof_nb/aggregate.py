@@ -18,7 +18,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .events import EventType, FrameKind
-from .model import Frame, Profile, ProfileBuilder, aggregate_columns
+from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns
 
 __all__ = ["filter", "merge", "map_stacks", "top", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
@@ -205,9 +205,9 @@ def _hide(view: Profile, rx) -> Profile:
 def _hidden_stacks(profile: Profile, hidden: np.ndarray):
     """The stacks table without the ``hidden`` frames, in numpy over the CSR form.
 
-    Returns (old stack -> new stack map, new stacks, their CSR form, mask of new stacks
-    that several old ones merged into, or None), or Nones when no frame is hidden.
-    Only the stacks that lose a frame get new tuples."""
+    Returns (old stack -> new stack map, the new stacks table (CSR-backed), its CSR
+    form, mask of new stacks that several old ones merged into, or None), or Nones
+    when no frame is hidden."""
     flat, offsets = profile.flat_stacks()
     n = len(profile.stacks)
     keep = ~hidden[flat] if len(flat) else np.ones(0, dtype=bool)
@@ -217,30 +217,85 @@ def _hidden_stacks(profile: Profile, hidden: np.ndarray):
     np.cumsum(keep, out=ck[1:])
     k_off = ck[offsets]  # offsets of each stack in the kept positions
     k_flat = flat[keep]
-    k_len = np.diff(k_off)
-    changed = np.flatnonzero(k_len != np.diff(offsets))
-    c_len = k_len[changed]
-    c_off = np.zeros(len(changed) + 1, dtype=np.int64)
-    np.cumsum(c_len, out=c_off[1:])
-    vals = k_flat[_segment_gather(k_off[changed], c_len, c_off)].tolist()
-    bounds = c_off.tolist()
-    candidates = list(profile.stacks)
-    for i, a, b in zip(changed.tolist(), bounds, bounds[1:]):
-        candidates[i] = tuple(vals[a:b])
-    interned: dict[tuple[int, ...], int] = {}
-    stack_map = np.fromiter((interned.setdefault(s, len(interned)) for s in candidates), dtype=np.int32, count=n)
-    m = len(interned)
+    stack_map, first = intern_segments(k_flat, k_off)
+    m = len(first)
     merged = np.bincount(stack_map, minlength=m) > 1 if m < n else None
-    # the new table's CSR: each new stack's first old stack, cut from the kept positions
-    # (ids were handed out in order of first appearance: a first one exceeds all before it)
-    is_first = np.ones(n, dtype=bool)
-    is_first[1:] = stack_map[1:] > np.maximum.accumulate(stack_map)[:-1]
-    first = np.flatnonzero(is_first)
-    f_len = k_len[first]
+    # the new table: each new stack's first old stack, cut from the kept positions
+    f_len = k_off[first + 1] - k_off[first]
     f_off = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(f_len, out=f_off[1:])
     new_flat = k_flat[_segment_gather(k_off[first], f_len, f_off)].astype(np.int32, copy=False)
-    return stack_map, tuple(interned), (new_flat, f_off), merged
+    return stack_map, CSRStacks(new_flat, f_off), (new_flat, f_off), merged
+
+
+_HASH_MULT: np.ndarray = np.zeros(0, dtype=np.uint64)
+
+
+def _hash_multipliers(n: int) -> np.ndarray:
+    """Fixed random odd 64-bit multipliers, one per position in a stack."""
+    global _HASH_MULT
+    if len(_HASH_MULT) < n:
+        rng = np.random.default_rng(0x5EED)
+        _HASH_MULT = rng.integers(0, 2**63, size=max(n, 256), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return _HASH_MULT
+
+
+def intern_segments(flat: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intern the CSR segments ``flat[offsets[i]:offsets[i+1]]``: equal segments get one
+    id, ids handed out in order of first appearance.  Returns (id per segment (int32),
+    index of each id's first segment).
+
+    Vectorised: a position-weighted 64-bit hash groups the segments, then every segment
+    is compared with its group's first one; a hash collision (never seen, but possible)
+    falls back to interning tuples in a dict.  Exact either way."""
+    n = len(offsets) - 1
+    if n == 0:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    lengths = np.diff(offsets)
+    pos = np.arange(len(flat), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    mult = _hash_multipliers(int(lengths.max()) + 1)
+    with np.errstate(over="ignore"):
+        terms = (flat.astype(np.uint64) + np.uint64(1)) * mult[pos]
+        csum = np.zeros(len(flat) + 1, dtype=np.uint64)
+        np.cumsum(terms, out=csum[1:])
+        h = csum[offsets[1:]] - csum[offsets[:-1]] + lengths.astype(np.uint64) * mult[-1]
+    order = np.argsort(h, kind="stable")  # stable: a group's first member is its first segment
+    hs = h[order]
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(hs[1:], hs[:-1], out=starts[1:])
+    rep = np.empty(n, dtype=np.int64)
+    rep[order] = order[starts][np.cumsum(starts) - 1]
+    dup = np.flatnonzero(rep != np.arange(n))
+    if len(dup) and not _segments_equal(flat, offsets, dup, rep[dup]):
+        return _intern_segments_dict(flat, offsets)
+    is_first = rep == np.arange(n)
+    first = np.flatnonzero(is_first)
+    ids = np.cumsum(is_first) - 1
+    return ids[rep].astype(np.int32), first
+
+
+def _segments_equal(flat, offsets, a: np.ndarray, b: np.ndarray) -> bool:
+    """Is segment a[i] equal to segment b[i] for every i?"""
+    la = offsets[a + 1] - offsets[a]
+    if not np.array_equal(la, offsets[b + 1] - offsets[b]):
+        return False
+    out = np.zeros(len(a) + 1, dtype=np.int64)
+    np.cumsum(la, out=out[1:])
+    return bool(np.array_equal(flat[_segment_gather(offsets[a], la, out)], flat[_segment_gather(offsets[b], la, out)]))
+
+
+def _intern_segments_dict(flat, offsets) -> tuple[np.ndarray, np.ndarray]:
+    vals, bounds = flat.tolist(), offsets.tolist()
+    interned: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    ids = np.empty(len(bounds) - 1, dtype=np.int32)
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        k = interned.setdefault(tuple(vals[a:b]), len(interned))
+        if k == len(first):
+            first.append(i)
+        ids[i] = k
+    return ids, np.array(first, dtype=np.int64)
 
 
 def _segment_gather(starts: np.ndarray, lengths: np.ndarray, out_offsets: np.ndarray) -> np.ndarray:

@@ -252,6 +252,45 @@ def aggregate_columns(
     )
 
 
+class CSRStacks(Sequence):
+    """A stacks table held in CSR form (frame indexes end to end, and offsets); each
+    stack is made into its tuple only when asked for.  Transforms that rewrite every
+    stack (``aggregate.filter(hide=...)``) build this instead of tens of thousands of
+    tuples that the explorer, working on the CSR form, would never look at."""
+
+    __slots__ = ("flat", "offsets")
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat = np.asarray(flat, dtype=np.int32)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("stack index out of range")
+        return tuple(self.flat[self.offsets[i]:self.offsets[i + 1]].tolist())
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        vals = self.flat.tolist()
+        bounds = self.offsets.tolist()
+        return (tuple(vals[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == tuple(b) for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __reduce__(self):  # pickles (children, dask workers) as the plain tuple table
+        return (tuple, (tuple(self),))
+
+
 class Profile:
     """An immutable, aggregated profile.  Build one with ``ProfileBuilder``.
 
@@ -278,7 +317,7 @@ class Profile:
         tick_ns: int = MIN_TICK_NS,
     ):
         self.frames = tuple(frames)
-        self.stacks = tuple(stacks)
+        self.stacks = stacks if isinstance(stacks, CSRStacks) else tuple(stacks)
         self.threads = tuple(threads)
         self.labelsets = tuple(labelsets)
         self.event = np.asarray(event, dtype=np.uint8)
@@ -290,6 +329,8 @@ class Profile:
         self.metadata = metadata
         self.tick_ns = tick_ns
         self._flat: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(self.stacks, CSRStacks):
+            self._flat = (self.stacks.flat, self.stacks.offsets)
         n = len(self.event)
         if not all(len(c) == n for c in (self.stack, self.thread, self.labels, self.time_ns, self.values)):
             raise ValueError("Profile columns must all have the same length")

@@ -406,35 +406,44 @@ class _Shape:
 
 
 def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
-    """Merge all stacks (CSR of function indexes) into a trie, level by level."""
+    """Merge all stacks (CSR of function indexes) into a trie, level by level.
+
+    Each level's nodes are the distinct (parent node, function) keys of the stacks still
+    that deep, numbered in key order.  The active stacks are kept ordered by their node,
+    so each level's keys arrive sorted by parent already and a stable sort (timsort: it
+    merges runs) is nearly linear below the first few levels."""
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
-    order = np.argsort(-lengths, kind="stable")  # deepest first: active stacks are a prefix
-    starts_o, lengths_o = starts[order], lengths[order]
+    cur = np.zeros(len(lengths), dtype=np.int64)  # each stack's node at the current level
+    active = np.flatnonzero(lengths > 0)  # ordered by cur
     parents = [np.array([-1], dtype=np.int64)]
     funcs = [np.array([-1], dtype=np.int64)]
-    cur = np.zeros(len(order), dtype=np.int64)
     n_nodes = 1
-    maxlen = int(lengths_o[0]) if len(lengths_o) else 0
-    active_counts = np.searchsorted(-lengths_o, -np.arange(maxlen), side="left")
     node_of_pos = np.empty(len(flat), dtype=np.int32)
-    for d in range(maxlen):
-        na = int(active_counts[d])
-        pos = starts_o[:na] + d
-        key = cur[:na] * nfunc + flat[pos]
-        uniq, gid = _unique_inverse(key)
-        cur[:na] = n_nodes + gid
-        node_of_pos[pos] = cur[:na]
+    d = 0
+    while len(active):
+        pos = starts[active] + d
+        key = cur[active] * nfunc + flat[pos]
+        srt = np.argsort(key, kind="stable")
+        sk = key[srt]
+        boundary = np.empty(len(sk), dtype=bool)
+        boundary[0] = True
+        np.not_equal(sk[1:], sk[:-1], out=boundary[1:])
+        node = n_nodes + np.cumsum(boundary) - 1
+        uniq = sk[boundary]
+        active = active[srt]
+        cur[active] = node
+        node_of_pos[pos[srt]] = node
         parents.append(uniq // nfunc)  # sorted keys: each level is ordered by parent
         funcs.append(uniq % nfunc)
         n_nodes += len(uniq)
+        d += 1
+        active = active[lengths[active] > d]
     sizes = [len(p) for p in parents]
-    leaf = np.empty(len(order), dtype=np.int64)
-    leaf[order] = cur
     return _Shape(
         np.concatenate(parents), np.concatenate(funcs),
         np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
-        np.concatenate([[0], np.cumsum(sizes)]), leaf, node_of_pos, lengths,
+        np.concatenate([[0], np.cumsum(sizes)]), cur, node_of_pos, lengths,
     )
 
 

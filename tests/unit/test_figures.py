@@ -547,3 +547,37 @@ def test_hide_matches_a_frame_by_frame_rewrite_and_merges_equal_stacks(seed):
         # hide combined with a row filter: the same as hiding, then filtering
         both = aggregate.filter(p, hide=pattern, threads=[1])
         assert _rows_by_key(both) == _rows_by_key(aggregate.filter(expected, threads=[1]))
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_intern_segments_is_exact_even_when_hashes_collide(collide, monkeypatch):
+    from ddprof_nb import aggregate
+
+    rng = np.random.default_rng(5)
+    segs = [tuple(rng.integers(0, 4, size=int(rng.integers(0, 5))).tolist()) for _ in range(400)]
+    lengths = [len(s) for s in segs]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = np.array([f for s in segs for f in s], dtype=np.int32)
+    if collide:  # every multiplier 1: segments with equal sums collide, and must still be told apart
+        monkeypatch.setattr(aggregate, "_HASH_MULT", np.ones(64, dtype=np.uint64))
+    ids, first = aggregate.intern_segments(flat, offsets)
+    # THEN ids are a dict interning in order of first appearance
+    expected: dict = {}
+    assert ids.tolist() == [expected.setdefault(s, len(expected)) for s in segs]
+    assert [segs[i] for i in first] == list(expected)
+
+
+def test_csr_stacks_behave_as_the_tuple_table():
+    import pickle
+
+    from ddprof_nb.model import CSRStacks
+
+    table = ((0, 1), (), (2,), (0, 1, 2))
+    flat = np.array([f for s in table for f in s], dtype=np.int32)
+    offsets = np.array([0, 2, 2, 3, 6])
+    st = CSRStacks(flat, offsets)
+    assert len(st) == 4 and list(st) == list(table) and st[3] == (0, 1, 2) and st[-1] == (0, 1, 2)
+    assert st[1:3] == table[1:3] and st == table
+    with pytest.raises(IndexError):
+        st[4]
+    assert pickle.loads(pickle.dumps(st)) == table
