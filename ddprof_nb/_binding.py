@@ -275,6 +275,9 @@ class Resolver:
         return int(lib.ddp_addr2line(buf, len(info.linetable), info.firstlineno, lasti))
 
 
+SMALL_BATCH = 128  # records; see RecordConverter.feed
+
+
 class RecordConverter:
     """Raw native records -> rows of a ProfileBuilder (stacks interned, root first)."""
 
@@ -423,13 +426,22 @@ class RecordConverter:
         return idx
 
     def feed(self, buf, n: int, record_size: int) -> int:
-        """Add ``n`` records from ``buf`` (a cffi buffer); returns the rows added."""
+        """Add ``n`` records from ``buf`` (a cffi buffer); returns the rows added.
+
+        Big batches (the buffer a quarter full, the last drain) go through numpy, one
+        look-up per distinct value.  The usual drain holds a few dozen records, where
+        numpy's fixed costs (~10 us per call with the caches cold from the profiled code)
+        dominated: a drain cost ~1 ms of CPU under the GIL.  A batch of at most
+        ``SMALL_BATCH`` records is therefore converted record by record, in Python,
+        through the same caches."""
         if n <= 0:
             return 0
         if self._dtype is None or self._dtype.itemsize != record_size:
             self._dtype = _record_dtype(record_size)
         mv = ffi.buffer(buf, n * record_size)
         hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
+        if n <= SMALL_BATCH:
+            return self._feed_small(mv, hdr, record_size)
         ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
         self.skipped_invalid += n - int(np.count_nonzero(ok))
         if self.exclude:
@@ -466,6 +478,48 @@ class RecordConverter:
             added = len(rows)
         if special.any():
             added += self._feed_special(mv, hdr, np.flatnonzero(ok & special), record_size)
+        return added
+
+    def _feed_small(self, mv, hdr, record_size: int) -> int:
+        """``feed`` for a small batch, record by record: the same rows, in the same order."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        invalid = lib.DDP_REC_INVALID
+        wall = EventType.WALL.value
+        special_ev = set()
+        if self.alloc is not None:
+            special_ev.add(EventType.ALLOC.value)
+        if self.waits is not None:
+            special_ev |= {EventType.LOCK.value, EventType.PARK.value}
+        exclude, start, by_hash = self.exclude, self.start_mono_ns, self._by_hash
+        rows, special = [], []
+        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, _aux, h) in enumerate(hdr.tolist()):
+            if flags & invalid:  # torn reads: already counted as dropped in C
+                self.skipped_invalid += 1
+                continue
+            if tid in exclude:
+                continue
+            if ev not in self._events:
+                EventType.from_id(ev)  # raises: never cast an unknown id
+            if ev in special_ev:
+                special.append(i)
+                continue
+            fl = flags & keep
+            off = i * record_size + hsize
+            raw = mv[off : off + depth * FRAME_SIZE]
+            cached = by_hash.get(h)
+            if cached is not None and cached[0] == fl and cached[1] == raw:
+                sid = cached[2]
+            else:
+                sid = self._stack_id(fl, raw)
+                if cached is None and (fl, raw) in self._stacks:  # complete: pin it (as _stack_ids)
+                    by_hash[h] = (fl, raw, sid)
+            rows.append((ev, sid, self._thread_id(tid), self._labels_id(label_id, state if ev == wall else 0, wall),
+                         max(ts - start, 0), count, value))
+        self.builder.add_rows(rows)
+        added = len(rows)
+        if special:
+            added += self._feed_special(mv, hdr, np.array(special, dtype=np.int64), record_size)
         return added
 
     def _feed_special(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:

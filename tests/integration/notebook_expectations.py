@@ -1,6 +1,6 @@
 """What an executed demo notebook (notebooks/NN-*.ipynb) must show: one place for the
-checks that test_notebooks.py (this environment) and test_binder.py (a venv built from
-binder/) both apply.
+checks that test_binder.py applies to every notebook run headless in a venv built from
+binder/, and test_notebooks.py to the quick start's run by scripts/demo.sh.
 
 The per-cell expectations live in the notebooks themselves (notebooks/_build.py writes
 them): ``cell.metadata["ddprof_nb"] = {"profiled": True, "expect": [names]}``.  A profiled
@@ -33,24 +33,6 @@ def read(name: str):
     import nbformat
 
     return nbformat.read(NB_DIR / f"{name}.ipynb", as_version=4)
-
-
-def needs(name: str) -> list[str]:
-    """The event types the notebook samples (its metadata says; cpu and wall by default)."""
-    return list(read(name).metadata.get("ddprof_nb", {}).get("needs", ["cpu", "wall"]))
-
-
-def unsupported(events) -> str | None:
-    """Why the engines in this interpreter cannot sample ``events`` (None when they can)."""
-    from ddprof_nb.config import SamplerConfig
-    from ddprof_nb.errors import EngineUnavailableError
-    from ddprof_nb.sampler import choose_engine
-
-    try:
-        choose_engine(SamplerConfig.make(events=list(events)))
-    except EngineUnavailableError as exc:
-        return str(exc)
-    return None
 
 
 def output_text(output) -> str:

@@ -360,7 +360,14 @@ def _records(specs, record_size, start=0):
     return buf
 
 
-def test_a_stack_hash_collision_never_merges_two_stacks():
+@pytest.fixture(params=["numpy", "record-by-record"])
+def batch_path(request, monkeypatch):
+    """Run a converter test through both of RecordConverter.feed's paths."""
+    monkeypatch.setattr(_binding, "SMALL_BATCH", 0 if request.param == "numpy" else 10**6)
+    return request.param
+
+
+def test_a_stack_hash_collision_never_merges_two_stacks(batch_path):
     # GIVEN records of two different stacks that carry the same stack_hash, across two batches
     from ddprof_nb.model import ProfileBuilder
 
@@ -383,6 +390,57 @@ def test_a_stack_hash_collision_never_merges_two_stacks():
     for s in prof.samples():
         names[s.stack[-1].name] = names.get(s.stack[-1].name, 0) + s.values[0]
     assert {k.rsplit(".", 1)[-1]: v for k, v in names.items()} == {"alpha": 3, "beta": 3}, names
+
+
+def test_both_batch_paths_build_the_same_profile(monkeypatch):
+    # GIVEN a batch of CPU and WALL records: stacks repeated and colliding on their hash,
+    # several threads, label sets and states, torn records and an excluded thread
+    import random
+
+    import numpy as np
+
+    from ddprof_nb import labeling
+    from ddprof_nb.model import LabelSet, ProfileBuilder
+
+    def f1():
+        pass
+
+    def f2():
+        pass
+
+    def f3():
+        pass
+
+    rng = random.Random(3)
+    size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
+    stacks = [[f1.__code__], [f2.__code__, f1.__code__], [f3.__code__, f2.__code__, f1.__code__], [f3.__code__]]
+    specs = [(rng.choice([5, 6, 7]), stacks[rng.randrange(4)]) for _ in range(300)]  # 3 hashes for 4 stacks
+    buf = _records(specs, size)
+    ids = [labeling.label_id(LabelSet.of({"k": v})) for v in ("a", "b")] + [0]
+    for r in buf:
+        r["event"] = rng.choice([EventType.CPU.value, EventType.WALL.value])
+        r["state"] = rng.choice([1, 2, 3])
+        r["tid"] = rng.choice([11, 12, 13])
+        r["label_id"] = rng.choice(ids)
+        r["count"], r["value"] = 1, rng.randrange(1, 10**7)
+        if rng.random() < 0.05:
+            r["flags"] |= lib.DDP_REC_INVALID
+
+    def convert(small: int):
+        monkeypatch.setattr(_binding, "SMALL_BATCH", small)
+        conv = _binding.RecordConverter(ProfileBuilder(), 0, exclude_tids=(13,), thread_names={11: "a", 12: "b"})
+        for lo in range(0, len(buf), 100):
+            part = np.ascontiguousarray(buf[lo:lo + 100])
+            conv.feed(ffi.from_buffer(part), len(part), size)
+        return conv, sorted((s.event.label, tuple(f.name for f in s.stack), s.thread, s.labels.items,
+                             s.time_ns, s.values) for s in conv.builder.build().samples())
+
+    (c_np, numpy_rows), (c_py, python_rows) = convert(0), convert(10**6)
+    # THEN the two paths agree row for row, and so do their counts of torn records
+    assert numpy_rows == python_rows
+    assert c_np.skipped_invalid == c_py.skipped_invalid > 0
+    assert {r[2].name for r in python_rows} == {"a", "b"}  # tid 13 excluded
+    assert len({r[1] for r in python_rows}) == 4
 
 
 def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
