@@ -14,11 +14,13 @@ Two places hold "the labels in force", and this module keeps them in step:
   share their thread with other tasks), and the propagation below publishes in threads
   started from a labelled context.
 
-Readers: the python engine reads ``thread_label_ids`` (ident -> id); the native engine
-mirrors every change of the calling thread into its native per-thread slot, either as a
-listener ``fn(id)`` (``add_listener``: a call per change) or, cheaper, through a slot
-provider (``add_slot_provider``: ``fn()`` returns a one-item ``'Q'`` memoryview over
-the calling thread's native slot, written directly).
+Readers: the python engine reads ``thread_label_ids`` (ident -> id); other readers
+mirror every change of the calling thread, either as a listener ``fn(id)``
+(``add_listener``: a call per change) or, cheaper, through a slot provider
+(``add_slot_provider``: ``fn()`` returns a one-item ``'Q'`` memoryview over the calling
+thread's native slot, written directly).  The native engine is a slot provider (its words
+are never freed, see engines/native.py); views are asked for again after a fork (the
+thread has a new tid there).
 
 Propagation to threads (installed on the first ``labels()``; ``install_propagation``).
 Minimal monkeypatching, and no behaviour change when no labels are in force (each
@@ -407,12 +409,14 @@ def propagation_installed() -> bool:
     return bool(_propagation)
 
 
-def _reinit_locks_after_fork() -> None:
-    """A lock held by another thread (e.g. the drain thread) at fork stays held in the child."""
+def _after_fork_child() -> None:
+    """A lock held by another thread (e.g. the drain thread) at fork stays held in the
+    child; the surviving thread has a new native tid, so its cached views are stale."""
     global _lock, _propagation_lock
     _lock = threading.Lock()
     _propagation_lock = threading.Lock()
+    _mirrors_changed()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_locks_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_child)
