@@ -126,12 +126,15 @@ def current() -> LabelSet:
 class _Slot:
     """One thread's published label id, plus its cached native mirrors (views)."""
 
-    __slots__ = ("id", "views", "gen")
+    __slots__ = ("id", "views", "gen", "view")
 
     def __init__(self):
         self.id = 0
         self.views: tuple = ()
         self.gen = -1  # _gen when ``views`` was computed
+        # the fast path (hot loops store into it directly): the one view when it is the
+        # only mirror, else None (then ``_push`` if ``_mirrored``); reset when mirrors change
+        self.view = None
 
 
 class _Reaper:
@@ -190,6 +193,7 @@ def _push(slot: _Slot, ident: int) -> None:
                 views.append(view)
         slot.views = tuple(views)
         slot.gen = _gen
+        slot.view = views[0] if len(views) == 1 and not _listeners_t else None
     for view in slot.views:
         view[0] = ident
     for listener in _listeners_t:
@@ -198,7 +202,10 @@ def _push(slot: _Slot, ident: int) -> None:
 
 def _set(slot: _Slot, ident: int) -> None:
     slot.id = ident
-    if _mirrored:
+    view = slot.view
+    if view is not None:
+        view[0] = ident
+    elif _mirrored:
         _push(slot, ident)
 
 
@@ -246,6 +253,8 @@ def _mirrors_changed() -> None:
     _listeners_t = tuple(_listeners)
     _mirrored = bool(_listeners or _providers)
     _gen += 1
+    for slot in list(_slots.values()):  # no fast-path store into a view no longer wanted
+        slot.view = None
 
 
 def add_listener(listener: Callable[[int], None]) -> None:
