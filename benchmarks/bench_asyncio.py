@@ -2,6 +2,7 @@
 
     python benchmarks/bench_asyncio.py [--engine auto|native|python] [--pairs N]
                                        [--workloads NAME,...] [--modes MODE,...] [--strict]
+                                       [--instructions]
 
 One event loop runs for the whole benchmark, as in a notebook, and the profiler is
 started and stopped from inside it (a cell with top-level await does the same).  Each
@@ -336,7 +337,49 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
 
+# -- instructions per task (callgrind: exact, whatever the load) ------------------------------------
+async def _life_run(mode: str, n: int) -> None:
+    """``n`` one-step tasks, bare or with task labels (what --instructions runs under valgrind)."""
+    ts = None
+    if mode == "labels":
+        ts = asyncio_support.TaskSampler(dataclasses.replace(SamplerConfig.make(), events=()))
+        ts.start()
+    for _ in range(n // 1000):
+        await _tasks_of_one_step(1000)
+    if ts is not None:
+        ts.stop()
+
+
+def instructions_per_task(n: int = 20_000) -> list[list[str]]:
+    """Instructions (callgrind's Ir) per task life, bare and with labels: a run of n tasks
+    minus a run of none, so start-up and imports cancel out."""
+    import re
+    import shutil
+    import subprocess
+
+    if not shutil.which("valgrind"):
+        return [["a task's life", "valgrind not installed", ""]]
+
+    def ir(mode: str, tasks: int) -> int:
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                              __file__, "--life-run", f"{mode}:{tasks}"], capture_output=True, text=True).stderr
+        return int(re.search(r"Collected : (\d+)", out).group(1))
+
+    per = {m: (ir(m, n) - ir(m, 0)) / n for m in ("base", "labels")}
+    return [["a task's life (create_task, one step, done)", f"{per['base']:.0f} instructions",
+             f"+{per['labels'] - per['base']:.0f} instructions with labels"]]
+
+
 async def main_async(args) -> int:
+    if args.life_run:
+        mode, n = args.life_run.split(":")
+        await _life_run(mode, int(n))
+        return 0
+    if args.instructions:
+        print()
+        print_table(instructions_per_task(), ["piece", "cost without profiling", "added while profiling"])
+        print()
+        print("Instructions per operation (valgrind --tool=callgrind, n tasks minus none): independent of load.")
     if args.components:
         print()
         print_table(await components(args.engine), ["piece", "cost without profiling", "added while profiling"])
@@ -400,9 +443,14 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="full,engine,tasks,labels")
     ap.add_argument("--strict", action="store_true", help="exit 1 when the goal is missed")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per task life under callgrind (~1 min; needs valgrind)")
+    ap.add_argument("--life-run", default="", help=argparse.SUPPRESS)  # internal: what --instructions runs
     ap.add_argument("--no-components", dest="components", action="store_false",
                     help="skip the table of per-operation costs")
     args = ap.parse_args(argv)
+    if args.life_run:
+        return asyncio.run(main_async(args))
     args.workloads = [w for w in args.workloads.split(",") if w]
     args.modes = [m for m in args.modes.split(",") if m]
     if args.pairs < 30:
