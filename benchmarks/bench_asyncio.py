@@ -337,6 +337,53 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
 
+# -- where a profiled second goes (CPU of each profiler thread and of the task sampler's ticks) -------
+def _threads_cpu() -> dict[tuple[int, str], float]:
+    """CPU seconds of each thread of this process, by (tid, name) (schedstat: ns resolution)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                cpu = int(fh.read().split()[0]) / 1e9
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                out[(int(tid), fh.read().strip())] = cpu
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+async def budget(engine: str, n_tasks: int, steps: int, iters: int, seconds: float = 3.0) -> list[list[str]]:
+    """Fixed costs of ``full`` mode per second of the loop thread's CPU: each of the
+    profiler's own threads and the task sampler's ticks (which run on the loop thread)."""
+    import re
+
+    prof = Profiling("full", engine)
+    handle = prof.start()
+    me = threading.get_native_id()
+    c0 = _threads_cpu()
+    w0 = time.perf_counter()
+    while time.perf_counter() - w0 < seconds:
+        await batch(n_tasks, steps, iters)
+    c1 = _threads_cpu()
+    prof.stop(handle)
+    loop_cpu = max(1e-9, sum(v - c0.get(k, 0) for k, v in c1.items() if k[0] == me))
+    rows = []
+    for (tid, name), v in sorted(c1.items()):
+        if tid != me and v - c0.get((tid, name), 0) > 0:
+            d = v - c0.get((tid, name), 0)
+            if name == "python":  # the drain is a Python thread: its OS name is the interpreter's
+                name = "python (ddprof_nb-drain)"
+            rows.append([f"thread {name}", f"{1e3 * d / loop_cpu:.1f} ms per loop-CPU s",
+                         f"{100 * d / loop_cpu:.2f}% of the loop thread's CPU"])
+    note = next((x for x in prof.last.metadata.notes if "task-sampler ticks" in x), "")
+    m = re.search(r"(\d+) task-sampler ticks.*?, (\d+) us each", note)
+    if m:
+        spent = int(m.group(1)) * int(m.group(2)) / 1e6
+        rows.append(["task sampler ticks (on the loop thread)", f"{m.group(1)} ticks of {m.group(2)} us",
+                     f"{100 * spent / loop_cpu:.2f}% of the loop thread's CPU (tick wall time)"])
+    return rows
+
+
 # -- instructions per task (callgrind: exact, whatever the load) ------------------------------------
 async def _life_run(mode: str, n: int) -> None:
     """``n`` one-step tasks, bare or with task labels (what --instructions runs under valgrind)."""
@@ -393,6 +440,12 @@ async def main_async(args) -> int:
         iters = calibrate(work_us)
         n_tasks = await size_batch(steps, iters, args.slice)
         per_step = await step_cost(iters, steps, n_tasks)
+        if "full" in args.modes and args.components:
+            print()
+            print(f"Workload {wname}, full mode: fixed costs (CPU time, {n_tasks} x {steps} steps per batch)")
+            print()
+            print_table(await budget(args.engine, n_tasks, steps, iters), ["piece", "cost", "share"])
+            sys.stdout.flush()
         for mode in args.modes:
             prof = Profiling(mode, args.engine)
             r = await paired(prof, n_tasks, steps, iters, args.pairs)
