@@ -34,7 +34,10 @@ Workloads (per-step pure-Python CPU work; 6 steps per task, hundreds of tasks pe
 on it), ``short`` (~50 us), ``tiny`` (~10 us), ``empty`` (no work: the worst case, a
 step then costs only asyncio's own few microseconds).  The first table gives the cost
 of each piece per operation (CPU time), from which any other task size follows:
-added ≈ (per-task cost + steps x per-step cost) / (task's own time).
+added ≈ (per-task cost + steps x per-step cost) / (task's own time).  Before the ``full``
+rows, a table of full mode's fixed costs per second of the loop thread's CPU: each profiler
+thread's CPU (schedstat) and the task sampler's ticks.  ``--instructions`` adds
+instructions per task life counted by callgrind (exact whatever the load).
 """
 
 from __future__ import annotations
