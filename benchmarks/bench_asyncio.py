@@ -2,6 +2,7 @@
 
     python benchmarks/bench_asyncio.py [--engine auto|native|python] [--pairs N]
                                        [--workloads NAME,...] [--modes MODE,...] [--strict]
+                                       [--instructions]
 
 One event loop runs for the whole benchmark, as in a notebook, and the profiler is
 started and stopped from inside it (a cell with top-level await does the same).  Each
@@ -33,7 +34,10 @@ Workloads (per-step pure-Python CPU work; 6 steps per task, hundreds of tasks pe
 on it), ``short`` (~50 us), ``tiny`` (~10 us), ``empty`` (no work: the worst case, a
 step then costs only asyncio's own few microseconds).  The first table gives the cost
 of each piece per operation (CPU time), from which any other task size follows:
-added ≈ (per-task cost + steps x per-step cost) / (task's own time).
+added ≈ (per-task cost + steps x per-step cost) / (task's own time).  Before the ``full``
+rows, a table of full mode's fixed costs per second of the loop thread's CPU: each profiler
+thread's CPU (schedstat) and the task sampler's ticks.  ``--instructions`` adds
+instructions per task life counted by callgrind (exact whatever the load).
 """
 
 from __future__ import annotations
@@ -308,7 +312,7 @@ async def components(engine: str) -> list[list[str]]:
     finally:
         labeling.remove_slot_provider(provider)
     rows.append(["a label change (2 per task step)", f"{bare:.0f} ns (python engine: a dict slot)",
-                 f"+{prov - bare:.0f} ns with a slot provider (a memoryview store: the proposed native path)"])
+                 f"+{prov - bare:.0f} ns with a slot provider (a memoryview store over a bytearray)"])
     try:
         from ddprof_nb.engines.native import NativeEngine
 
@@ -322,9 +326,9 @@ async def components(engine: str) -> list[list[str]]:
             nat = per_change()
         finally:
             e.stop()
-        rows.append(["", "", f"+{nat - bare:.0f} ns with the native engine's listener (a cffi call per change)"])
+        rows.append(["", "", f"+{nat - bare:.0f} ns with the native engine (a store into its label word)"])
     else:
-        rows.append(["", "", f"native engine listener: not measured ({reason or 'engine ' + engine})"])
+        rows.append(["", "", f"native engine: not measured ({reason or 'engine ' + engine})"])
     return rows
 
 
@@ -336,7 +340,96 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
 
+# -- where a profiled second goes (CPU of each profiler thread and of the task sampler's ticks) -------
+def _threads_cpu() -> dict[tuple[int, str], float]:
+    """CPU seconds of each thread of this process, by (tid, name) (schedstat: ns resolution)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                cpu = int(fh.read().split()[0]) / 1e9
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                out[(int(tid), fh.read().strip())] = cpu
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+async def budget(engine: str, n_tasks: int, steps: int, iters: int, seconds: float = 3.0) -> list[list[str]]:
+    """Fixed costs of ``full`` mode per second of the loop thread's CPU: each of the
+    profiler's own threads and the task sampler's ticks (which run on the loop thread)."""
+    import re
+
+    prof = Profiling("full", engine)
+    handle = prof.start()
+    me = threading.get_native_id()
+    c0 = _threads_cpu()
+    w0 = time.perf_counter()
+    while time.perf_counter() - w0 < seconds:
+        await batch(n_tasks, steps, iters)
+    c1 = _threads_cpu()
+    prof.stop(handle)
+    loop_cpu = max(1e-9, sum(v - c0.get(k, 0) for k, v in c1.items() if k[0] == me))
+    rows = []
+    for (tid, name), v in sorted(c1.items()):
+        if tid != me and v - c0.get((tid, name), 0) > 0:
+            d = v - c0.get((tid, name), 0)
+            if name == "python":  # the drain is a Python thread: its OS name is the interpreter's
+                name = "python (ddprof_nb-drain)"
+            rows.append([f"thread {name}", f"{1e3 * d / loop_cpu:.1f} ms per loop-CPU s",
+                         f"{100 * d / loop_cpu:.2f}% of the loop thread's CPU"])
+    note = next((x for x in prof.last.metadata.notes if "task-sampler ticks" in x), "")
+    m = re.search(r"(\d+) task-sampler ticks.*?, (\d+) us each", note)
+    if m:
+        spent = int(m.group(1)) * int(m.group(2)) / 1e6
+        rows.append(["task sampler ticks (on the loop thread)", f"{m.group(1)} ticks of {m.group(2)} us",
+                     f"{100 * spent / loop_cpu:.2f}% of the loop thread's CPU (tick wall time)"])
+    return rows
+
+
+# -- instructions per task (callgrind: exact, whatever the load) ------------------------------------
+async def _life_run(mode: str, n: int) -> None:
+    """``n`` one-step tasks, bare or with task labels (what --instructions runs under valgrind)."""
+    ts = None
+    if mode == "labels":
+        ts = asyncio_support.TaskSampler(dataclasses.replace(SamplerConfig.make(), events=()))
+        ts.start()
+    for _ in range(n // 1000):
+        await _tasks_of_one_step(1000)
+    if ts is not None:
+        ts.stop()
+
+
+def instructions_per_task(n: int = 20_000) -> list[list[str]]:
+    """Instructions (callgrind's Ir) per task life, bare and with labels: a run of n tasks
+    minus a run of none, so start-up and imports cancel out."""
+    import re
+    import shutil
+    import subprocess
+
+    if not shutil.which("valgrind"):
+        return [["a task's life", "valgrind not installed", ""]]
+
+    def ir(mode: str, tasks: int) -> int:
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                              __file__, "--life-run", f"{mode}:{tasks}"], capture_output=True, text=True).stderr
+        return int(re.search(r"Collected : (\d+)", out).group(1))
+
+    per = {m: (ir(m, n) - ir(m, 0)) / n for m in ("base", "labels")}
+    return [["a task's life (create_task, one step, done)", f"{per['base']:.0f} instructions",
+             f"+{per['labels'] - per['base']:.0f} instructions with labels"]]
+
+
 async def main_async(args) -> int:
+    if args.life_run:
+        mode, n = args.life_run.split(":")
+        await _life_run(mode, int(n))
+        return 0
+    if args.instructions:
+        print()
+        print_table(instructions_per_task(), ["piece", "cost without profiling", "added while profiling"])
+        print()
+        print("Instructions per operation (valgrind --tool=callgrind, n tasks minus none): independent of load.")
     if args.components:
         print()
         print_table(await components(args.engine), ["piece", "cost without profiling", "added while profiling"])
@@ -350,6 +443,12 @@ async def main_async(args) -> int:
         iters = calibrate(work_us)
         n_tasks = await size_batch(steps, iters, args.slice)
         per_step = await step_cost(iters, steps, n_tasks)
+        if "full" in args.modes and args.components:
+            print()
+            print(f"Workload {wname}, full mode: fixed costs (CPU time, {n_tasks} x {steps} steps per batch)")
+            print()
+            print_table(await budget(args.engine, n_tasks, steps, iters), ["piece", "cost", "share"])
+            sys.stdout.flush()
         for mode in args.modes:
             prof = Profiling(mode, args.engine)
             r = await paired(prof, n_tasks, steps, iters, args.pairs)
@@ -377,6 +476,8 @@ async def main_async(args) -> int:
                 for n in prof.last.metadata.notes:
                     print("   -", n)
             sys.stdout.flush()
+    if not rows:  # --workloads "": the per-operation table only
+        return 0
     print()
     print_table(rows, ["workload", "slice", "mode", "measure", "pairs", "overhead (median ± s.e.)", "IQR",
                        "goal", "pass?"])
@@ -398,9 +499,14 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="full,engine,tasks,labels")
     ap.add_argument("--strict", action="store_true", help="exit 1 when the goal is missed")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per task life under callgrind (~1 min; needs valgrind)")
+    ap.add_argument("--life-run", default="", help=argparse.SUPPRESS)  # internal: what --instructions runs
     ap.add_argument("--no-components", dest="components", action="store_false",
                     help="skip the table of per-operation costs")
     args = ap.parse_args(argv)
+    if args.life_run:
+        return asyncio.run(main_async(args))
     args.workloads = [w for w in args.workloads.split(",") if w]
     args.modes = [m for m in args.modes.split(",") if m]
     if args.pairs < 30:

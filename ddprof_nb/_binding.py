@@ -686,12 +686,6 @@ def wait_stats() -> dict:
         "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns")}
 
 
-def set_thread_labels(label_id: int) -> None:
-    """Listener for ddprof_nb.labeling: the calling thread's current label-set id (O(1) in C)."""
-    if lib is not None:
-        lib.ddp_set_thread_labels(int(label_id))  # not running: ignored
-
-
 def after_fork_child() -> None:
     """In a forked child: forget the parent's session (C state is reset by pthread_atfork)."""
     if lib is not None:

@@ -75,7 +75,6 @@ from .errors import ProfilerBusyError
 from .events import EventType, FrameKind
 from .labeling import _current, _new_slot, _push, _slots, label_id
 from .labeling import TASK_SHIFT as _TASK_SHIFT
-from .labeling import _ids as _label_ids
 from .labeling import _task_counter, _task_names
 from .model import EMPTY_LABELS, Frame, Metadata, Profile, ProfileBuilder, aggregate_columns
 
@@ -131,19 +130,19 @@ class _TaskCoro(collections.abc.Coroutine):
     (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
     task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
 
-    __slots__ = ("_coro", "_send", "_lid", "_q", "_t0")
+    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task")
 
     def __init__(self, coro, t0: int):
         self._coro = coro
-        self._send = coro.send
-        self._t0 = t0  # creation: a subsampled draw of a young task stands for its age only
+        self._t0 = t0  # creation (0 unless timing): a subsampled draw of a young task stands for its age only
         self._lid = -1  # published id at the last suspension; -1 before the first step
         # suspended time so far = now + _q while suspended (q = -creation - time run)
         self._q = -t0
+        self._task = None  # the task, from its creation to its first step (for its name)
 
     def send(self, value):
         if _tracker is None:  # profiling ended: only forward
-            return self._send(value)
+            return self._coro.send(value)
         timing = _timing
         if timing:
             resumed = _monotonic_ns()
@@ -155,23 +154,32 @@ class _TaskCoro(collections.abc.Coroutine):
         lid = self._lid
         if lid < 0:
             lid = self._first_step()
-        if lid != prev:
+        if lid != prev:  # labeling._set, inlined (a store into the native word's view)
             slot.id = lid
-            if _lab._mirrored:
+            view = slot.view
+            if view is not None:
+                view[0] = lid
+            elif _lab._mirrored:
                 _push(slot, lid)
         try:
-            result = self._send(value)
+            result = self._coro.send(value)  # no bound method kept: one GC-tracked object less per task
         except BaseException:  # the task returned (StopIteration) or raised
-            if slot.id != prev:
+            if slot.id != prev:  # labeling._set, inlined
                 slot.id = prev
-                if _lab._mirrored:
+                view = slot.view
+                if view is not None:
+                    view[0] = prev
+                elif _lab._mirrored:
                     _push(slot, prev)
             raise
         lid = slot.id  # labels() blocks inside the step may have changed it: keep theirs
         self._lid = lid
         if lid != prev:
             slot.id = prev
-            if _lab._mirrored:
+            view = slot.view
+            if view is not None:
+                view[0] = prev
+            elif _lab._mirrored:
                 _push(slot, prev)
         if timing:
             self._q += resumed - _monotonic_ns()  # minus the time this step ran
@@ -213,13 +221,31 @@ class _TaskCoro(collections.abc.Coroutine):
         """The task's published id: its context's labels plus its name (as task bits).
         (Not computed in create_task: ``asyncio.create_task(name=...)`` names the task
         after the loop's create_task returns.)"""
-        task = _current_task()
+        task = self._task
+        if task is not None:
+            self._task = None  # no task <-> proxy cycle once it runs
+        else:  # an eager first step (inside create_task), or a task built elsewhere
+            task = _current_task()  # ~0.3 us: why create_task hands the task over
         name = task.get_name() if task is not None else "?"
         tracker = _tracker
-        bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
+        if tracker is None:
+            bits = _lab.task_bits(name)
+        elif tracker.auto < MAX_TASK_NAMES and name.startswith("Task-"):  # task_bits' common case, inline
+            tracker.auto += 1
+            idx = next(_task_counter)
+            _task_names[idx] = name
+            bits = idx << _TASK_SHIFT
+        else:
+            bits = tracker.task_bits(name)
+        global _last_labels
         ls = _current.get()
-        low = _label_ids.get(ls)
-        lid = self._lid = bits | (low if low is not None else label_id(ls))
+        last = _last_labels  # LabelSet.__hash__ is Python code: skip it for a repeated set
+        if last[0] is ls:
+            low = last[1]
+        else:
+            low = label_id(ls)
+            _last_labels = (ls, low)
+        lid = self._lid = bits | low
         return lid
 
     def _finish(self, slot, prev: int) -> None:
@@ -229,6 +255,7 @@ class _TaskCoro(collections.abc.Coroutine):
 
 
 _orig_create_task = None
+_last_labels: tuple = (EMPTY_LABELS, 0)  # (the label set a first step saw last, its id)
 
 
 def _create_task(self, coro, *args, **kwargs):
@@ -237,12 +264,16 @@ def _create_task(self, coro, *args, **kwargs):
         return _orig_create_task(self, coro, *args, **kwargs)
     if self not in tracker.loops:
         tracker.add_loop(self)
-    proxy = _TaskCoro(coro, _monotonic_ns())
+    proxy = _TaskCoro(coro, _monotonic_ns() if _timing else 0)
     task = _orig_create_task(self, proxy, *args, **kwargs)
-    if proxy._lid >= 0:
+    if proxy._lid < 0:
+        proxy._task = task  # its first step takes the name from here (cheaper than current_task)
+    else:
         # it ran already (an eager start) unnamed: asyncio may name it after we return,
         # so its next step looks its name up again
         proxy._lid = -1
+        if not task.done():
+            proxy._task = task
     reg = tracker.registered
     if reg is not None:  # the task sampler draws from these (weak: no task is kept alive)
         reg[self].append(_weakref(task))

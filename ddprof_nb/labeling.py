@@ -14,11 +14,13 @@ Two places hold "the labels in force", and this module keeps them in step:
   share their thread with other tasks), and the propagation below publishes in threads
   started from a labelled context.
 
-Readers: the python engine reads ``thread_label_ids`` (ident -> id); the native engine
-mirrors every change of the calling thread into its native per-thread slot, either as a
-listener ``fn(id)`` (``add_listener``: a call per change) or, cheaper, through a slot
-provider (``add_slot_provider``: ``fn()`` returns a one-item ``'Q'`` memoryview over
-the calling thread's native slot, written directly).
+Readers: the python engine reads ``thread_label_ids`` (ident -> id); other readers
+mirror every change of the calling thread, either as a listener ``fn(id)``
+(``add_listener``: a call per change) or, cheaper, through a slot provider
+(``add_slot_provider``: ``fn()`` returns a one-item ``'Q'`` memoryview over the calling
+thread's native slot, written directly).  The native engine is a slot provider (its words
+are never freed, see engines/native.py); views are asked for again after a fork (the
+thread has a new tid there).
 
 Propagation to threads (installed on the first ``labels()``; ``install_propagation``).
 Minimal monkeypatching, and no behaviour change when no labels are in force (each
@@ -124,12 +126,15 @@ def current() -> LabelSet:
 class _Slot:
     """One thread's published label id, plus its cached native mirrors (views)."""
 
-    __slots__ = ("id", "views", "gen")
+    __slots__ = ("id", "views", "gen", "view")
 
     def __init__(self):
         self.id = 0
         self.views: tuple = ()
         self.gen = -1  # _gen when ``views`` was computed
+        # the fast path (hot loops store into it directly): the one view when it is the
+        # only mirror, else None (then ``_push`` if ``_mirrored``); reset when mirrors change
+        self.view = None
 
 
 class _Reaper:
@@ -188,6 +193,7 @@ def _push(slot: _Slot, ident: int) -> None:
                 views.append(view)
         slot.views = tuple(views)
         slot.gen = _gen
+        slot.view = views[0] if len(views) == 1 and not _listeners_t else None
     for view in slot.views:
         view[0] = ident
     for listener in _listeners_t:
@@ -196,7 +202,10 @@ def _push(slot: _Slot, ident: int) -> None:
 
 def _set(slot: _Slot, ident: int) -> None:
     slot.id = ident
-    if _mirrored:
+    view = slot.view
+    if view is not None:
+        view[0] = ident
+    elif _mirrored:
         _push(slot, ident)
 
 
@@ -244,6 +253,8 @@ def _mirrors_changed() -> None:
     _listeners_t = tuple(_listeners)
     _mirrored = bool(_listeners or _providers)
     _gen += 1
+    for slot in list(_slots.values()):  # no fast-path store into a view no longer wanted
+        slot.view = None
 
 
 def add_listener(listener: Callable[[int], None]) -> None:
@@ -407,12 +418,14 @@ def propagation_installed() -> bool:
     return bool(_propagation)
 
 
-def _reinit_locks_after_fork() -> None:
-    """A lock held by another thread (e.g. the drain thread) at fork stays held in the child."""
+def _after_fork_child() -> None:
+    """A lock held by another thread (e.g. the drain thread) at fork stays held in the
+    child; the surviving thread has a new native tid, so its cached views are stale."""
     global _lock, _propagation_lock
     _lock = threading.Lock()
     _propagation_lock = threading.Lock()
+    _mirrors_changed()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_locks_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_child)

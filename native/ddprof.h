@@ -153,6 +153,9 @@ int ddp_get_stats(ddp_stats *out);
 uint64_t ddp_dropped(int event);           /* full + torn, for one event */
 int ddp_set_thread_labels(uint64_t id);    /* the calling thread's label-set id */
 int ddp_set_thread_labels_for(int32_t tid, uint64_t id);
+/* The calling thread's label word (static storage, valid for the process's life: Python
+ * writes it through a memoryview); NULL when 4096 live threads hold one already. */
+uint64_t *ddp_label_word(void);
 int ddp_exclude_thread(int32_t tid);
 /* Resolve a captured code object through safe reads (takes the GIL).  0: resolved;
  * 1: a buffer was too small (info has the sizes); DDP_EINVAL: not that code object any more. */

@@ -64,7 +64,8 @@ typedef struct {
     _Atomic int32_t tid;
     _Atomic int32_t active;       /* sampled: has a thread state, not excluded, present */
     _Atomic uintptr_t tstate;
-    _Atomic uint64_t label_id;
+    _Atomic int32_t lw_idx;       /* cached label word: index + 1 (0: none) ... */
+    _Atomic uint32_t lw_epoch;    /* ... valid while lw_epoch is the table's (label_of) */
     _Atomic int32_t excluded;
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     /* below: owned by the sampler thread (or by start/stop when it is not running) */
@@ -121,6 +122,95 @@ static struct {
 
 static inline int32_t my_tid(void) { return (int32_t)syscall(SYS_gettid); }
 
+/* ---- label words: each thread's published label-set id ----------------------------------
+ * Python writes a thread's word directly through a memoryview (ddp_label_word, ~0.1 us per
+ * label change instead of a cffi call); the CPU handler and the wall thread read it.  Views
+ * may be held by Python code for any time (across sessions, a fork, the thread's end), so
+ * the words are static storage, never freed: a stale view can at worst write a wrong label,
+ * never into freed memory.  A word belongs to a tid from its claim until that tid is gone
+ * from the process (reclaimed only when the table is full: nobody writes a dead thread's
+ * view, only the thread itself writes its own).  Readers find a tid's word by a scan below
+ * lw_hi, cached per session slot and redone when lw_epoch moves (every claim/reclaim). */
+#define LW_MAX 4096
+typedef struct {
+    _Atomic int32_t tid; /* 0: free */
+    int32_t pad;
+    _Atomic uint64_t id;
+} lword_t;
+static lword_t lwords[LW_MAX];
+static _Atomic int32_t lw_hi;       /* words in use are below this */
+static _Atomic uint32_t lw_epoch = 1;
+static pthread_mutex_t lw_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t lw_once = PTHREAD_ONCE_INIT;
+
+static int lw_find(int32_t tid)
+{
+    int n = atomic_load(&lw_hi);
+    for (int i = 0; i < n && i < LW_MAX; i++)
+        if (atomic_load_explicit(&lwords[i].tid, memory_order_acquire) == tid)
+            return i;
+    return -1;
+}
+
+static void lw_after_fork_child(void)
+{
+    /* Only the forking thread lives on, under a new tid: every word is stale.  (Python's
+     * labeling bumps its view generation at fork, so views are asked for again.) */
+    pthread_mutex_init(&lw_lock, NULL);
+    int n = atomic_load(&lw_hi);
+    for (int i = 0; i < n && i < LW_MAX; i++) {
+        atomic_store(&lwords[i].tid, 0);
+        atomic_store(&lwords[i].id, 0);
+    }
+    atomic_store(&lw_hi, 0);
+    atomic_fetch_add(&lw_epoch, 1);
+}
+
+static void lw_init_once(void) { pthread_atfork(NULL, NULL, lw_after_fork_child); }
+
+/* The word of `tid` (claimed if it has none), or NULL when the table is full of live tids. */
+static lword_t *lw_claim(int32_t tid)
+{
+    if (tid <= 0)
+        return NULL;
+    pthread_once(&lw_once, lw_init_once);
+    pthread_mutex_lock(&lw_lock);
+    int i = lw_find(tid);
+    if (i < 0) {
+        int n = atomic_load(&lw_hi);
+        for (int pass = 0; pass < 2 && i < 0; pass++) {
+            for (int k = 0; k < n && i < 0; k++)
+                if (atomic_load(&lwords[k].tid) == 0)
+                    i = k;
+            if (i < 0 && n < LW_MAX)
+                i = n;
+            if (i < 0 && pass == 0) { /* full: free the words of threads gone from the process */
+                pid_t pid = getpid();
+                for (int k = 0; k < n; k++) {
+                    int32_t t = atomic_load(&lwords[k].tid);
+                    if (t > 0 && syscall(SYS_tgkill, pid, t, 0) != 0 && errno == ESRCH) {
+                        atomic_store(&lwords[k].tid, 0);
+                        atomic_store(&lwords[k].id, 0);
+                    }
+                }
+                atomic_fetch_add(&lw_epoch, 1);
+            }
+        }
+        if (i >= 0) {
+            atomic_store(&lwords[i].id, 0);
+            atomic_store_explicit(&lwords[i].tid, tid, memory_order_release);
+            if (i >= n)
+                atomic_store(&lw_hi, i + 1);
+            atomic_fetch_add(&lw_epoch, 1); /* after the tid is visible: cached misses retry */
+        }
+    }
+    pthread_mutex_unlock(&lw_lock);
+    return i >= 0 ? &lwords[i] : NULL;
+}
+
+/* The label id of the thread in slot `s` (async-signal-safe: loads and a bounded scan). */
+static uint64_t label_of(void *slot);
+
 static uint64_t rng_next(void)
 {
     uint64_t x = rng_state;
@@ -128,6 +218,24 @@ static uint64_t rng_next(void)
     x ^= x >> 7;
     x ^= x << 17;
     return rng_state = x;
+}
+
+static uint64_t label_of(void *slot)
+{
+    slot_t *s = slot;
+    int32_t tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+    uint32_t ep = atomic_load(&lw_epoch);
+    int32_t i;
+    if (atomic_load_explicit(&s->lw_epoch, memory_order_relaxed) == ep) {
+        i = atomic_load_explicit(&s->lw_idx, memory_order_relaxed) - 1;
+    } else { /* the table changed since this slot looked: look again (epoch read first) */
+        i = lw_find(tid);
+        atomic_store_explicit(&s->lw_idx, i + 1, memory_order_relaxed);
+        atomic_store_explicit(&s->lw_epoch, ep, memory_order_relaxed);
+    }
+    if (i < 0 || i >= LW_MAX || atomic_load_explicit(&lwords[i].tid, memory_order_acquire) != tid)
+        return 0;
+    return atomic_load_explicit(&lwords[i].id, memory_order_relaxed);
 }
 
 /* ---- tid -> slot map (lock-free; used by the sampler thread and Python threads) -------- */
@@ -367,7 +475,7 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
     rec->event = (uint8_t)event;
     rec->state = (uint8_t)tstate_kind;
     rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
-    rec->label_id = atomic_load_explicit(&s->label_id, memory_order_relaxed);
+    rec->label_id = label_of(s);
     rec->ts_ns = ts;
     rec->count = count;
     rec->value = weight;
@@ -626,7 +734,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     if (!s->wlast && !(s->wlast = malloc(rec_size)))
         return; /* no memory: its time carries to a later sample */
     int64_t cpu_now = thread_cpu_ns(s);
-    uint64_t label = atomic_load_explicit(&s->label_id, memory_order_relaxed);
+    uint64_t label = label_of(s);
     uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     ddp_record *last = s->wlast;
     /* Not run since its last sample: same frames, state and GC flag. */
@@ -1147,18 +1255,22 @@ uint64_t ddp_dropped(int event)
 
 int ddp_set_thread_labels_for(int32_t tid, uint64_t id)
 {
-    if (atomic_load(&state) != ST_RUNNING || !slots)
-        return DDP_ENOTRUNNING;
     if (tid <= 0)
         return DDP_EINVAL;
-    int idx = slot_get_or_create(tid);
-    if (idx < 0)
+    lword_t *w = lw_claim(tid); /* in or out of a session: the words outlive sessions */
+    if (!w)
         return DDP_ENOMEM;
-    atomic_store(&slots[idx].label_id, id);
+    atomic_store(&w->id, id);
     return DDP_OK;
 }
 
 int ddp_set_thread_labels(uint64_t id) { return ddp_set_thread_labels_for(my_tid(), id); }
+
+uint64_t *ddp_label_word(void)
+{
+    lword_t *w = lw_claim(my_tid());
+    return w ? (uint64_t *)&w->id : NULL;
+}
 
 int ddp_exclude_thread(int32_t tid)
 {

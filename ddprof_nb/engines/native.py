@@ -35,10 +35,43 @@ _active: "NativeEngine | None" = None
 def _after_fork_child() -> None:
     global _active
     if _active is not None:
-        _labels.remove_listener(_active._listener)
         _active._forked = True
         _active = None
     _binding.after_fork_child()
+
+
+# ---- labels: each thread's label word (native/sampler.c), written by ddprof_nb.labeling ----------
+_labels_pid = 0  # the process whose threads' words were synced (a fork child syncs again)
+
+
+def _label_view():
+    """Slot provider for ``labeling``: a one-item 'Q' view of the calling thread's native
+    label word.  The word is static storage in the native module (never freed), so the view
+    stays valid whatever happens to sessions or this thread; None when the table is full."""
+    ptr = _binding.lib.ddp_label_word()
+    if ptr == _binding.ffi.NULL:
+        return None
+    return memoryview(_binding.ffi.buffer(ptr, 8)).cast("Q")
+
+
+def _mirror_labels() -> None:
+    """Keep the native label words in step with ``labeling`` from now on, in and out of
+    sessions (a label change is then a memoryview store; the provider stays registered
+    so no word goes stale between sessions).  Threads that published before this (or
+    before a fork) have their words written here once."""
+    global _labels_pid
+    if _labels_pid == os.getpid():
+        return
+    if _label_view not in _labels._providers:
+        _labels.add_slot_provider(_label_view)
+    else:
+        _labels._mirrors_changed()  # after a fork: views are asked for again (new tids)
+    _labels_pid = os.getpid()
+    by_ident = {t.ident: t.native_id for t in threading.enumerate()}
+    for ident, label_id in list(_labels.thread_label_ids.items()):
+        tid = by_ident.get(ident)
+        if tid and label_id:
+            _binding.lib.ddp_set_thread_labels_for(tid, label_id)
 
 
 if hasattr(os, "register_at_fork"):
@@ -130,18 +163,9 @@ class NativeEngine(Engine):
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
         self._refresh_names()
-        by_ident = {t.ident: t.native_id for t in threading.enumerate()}
-        for ident, label_id in list(_labels.thread_label_ids.items()):
-            tid = by_ident.get(ident)
-            if tid and label_id:
-                _binding.lib.ddp_set_thread_labels_for(tid, label_id)
-        _labels.add_listener(self._listener)
+        _mirror_labels()
         _active = self
         self._go.set()
-
-    @staticmethod
-    def _listener(label_id: int) -> None:
-        _binding.set_thread_labels(label_id)
 
     def _refresh_names(self) -> None:
         for t in threading.enumerate():
@@ -178,7 +202,6 @@ class NativeEngine(Engine):
             raise NotRunningError("this native profile was started in the parent process (before fork)")
         session, self._session = self._session, None
         try:
-            _labels.remove_listener(self._listener)
             session.stop()
         finally:
             self._stop_event.set()

@@ -1,0 +1,96 @@
+"""Native label words (native/sampler.c): labeling writes them through memoryviews that
+outlive sessions and threads; samples must carry the labels of their own thread."""
+
+from nhelpers import run_script
+
+
+def test_labels_stay_right_while_sessions_start_and_stop_and_threads_come_and_go():
+    # GIVEN worker threads changing labels constantly, short-lived threads that label and
+    # exit (new tids, new words), and views kept and written after their thread ended,
+    # while sessions start and stop back to back
+    r = run_script(
+        """
+        from ddprof_nb.labeling import labels
+        from ddprof_nb.engines import native as nat
+        stop = threading.Event()
+        kept = []  # views of ended threads: still written below (static memory)
+        names = {}  # tid -> label name (short threads end before the drain names them)
+        def worker(name):
+            names[threading.get_native_id()] = name
+            while not stop.is_set():
+                with labels(w=name):
+                    burn(0.001)
+                    with labels(inner="1"):
+                        burn(0.0005)
+                burn(0.0005)
+        def short(i):
+            names[threading.get_native_id()] = f"short{i}"
+            with labels(w=f"short{i}"):
+                kept.append(nat._label_view())
+                burn(0.002)
+        workers = [threading.Thread(target=worker, args=(f"w{i}",), name=f"w{i}") for i in range(4)]
+        for t in workers: t.start()
+        bad, labelled, sessions, n_short = collections.Counter(), collections.Counter(), 0, 0
+        for k in range(12):
+            e = engine(interval="2ms")
+            e.start()
+            for j in range(3):
+                t = threading.Thread(target=short, args=(n_short,), name=f"short{n_short}")
+                t.start(); t.join(); n_short += 1
+            for v in kept: v[0] = 0  # written after the thread ended: never freed memory
+            time.sleep(0.03)
+            p = e.stop()
+            sessions += 1
+            for v in kept: v[0] = 1 << 40  # and between sessions (an unknown id nobody reads)
+            for s in p.samples():
+                w = s.labels.get("w")
+                if w is not None:
+                    labelled[s.event.name] += 1
+                    if w != names.get(s.thread.tid):
+                        bad[f"{s.event.name}:{s.thread.tid}:{names.get(s.thread.tid)}:{w}"] += 1
+        stop.set()
+        for t in workers: t.join()
+        emit(bad=dict(bad), labelled=dict(labelled), sessions=sessions, n_short=n_short)
+        """,
+        timeout=120,
+    )
+    assert r["sessions"] == 12 and r["n_short"] == 36
+    # THEN labelled samples were taken (CPU in the handler, WALL by the wall thread) ...
+    assert r["labelled"].get("CPU", 0) > 20 and r["labelled"].get("WALL", 0) > 20, r
+    # ... and none carries another thread's label
+    assert not r["bad"], r
+
+
+def test_labels_after_fork_name_the_child_thread():
+    # GIVEN a thread that labelled (views cached) before fork, then labels and profiles in the child
+    r = run_script(
+        """
+        from ddprof_nb.labeling import labels
+        e = engine(interval="4ms"); e.start()
+        with labels(req="parent"):
+            burn(0.05)
+        e.stop()
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                e2 = engine(interval="4ms"); e2.start()
+                with labels(req="child"):
+                    burn(0.3)
+                p = e2.stop()
+                t = totals(p, EventType.CPU, lambda s: s.labels.get("req") or "-")
+                os.write(wfd, json.dumps(dict(t)).encode())
+            finally:
+                os._exit(0)
+        os.close(wfd)
+        data = b""
+        while chunk := os.read(rfd, 65536):
+            data += chunk
+        os.waitpid(pid, 0)
+        emit(child=json.loads(data or b"{}"))
+        """
+    )
+    child = r["child"]
+    # THEN the child's samples in its block carry its label, never the parent's
+    assert child.get("child", 0) > 0.5 * sum(child.values()), child
+    assert "parent" not in child, child
