@@ -294,6 +294,7 @@ class RecordConverter:
         self._by_hash: dict[int, tuple[int, bytes, int]] = {}  # stack_hash -> (flags, frame bytes, stack id)
         self._frames: dict[tuple[int, int, int], int] = {}
         self._threads: dict[int, int] = {}
+        self._named: set[int] = set()  # tids whose thread got its real name
         self._labels: dict[tuple[int, int], int] = {}
         self._events = {e.value: e for e in EventType}
         b = builder
@@ -404,8 +405,20 @@ class RecordConverter:
     def _thread_id(self, tid: int) -> int:
         idx = self._threads.get(tid)
         if idx is None:
-            idx = self._threads[tid] = self.builder.thread_id(tid, self.thread_names.get(tid) or f"Thread {tid}")
+            name = self.thread_names.get(tid)
+            idx = self._threads[tid] = self.builder.thread_id(tid, name or f"Thread {tid}")
+            if name:
+                self._named.add(tid)
         return idx
+
+    def name_threads(self) -> None:
+        """Name the threads first seen before their name was known: a drain woken by a new
+        thread can convert its first samples before ``threading`` has its native id."""
+        for tid, idx in self._threads.items():
+            name = self.thread_names.get(tid)
+            if name and tid not in self._named:
+                self.builder.rename_thread(idx, name)
+                self._named.add(tid)
 
     def _labels_id(self, label_id: int, state: int, event: int) -> int:
         key = (label_id, state if event == EventType.WALL.value else 0)

@@ -479,6 +479,14 @@ class ProfileBuilder:
             idx = self._threads[key] = len(self._threads)
         return idx
 
+    def rename_thread(self, index: int, name: str) -> None:
+        """Give thread ``index`` a name learnt late (its samples keep their thread); a no-op
+        when that (tid, name) is already a thread of its own."""
+        old = next(k for k, v in self._threads.items() if v == index)
+        new = Thread(old.tid, name)
+        if new not in self._threads:
+            self._threads = {(new if k == old else k): v for k, v in self._threads.items()}
+
     def labels_id(self, labels: "LabelSet | Mapping[str, object] | None") -> int:
         ls = LabelSet.of(labels)
         idx = self._labelsets.get(ls)

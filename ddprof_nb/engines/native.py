@@ -211,6 +211,7 @@ class NativeEngine(Engine):
         try:
             self._refresh_names()
             session.drain(self._converter)
+            self._converter.name_threads()
             stats = session.stats()
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
                 self._converter.alloc.flush(final=True)

@@ -481,3 +481,27 @@ def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
     assert out["stop"][0] == -1 and out["stop"][1] < 1.5, out
     assert r["after"] == -1
     assert r["spins"] > 10000
+
+
+def test_a_thread_first_seen_unnamed_gets_its_name_when_learnt():
+    # GIVEN records of tid 1 converted before its name is known (a drain woken by the new
+    # thread can run before threading has its native id)
+    from ddprof_nb.model import ProfileBuilder
+
+    def work():
+        pass
+
+    size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
+    names: dict[int, str] = {}
+    conv = _binding.RecordConverter(ProfileBuilder(), 0, thread_names=names)
+    first = _records([(1, [work.__code__])] * 3, size)
+    conv.feed(ffi.from_buffer(first), len(first), size)
+    # WHEN the name is learnt, more records come, and the engine names the threads at stop
+    names[1] = "worker-7"
+    more = _records([(1, [work.__code__])] * 2, size, start=10)
+    conv.feed(ffi.from_buffer(more), len(more), size)
+    conv.name_threads()
+    # THEN all five samples belong to one thread, under its real name
+    prof = conv.builder.build()
+    assert [t.name for t in prof.threads] == ["worker-7"]
+    assert int(prof.values[:, 0].sum()) == 5
