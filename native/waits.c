@@ -30,7 +30,10 @@
  * and the rule above runs with T_eff (waits >= T_eff are always kept, exactly, so long waits
  * keep their per-thread accuracy).  Waits >= T left out only because of T_eff are counted
  * as rate_dropped.  A token bucket (GCRA) at `wait_max_rate` with 0.1 s of burst remains as
- * a hard cap for bursts a window did not predict (those drops are not re-weighted).
+ * a hard cap for bursts a window did not predict; a record it drops (or the ring refuses)
+ * is carried over: its count and value are added to the same thread's next emitted record
+ * of the same kind group, so totals stay unbiased (only a carry still pending at stop is
+ * lost, and every drop is counted).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -92,6 +95,41 @@ static struct {
 } ws;
 
 static DDP_TLS uint64_t w_rng;
+
+/* Per thread (kept small: initial-exec TLS comes from a limited static reserve): the hooked
+ * waits' exact total for tests (ddp_wait_thread_totals) and the records the hard cap or a
+ * full ring dropped, per kind group, awaiting the thread's next emitted record of the group.
+ * Valid for session w_gen only. */
+enum { G_SEM, G_SLEEP, G_SELECT, G_SOCKET, G_COND, G_N };
+typedef struct {
+    uint64_t gen;
+    int64_t ns, n;
+    int64_t carry_count[G_N], carry_value[G_N];
+} w_thread_t;
+static DDP_TLS w_thread_t w_me;
+static _Atomic uint64_t w_gen;
+
+static int kind_group(int kind)
+{
+    switch (kind) {
+    case DDP_WAIT_SEM_WAIT: case DDP_WAIT_SEM_TIMEDWAIT: case DDP_WAIT_SEM_CLOCKWAIT: return G_SEM;
+    case DDP_WAIT_CLOCK_NANOSLEEP: case DDP_WAIT_NANOSLEEP: return G_SLEEP;
+    case DDP_WAIT_COND_WAIT: case DDP_WAIT_COND_TIMEDWAIT: return G_COND;
+    case DDP_WAIT_SELECT: case DDP_WAIT_PSELECT: case DDP_WAIT_POLL: case DDP_WAIT_PPOLL:
+    case DDP_WAIT_EPOLL_WAIT: case DDP_WAIT_EPOLL_PWAIT: return G_SELECT;
+    default: return G_SOCKET;
+    }
+}
+
+static w_thread_t *me_now(void)
+{
+    uint64_t gen = atomic_load_explicit(&w_gen, memory_order_relaxed);
+    if (w_me.gen != gen) {
+        memset(&w_me, 0, sizeof w_me);
+        w_me.gen = gen;
+    }
+    return &w_me;
+}
 
 static inline uint64_t rng(void)
 {
@@ -162,6 +200,9 @@ static void wait_done(int kind, int64_t t0, int failed)
     int ev = provisional_event(kind);
     if (ev < 0)
         return;
+    w_thread_t *me = me_now();
+    me->ns += d;
+    me->n++;
     int64_t count = 1, value = d;
     uint64_t aux = (uint64_t)kind | (failed ? DDP_WAIT_FAILED : 0);
     /* T = the effective threshold (>= the configured one; raised to hold records/s) */
@@ -183,16 +224,22 @@ static void wait_done(int kind, int64_t t0, int failed)
         aux |= DDP_WAIT_SAMPLED;
     }
     window_kept(t1, T);
+    /* what earlier records of this group could not emit rides on this one */
+    int g = kind_group(kind);
+    me->carry_count[g] += count;
+    me->carry_value[g] += value;
     if (!take_token(t1)) {
         atomic_fetch_add_explicit(&ws.rate_dropped, 1, memory_order_relaxed);
         return;
     }
     atomic_fetch_add(&w_emitting, 1);
     if (atomic_load(&w_on)) {
-        int rc = ddp_emit_own(ev, count, value, aux);
+        int rc = ddp_emit_own(ev, me->carry_count[g], me->carry_value[g], aux);
+        if (rc == DDP_OK || rc == DDP_EINVAL) /* EINVAL: not a Python thread, nothing to carry */
+            me->carry_count[g] = me->carry_value[g] = 0;
         if (rc == DDP_OK)
             atomic_fetch_add_explicit(&ws.records, 1, memory_order_relaxed);
-        else if (rc != DDP_EINVAL) /* EINVAL: not a Python thread */
+        else if (rc != DDP_EINVAL)
             atomic_fetch_add_explicit(&ws.emit_failed, 1, memory_order_relaxed);
     }
     atomic_fetch_sub(&w_emitting, 1);
@@ -614,6 +661,7 @@ int ddp_waits_start(const ddp_config *cfg)
     atomic_store(&w_win_start, ddp_now_ns());
     atomic_store(&w_win_kept, 0);
     atomic_store(&w_teff, w_threshold);
+    atomic_fetch_add(&w_gen, 1); /* every thread's totals and carries start afresh */
     atomic_store(&w_on, 1);
     if (npatches == 0) {
         scan_ctx c;
@@ -682,4 +730,24 @@ uint64_t ddp_wait_wrapper(int kind)
     if (kind == DDP_WAIT_SOCK_POLL)
         return (uint64_t)(uintptr_t)w_sock_poll;
     return 0;
+}
+
+int ddp_wait_thread_totals(int64_t *ns, int64_t *count)
+{
+    if (!ns || !count)
+        return DDP_EINVAL;
+    w_thread_t *me = me_now();
+    *ns = me->ns;
+    *count = me->n;
+    return DDP_OK;
+}
+
+int ddp_wait_inject(int kind, int64_t d_ns)
+{
+    if (kind <= 0 || kind > DDP_WAIT_SOCK_POLL || d_ns < 0)
+        return DDP_EINVAL;
+    if (!atomic_load(&w_on))
+        return DDP_ENOTRUNNING;
+    wait_done(kind, ddp_now_ns() - d_ns, 0);
+    return DDP_OK;
 }
