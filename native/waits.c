@@ -57,11 +57,9 @@
 
 #define MAX_PATCHES 1024
 #define DEFAULT_THRESHOLD_NS 100000
-#define DEFAULT_MAX_RATE 1000 /* records/s cap (thinning aims at half).  Each record costs ~3-5 us of stack
-                               * walk in the waiting thread and ~5-8 us of drain (a 400/s cap saved ~0.8%
-                               * CPU on a thread-pool workload, bench_locks A/B), but the cap's drops are
-                               * not re-weighted: at 400/s a burst of short waits lost up to 23% of its
-                               * park time before the thinning window adapted (test_short_waits_...) */
+#define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half).  A record costs ~1 us of stack walk in
+                              * the waiting thread and ~11 us of drain (bench_locks: drain thread CPU / records),
+                              * the rest of a wait ~0.05 us: records/s are the cost (1000/s: ~1.3% of a CPU) */
 #define KEEP_WINDOW_NS 100000000LL
 
 typedef struct {
@@ -178,7 +176,9 @@ static void window_kept(int64_t t1, int64_t teff)
 {
     uint64_t kept = atomic_fetch_add_explicit(&w_win_kept, 1, memory_order_relaxed) + 1;
     int64_t win = atomic_load_explicit(&w_win_start, memory_order_relaxed);
-    if (!((t1 - win >= KEEP_WINDOW_NS || (double)kept > 0.4 * (double)w_rate) && t1 > win))
+    /* a window also closes after a tenth of a second's records: a burst (or a session's
+     * start, at the configured threshold) is thinned within ~0.1 s of its records */
+    if (!((t1 - win >= KEEP_WINDOW_NS || (double)kept > 0.1 * (double)w_rate) && t1 > win))
         return;
     if (!atomic_compare_exchange_strong(&w_win_start, &win, t1))
         return;
