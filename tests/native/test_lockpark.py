@@ -337,7 +337,9 @@ def test_short_waits_sampled_unbiased():
     # of it with two CPU hogs beside it, which once made this test fail 1 run in 15)
     r = run_lp(
         """
-        e = engine(events=("park",), wait_threshold_ns=1_000_000)
+        # records/s high enough that thinning keeps T at 1 ms: the default (200/s aimed) would
+        # raise T to ~5 ms and the noise to ~8% (one run in 20 off by > 15% with 2 CPU hogs)
+        e = engine(events=("park",), wait_threshold_ns=1_000_000, wait_max_rate=4000)
         e.start()
         n, outer = 2000, 0
         for _ in range(n):
