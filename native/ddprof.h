@@ -218,6 +218,12 @@ int ddp_wait_get_stats(ddp_wait_stats *out);
  * DDP_WAIT_* kind.  Returns how many exist (may exceed cap). */
 int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
 uint64_t ddp_wait_wrapper(int kind);       /* our wrapper's address for a kind (tests) */
+/* The calling thread's hooked waits of a wanted event since the session started (exact
+ * ns and count, sampled-out ones included: the ground truth of tests). */
+int ddp_wait_thread_totals(int64_t *ns, int64_t *count);
+/* Tests: run the recording path for a wait of d_ns of this kind that just ended on the
+ * calling thread (DDP_ENOTRUNNING unless a session with lock/park is on). */
+int ddp_wait_inject(int kind, int64_t d_ns);
 /* ---- end lock/park ---- */
 
 /* ---- allocations: PyMem hooks on the MEM and OBJ domains, live-heap table (alloc.c) --------

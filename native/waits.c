@@ -30,7 +30,10 @@
  * and the rule above runs with T_eff (waits >= T_eff are always kept, exactly, so long waits
  * keep their per-thread accuracy).  Waits >= T left out only because of T_eff are counted
  * as rate_dropped.  A token bucket (GCRA) at `wait_max_rate` with 0.1 s of burst remains as
- * a hard cap for bursts a window did not predict (those drops are not re-weighted).
+ * a hard cap for bursts a window did not predict; a record it drops (or the ring refuses)
+ * is carried over: its count and value are added to the same thread's next emitted record
+ * of the same kind group, so totals stay unbiased (only a carry still pending at stop is
+ * lost, and every drop is counted).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -54,11 +57,9 @@
 
 #define MAX_PATCHES 1024
 #define DEFAULT_THRESHOLD_NS 100000
-#define DEFAULT_MAX_RATE 1000 /* records/s cap (thinning aims at half).  Each record costs ~3-5 us of stack
-                               * walk in the waiting thread and ~5-8 us of drain (a 400/s cap saved ~0.8%
-                               * CPU on a thread-pool workload, bench_locks A/B), but the cap's drops are
-                               * not re-weighted: at 400/s a burst of short waits lost up to 23% of its
-                               * park time before the thinning window adapted (test_short_waits_...) */
+#define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half).  A record costs ~1 us of stack walk in
+                              * the waiting thread and ~11 us of drain (bench_locks: drain thread CPU / records),
+                              * the rest of a wait ~0.05 us: records/s are the cost (1000/s: ~1.3% of a CPU) */
 #define KEEP_WINDOW_NS 100000000LL
 
 typedef struct {
@@ -92,6 +93,41 @@ static struct {
 } ws;
 
 static DDP_TLS uint64_t w_rng;
+
+/* Per thread (kept small: initial-exec TLS comes from a limited static reserve): the hooked
+ * waits' exact total for tests (ddp_wait_thread_totals) and the records the hard cap or a
+ * full ring dropped, per kind group, awaiting the thread's next emitted record of the group.
+ * Valid for session w_gen only. */
+enum { G_SEM, G_SLEEP, G_SELECT, G_SOCKET, G_COND, G_N };
+typedef struct {
+    uint64_t gen;
+    int64_t ns, n;
+    int64_t carry_count[G_N], carry_value[G_N];
+} w_thread_t;
+static DDP_TLS w_thread_t w_me;
+static _Atomic uint64_t w_gen;
+
+static int kind_group(int kind)
+{
+    switch (kind) {
+    case DDP_WAIT_SEM_WAIT: case DDP_WAIT_SEM_TIMEDWAIT: case DDP_WAIT_SEM_CLOCKWAIT: return G_SEM;
+    case DDP_WAIT_CLOCK_NANOSLEEP: case DDP_WAIT_NANOSLEEP: return G_SLEEP;
+    case DDP_WAIT_COND_WAIT: case DDP_WAIT_COND_TIMEDWAIT: return G_COND;
+    case DDP_WAIT_SELECT: case DDP_WAIT_PSELECT: case DDP_WAIT_POLL: case DDP_WAIT_PPOLL:
+    case DDP_WAIT_EPOLL_WAIT: case DDP_WAIT_EPOLL_PWAIT: return G_SELECT;
+    default: return G_SOCKET;
+    }
+}
+
+static w_thread_t *me_now(void)
+{
+    uint64_t gen = atomic_load_explicit(&w_gen, memory_order_relaxed);
+    if (w_me.gen != gen) {
+        memset(&w_me, 0, sizeof w_me);
+        w_me.gen = gen;
+    }
+    return &w_me;
+}
 
 static inline uint64_t rng(void)
 {
@@ -140,7 +176,9 @@ static void window_kept(int64_t t1, int64_t teff)
 {
     uint64_t kept = atomic_fetch_add_explicit(&w_win_kept, 1, memory_order_relaxed) + 1;
     int64_t win = atomic_load_explicit(&w_win_start, memory_order_relaxed);
-    if (!((t1 - win >= KEEP_WINDOW_NS || (double)kept > 0.4 * (double)w_rate) && t1 > win))
+    /* a window also closes after a tenth of a second's records: a burst (or a session's
+     * start, at the configured threshold) is thinned within ~0.1 s of its records */
+    if (!((t1 - win >= KEEP_WINDOW_NS || (double)kept > 0.1 * (double)w_rate) && t1 > win))
         return;
     if (!atomic_compare_exchange_strong(&w_win_start, &win, t1))
         return;
@@ -162,6 +200,9 @@ static void wait_done(int kind, int64_t t0, int failed)
     int ev = provisional_event(kind);
     if (ev < 0)
         return;
+    w_thread_t *me = me_now();
+    me->ns += d;
+    me->n++;
     int64_t count = 1, value = d;
     uint64_t aux = (uint64_t)kind | (failed ? DDP_WAIT_FAILED : 0);
     /* T = the effective threshold (>= the configured one; raised to hold records/s) */
@@ -183,16 +224,22 @@ static void wait_done(int kind, int64_t t0, int failed)
         aux |= DDP_WAIT_SAMPLED;
     }
     window_kept(t1, T);
+    /* what earlier records of this group could not emit rides on this one */
+    int g = kind_group(kind);
+    me->carry_count[g] += count;
+    me->carry_value[g] += value;
     if (!take_token(t1)) {
         atomic_fetch_add_explicit(&ws.rate_dropped, 1, memory_order_relaxed);
         return;
     }
     atomic_fetch_add(&w_emitting, 1);
     if (atomic_load(&w_on)) {
-        int rc = ddp_emit_own(ev, count, value, aux);
+        int rc = ddp_emit_own(ev, me->carry_count[g], me->carry_value[g], aux);
+        if (rc == DDP_OK || rc == DDP_EINVAL) /* EINVAL: not a Python thread, nothing to carry */
+            me->carry_count[g] = me->carry_value[g] = 0;
         if (rc == DDP_OK)
             atomic_fetch_add_explicit(&ws.records, 1, memory_order_relaxed);
-        else if (rc != DDP_EINVAL) /* EINVAL: not a Python thread */
+        else if (rc != DDP_EINVAL)
             atomic_fetch_add_explicit(&ws.emit_failed, 1, memory_order_relaxed);
     }
     atomic_fetch_sub(&w_emitting, 1);
@@ -614,6 +661,7 @@ int ddp_waits_start(const ddp_config *cfg)
     atomic_store(&w_win_start, ddp_now_ns());
     atomic_store(&w_win_kept, 0);
     atomic_store(&w_teff, w_threshold);
+    atomic_fetch_add(&w_gen, 1); /* every thread's totals and carries start afresh */
     atomic_store(&w_on, 1);
     if (npatches == 0) {
         scan_ctx c;
@@ -682,4 +730,24 @@ uint64_t ddp_wait_wrapper(int kind)
     if (kind == DDP_WAIT_SOCK_POLL)
         return (uint64_t)(uintptr_t)w_sock_poll;
     return 0;
+}
+
+int ddp_wait_thread_totals(int64_t *ns, int64_t *count)
+{
+    if (!ns || !count)
+        return DDP_EINVAL;
+    w_thread_t *me = me_now();
+    *ns = me->ns;
+    *count = me->n;
+    return DDP_OK;
+}
+
+int ddp_wait_inject(int kind, int64_t d_ns)
+{
+    if (kind <= 0 || kind > DDP_WAIT_SOCK_POLL || d_ns < 0)
+        return DDP_EINVAL;
+    if (!atomic_load(&w_on))
+        return DDP_ENOTRUNNING;
+    wait_done(kind, ddp_now_ns() - d_ns, 0);
+    return DDP_OK;
 }

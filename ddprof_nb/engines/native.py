@@ -303,7 +303,8 @@ class NativeEngine(Engine):
         ]
         if w["rate_dropped"]:
             notes.append(f"lock/park: {w['rate_dropped']} wait(s) thinned out by the records-per-second limit "
-                         "(kept waits weighted 1/p, so totals stay unbiased; only bursts over the cap are lost)")
+                         "(kept waits weighted 1/p, and waits over the hard cap added to their thread's next record, "
+                         "so totals stay unbiased)")
         if not w["slots_patched"]:
             notes.append("lock/park: degraded: no wait function could be hooked in this process")
         if w["restore_mismatch"]:
