@@ -481,9 +481,9 @@ class RecordConverter:
             return
         hsize = ffi.sizeof("ddp_record")
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        sub = hdr[rows]
-        flags, depths, tids, label_ids, ts, auxs = (
-            sub[f].tolist() for f in ("flags", "depth", "tid", "label_id", "ts_ns", "aux"))
+        # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
+        flags, depths, tids, label_ids, ts, auxs, counts, values = (
+            hdr[f][rows].tolist() for f in ("flags", "depth", "tid", "label_id", "ts_ns", "aux", "count", "value"))
         stacks, threads, labels = self._stacks, self._threads, self._labels
         alloc, t0 = EventType.ALLOC.value, self.start_mono_ns
         sids, ths, lbs = [], [], []
@@ -497,8 +497,7 @@ class RecordConverter:
             ths.append(self._thread_id(tids[k]) if th is None else th)
             lb = labels.get((label_ids[k], 0))
             lbs.append(self._labels_id(label_ids[k], 0, alloc) if lb is None else lb)
-        self.alloc.hold_many(auxs, sids, ths, lbs, [t - t0 if t > t0 else 0 for t in ts],
-                             sub["count"].tolist(), sub["value"].tolist())
+        self.alloc.hold_many(auxs, sids, ths, lbs, [t - t0 if t > t0 else 0 for t in ts], counts, values)
 
     def _feed_special(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:
         """LOCK/PARK records, one at a time: their consumer reclassifies them."""
