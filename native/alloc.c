@@ -275,8 +275,11 @@ static void live_forget(uintptr_t p)
 static int copy_type_name(uintptr_t type, char *dst)
 {
     for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
-        if ((uintptr_t)known_types[i].type == type) {
-            snprintf(dst, TYPE_NAME_CAP, "%s", known_types[i].type->tp_name);
+        if ((uintptr_t)known_types[i].type == type) { /* no snprintf: a cold libc path on every typed sample */
+            const char *name = known_types[i].type->tp_name;
+            size_t len = strnlen(name, TYPE_NAME_CAP - 1);
+            memcpy(dst, name, len);
+            dst[len] = 0;
             return 0;
         }
     uintptr_t name = 0;
