@@ -9,21 +9,27 @@ Accuracy (strict bounds; tests/native/test_alloc.py has the loose ones):
     keeper holds >= 95% of LIVE and LIVE is within 3 standard deviations of 50 MB
     (~10% at the default rate: only ~90 of the 500 blocks are sampled).
 Overhead: an allocation-heavy workload (many small dicts, tuples and strings) cut into
-slices of ~0.1 s of CPU, timed in pairs in ONE process, one slice with the tool running and
-one without (order alternating), the tool's start/stop excluded; the median with/without
-ratio over >= 30 pairs (--pairs), with its interquartile range, of wall time (the goal:
-it includes the profiler's other threads, which hold the GIL while they work), of the
-process's CPU time (all threads; steadier than wall on a shared machine) and of the
-workload thread's CPU time.  The load average is printed
-before and after: wall-clock ratios on a loaded 2-core box swing by several points.
+slices of ~0.1 s of CPU, timed in adjacent pairs in ONE process (one slice with a tool, one
+bare, order alternating), >= 30 pairs per tool (--pairs): pairs run in rounds of one pair per
+tool, tools in an order rotating across rounds, so all tools see the same spells of machine
+load.  Tools' start/stop lie outside the timed slice, and so does the cache eviction of the
+start (a gc.collect() between start and slice walks the heap back into the caches).  ddprof_nb's slices end with one drain
+inside the timing (the engine's background drain is turned off for them): the Python work its
+drain thread does every 0.1 s under the GIL is charged once per slice, to the workload thread,
+instead of being left to the untimed stop.  Reported per tool: the median ratio ± its standard
+error (0.93 x IQR / sqrt(pairs), as in bench_cpu.py) and the IQR, of wall time (the goal), of
+wall minus this thread's run-queue wait (what an idle machine would show), of the process's
+CPU time (all threads) and of the workload thread's CPU time.  The load average is printed
+before and after.
 Tools: ddprof_nb at the given rate (alloc only), the same with sampling never firing (the
 hook's own cost), tracemalloc (1 frame, its default), memray (memray.Tracker writing to a
 temporary file, in-process).
 Instruction counts (``--callgrind [N]``): wall-clock on a shared box is noisy, so the
 workload also runs under valgrind's callgrind with PYTHONHASHSEED=0, counting only the
 workload thread inside the workload (no hook / a foreign pass-through allocator / our hook
-with sampling ~never firing / our hook at --rate) and reporting instructions per iteration
-and extra instructions per allocator call.
+with sampling ~never firing / our hook at 512 KiB / the same plus one drain of the run's
+records, after warm-up drains) and reporting instructions per iteration, extra instructions
+per allocator call and per sample (in C; in the drain).  Use N >= 300000 (~170 samples).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import sys
 import tempfile
 import time
 
+from clocks import run_queue_wait
 from ddprof_nb.config import SamplerConfig
 from ddprof_nb.engines.native import NativeEngine
 from ddprof_nb.events import EventType, FrameKind
@@ -157,8 +164,12 @@ class DDProf:
         self.name = name
 
     def start(self):
-        self.e = engine(self.rate)
+        # no background drain: end_slice drains, inside the timing (see the module docstring)
+        self.e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate=self.rate), drain_interval=1e6)
         self.e.start()
+
+    def end_slice(self):
+        self.e._drain_once()
 
     def stop(self):
         self.e.stop()
@@ -200,30 +211,53 @@ class Memray:
         os.unlink(self.path)
 
 
-def overhead(tool, n, pairs):
-    """(median, q1, q3) of the with/without ratio of wall time, of the process's CPU time (every
-    thread: the profiler's own too) and of the workload thread's CPU time."""
-    wall, proc, cpu = [], [], []
-    for i in range(pairs):
-        times = {}
-        for with_tool in ((True, False) if i % 2 == 0 else (False, True)):
-            gc.collect()
-            if with_tool:
-                tool.start()
-            c, pc, t = time.thread_time(), time.process_time(), time.perf_counter()
-            workload(n)
-            times[with_tool] = (time.perf_counter() - t, time.process_time() - pc, time.thread_time() - c)
-            if with_tool:
-                tool.stop()
-        wall.append(times[True][0] / times[False][0])
-        proc.append(times[True][1] / times[False][1])
-        cpu.append(times[True][2] / times[False][2])
+def slice_times(tool, n):
+    """(wall, wall - run-queue wait, process CPU, thread CPU) of one slice, with ``tool`` or bare."""
+    if tool is not None:
+        tool.start()
+    # after the start: its side effects stay outside the slice too (ddprof_nb's start maps and
+    # writes a 12.8 MB record ring, evicting the caches: +3% on a 0.1 s slice when timed)
+    gc.collect()
+    q, c, pc, t = run_queue_wait() or 0.0, time.thread_time(), time.process_time(), time.perf_counter()
+    workload(n)
+    if tool is not None and hasattr(tool, "end_slice"):
+        tool.end_slice()
+    wall = time.perf_counter() - t
+    out = (wall, wall - ((run_queue_wait() or 0.0) - q), time.process_time() - pc, time.thread_time() - c)
+    if tool is not None:
+        tool.stop()
+    return out
 
-    def summary(r):
-        q = statistics.quantiles(r, n=4)
-        return statistics.median(r), q[0], q[2]
 
-    return summary(wall), summary(proc), summary(cpu)
+MEASURES = ("wall", "wall - run-queue wait", "process CPU", "workload CPU")
+
+
+def overhead(tools, n, rounds):
+    """{tool name: {measure: [with/without ratio per pair]}}: each round times one adjacent pair
+    (bare slice, slice with the tool; order alternating by round) per tool, tools in an order
+    rotating across rounds, so every tool sees the same spells of machine load."""
+    ratios = {t.name: {m: [] for m in MEASURES} for t in tools}
+    failed = {}
+    for i in range(rounds):
+        k = i % len(tools)
+        for tool in tools[k:] + tools[:k]:
+            if tool.name in failed:
+                continue
+            try:
+                pair = [slice_times(x, n) for x in ((tool, None) if i % 2 == 0 else (None, tool))]
+            except Exception as exc:  # noqa: BLE001 - report and go on without it
+                failed[tool.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            with_, bare = pair if i % 2 == 0 else pair[::-1]
+            for m, a, b in zip(MEASURES, with_, bare):
+                ratios[tool.name][m].append(a / b)
+    return ratios, failed
+
+
+def median_se(r):
+    """(median, standard error of the median from the IQR: 0.93 x IQR / sqrt(n), q1, q3)."""
+    q = statistics.quantiles(r, n=4)
+    return statistics.median(r), 0.93 * (q[2] - q[0]) / math.sqrt(len(r)), q[0], q[2]
 
 
 def load():
@@ -231,14 +265,17 @@ def load():
 
 
 # -- instruction counts (callgrind): deterministic, unlike wall-clock on a shared box -------------
-CG_MODES = ("none", "pass", "hook-rare", "hook")
+CG_MODES = ("none", "pass", "hook-rare", "hook", "hook+drain")
 _ALLOC_FNS = ("_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc", "_PyObject_Free")
 
 
 def cg_child(mode, n):
     """One run of the churn workload under ``mode``; only the workload itself is counted (it
-    runs inside functools.reduce, the one C function callgrind is told to collect in)."""
+    runs inside functools.reduce, the one C function callgrind is told to collect in).
+    "hook+drain" also counts one drain of the run's records (the Python side, under the GIL)."""
     import functools
+
+    from ddprof_nb._alloc import AllocTracker
 
     workload(200)  # warm caches/specialisation identically in every mode
     run = lambda: functools.reduce(lambda a, _: workload(n), [0], 0)  # noqa: E731
@@ -248,11 +285,21 @@ def cg_child(mode, n):
         _binding.lib.ddp_alloc_test_foreign(1)
         run()
         _binding.lib.ddp_alloc_test_foreign(0)
-    elif mode in ("hook", "hook-rare"):
-        e = engine("512KiB" if mode == "hook" else str(1 << 40))
+    elif mode in ("hook", "hook-rare", "hook+drain"):
+        e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate="512KiB" if mode != "hook-rare" else str(1 << 40)),
+                         drain_interval=1e6)
         e.start()
-        run()
+        warm = 0
+        if mode == "hook+drain":  # drains outside the count resolve the code objects (once per session)
+            for _ in range(3):
+                workload(n // 3)
+                e._drain_once()
+            warm = AllocTracker.stats()["sampled"]
+            functools.reduce(lambda a, _: (workload(n), e._drain_once()), [0], 0)
+        else:
+            run()
         e.stop()
+        print("SAMPLES", AllocTracker.stats()["sampled"] - warm)
     else:
         run()
 
@@ -293,26 +340,32 @@ def callgrind(n, py):
 
     def one(mode, k):
         out = tempfile.mktemp(prefix=f"cg_{mode}_", suffix=".out")
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--separate-threads=yes",
-                        "--collect-atstart=no", "--toggle-collect=functools_reduce", py, __file__,
-                        "--cg-child", mode, str(k)], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env=env)
+        p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--separate-threads=yes",
+                            "--collect-atstart=no", "--toggle-collect=functools_reduce", py, __file__,
+                            "--cg-child", mode, str(k)], check=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, env=env, text=True)
         files = sorted(glob.glob(out + "-*"))
         res = _cg_totals(files[0])  # thread 1: the workload's
         for f in files + [out]:
             if os.path.exists(f):
                 os.unlink(f)
-        return res
+        samples = [int(line.split()[1]) for line in p.stdout.splitlines() if line.startswith("SAMPLES ")]
+        return res + (samples[0] if samples else 0,)
 
-    rows = {}
+    rows, samples = {}, {}
     for mode in CG_MODES:
-        rows[mode] = one(mode, n)[0]
-        print(f"  {mode:<10} {rows[mode]:>14,} Ir in the workload ({n} iterations)", flush=True)
-    (_, c1), (_, c2) = one("none", n), one("none", 2 * n)
+        total, _, samples[mode] = one(mode, n)
+        rows[mode] = total
+        print(f"  {mode:<10} {rows[mode]:>14,} Ir in the workload ({n} iterations, {samples[mode]} samples)", flush=True)
+    (_, c1, _), (_, c2, _) = one("none", n), one("none", 2 * n)
     per_fn = {f: (c2[f] - c1[f]) / n for f in _ALLOC_FNS}
     per_it = sum(per_fn.values())
     print(f"  allocator calls per iteration: {per_it:.2f} "
           f"({', '.join(f'{f[10:]} {v:.2f}' for f, v in per_fn.items())})")
+    if samples["hook"] and samples["hook+drain"]:
+        print(f"  per sample: {(rows['hook'] - rows['hook-rare']) / samples['hook']:,.0f} Ir in C (the sampled "
+              f"allocation's slow path), {(rows['hook+drain'] - rows['hook']) / samples['hook+drain']:,.0f} Ir "
+              "in the drain (Python, steady state: one drain per run, its fixed cost included)")
     base = rows["none"]
     print(f"\n{'mode':<10}  {'Ir/iteration':>12}  {'vs none':>8}  {'extra Ir per allocator call':>28}")
     for mode in CG_MODES:
@@ -344,25 +397,34 @@ def main():
         for check, measured, truth, err, goal, ok in rows:
             print(f"{check:<{w}}  {measured:>18}  {truth:>16}  {err:>10}  {goal:>8}  {'yes' if ok else 'NO'}")
     n = calibrate()
-    print(f"\noverhead: {args.pairs} alternating pairs of ~0.1 s CPU slices ({n} iterations of dict/tuple/str churn)")
+    if args.pairs < 30:
+        ap.error("--pairs: at least 30 (the overhead goal is a median of >= 30 pairs)")
+    print(f"\noverhead: {args.pairs} pairs per tool of ~0.1 s CPU slices ({n} iterations of dict/tuple/str churn)")
     tools = [DDProf(args.rate), DDProf(str(1 << 40), "ddprof_nb hook only"), Tracemalloc()]
     try:
         tools.append(Memray())
     except ImportError:
         print("memray: not installed (pip install memray, or the bench extra)")
     print(f"{load()} (before)")
-    pct = lambda m: f"{100 * (m[0] - 1):+.1f}% ({100 * (m[1] - 1):+.1f}..{100 * (m[2] - 1):+.1f})"  # noqa: E731
-    print(f"{'tool':<20}  {'wall: median (IQR)':>26}  {'process CPU: median (IQR)':>27}  "
-          f"{'workload CPU: median (IQR)':>28}  goal (wall)")
-    for tool in tools:
-        try:
-            wall, proc, cpu = overhead(tool, n, args.pairs)
-        except Exception as exc:  # noqa: BLE001 - report and go on
-            print(f"{tool.name:<20}  failed: {type(exc).__name__}: {exc}")
-            continue
-        goal = ("<= 5%: " + ("yes" if wall[0] <= 1.05 else "NO")) if tool.name == "ddprof_nb alloc" else ""
-        print(f"{tool.name:<20}  {pct(wall):>26}  {pct(proc):>27}  {pct(cpu):>28}  {goal}", flush=True)
+    ratios, failed = overhead(tools, n, args.pairs)
     print(f"{load()} (after)")
+    print("median slowdown ± standard error (IQR) over the pairs; goal: ddprof_nb alloc wall <= +5%")
+    w = max(len(m) for m in MEASURES)
+    print(f"{'tool':<20}  " + "  ".join(f"{m:>{max(w, 27)}}" for m in MEASURES) + "  goal")
+    for tool in tools:
+        if tool.name in failed:
+            print(f"{tool.name:<20}  failed: {failed[tool.name]}")
+            continue
+        cells, wall = [], None
+        for m in MEASURES:
+            med, se, q1, q3 = median_se(ratios[tool.name][m])
+            wall = wall or (med, se)
+            cells.append(f"{100 * (med - 1):+.1f}% ±{100 * se:.1f} ({100 * (q1 - 1):+.0f}..{100 * (q3 - 1):+.0f})")
+        goal = ""
+        if tool.name == "ddprof_nb alloc":
+            ok = wall[0] <= 1.05
+            goal = f"<= 5%: {'yes' if ok else 'NO'}" + ("" if abs(wall[0] - 1.05) > 2 * wall[1] else " (within 2 SE)")
+        print(f"{tool.name:<20}  " + "  ".join(f"{c:>{max(w, 27)}}" for c in cells) + f"  {goal}", flush=True)
 
 
 if __name__ == "__main__":

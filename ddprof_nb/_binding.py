@@ -466,9 +466,12 @@ class RecordConverter:
         for e in np.flatnonzero(np.bincount(events[ok], minlength=1)).tolist():
             if e not in self._events:
                 EventType.from_id(e)  # raises: never cast an unknown id
+        if self.alloc is not None:  # allocations: held for the type leaf (_alloc.py)
+            is_alloc = events == EventType.ALLOC.value
+            if is_alloc.any():
+                self._feed_alloc(mv, hdr, np.flatnonzero(ok & is_alloc), record_size)
+                ok &= ~is_alloc
         special = np.zeros(n, dtype=bool)
-        if self.alloc is not None:
-            special |= events == EventType.ALLOC.value
         if self.waits is not None:
             special |= (events == EventType.LOCK.value) | (events == EventType.PARK.value)
         rows = np.flatnonzero(ok & ~special)
@@ -502,13 +505,10 @@ class RecordConverter:
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
         invalid = lib.DDP_REC_INVALID
         wall = EventType.WALL.value
-        special_ev = set()
-        if self.alloc is not None:
-            special_ev.add(EventType.ALLOC.value)
-        if self.waits is not None:
-            special_ev |= {EventType.LOCK.value, EventType.PARK.value}
+        alloc_ev = EventType.ALLOC.value if self.alloc is not None else -1
+        special_ev = {EventType.LOCK.value, EventType.PARK.value} if self.waits is not None else set()
         exclude, start, by_hash = self.exclude, self.start_mono_ns, self._by_hash
-        rows, special = [], []
+        rows, allocs, special = [], [], []
         for i, (ev, state, flags, depth, tid, label_id, ts, count, value, _aux, h) in enumerate(hdr.tolist()):
             if flags & invalid:  # torn reads: already counted as dropped in C
                 self.skipped_invalid += 1
@@ -517,6 +517,9 @@ class RecordConverter:
                 continue
             if ev not in self._events:
                 EventType.from_id(ev)  # raises: never cast an unknown id
+            if ev == alloc_ev:
+                allocs.append(i)
+                continue
             if ev in special_ev:
                 special.append(i)
                 continue
@@ -534,44 +537,61 @@ class RecordConverter:
                          max(ts - start, 0), count, value))
         self.builder.add_rows(rows)
         added = len(rows)
+        if allocs:  # held for their type leaf (_alloc.py), as in feed
+            self._feed_alloc(mv, hdr, np.array(allocs, dtype=np.int64), record_size)
         if special:
             added += self._feed_special(mv, hdr, np.array(special, dtype=np.int64), record_size)
         return added
 
-    def _feed_special(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:
-        """ALLOC and LOCK/PARK records, one at a time: their consumers hold or reclassify them."""
+    def _feed_alloc(self, mv, hdr, rows: np.ndarray, record_size: int) -> None:
+        """ALLOC records to the AllocTracker as columns.  A loop with inlined look-ups: at the
+        default rate the drain sees ~170 of them per 100 ms, under the GIL, where numpy's per-call
+        cost (small batches, cold caches) and per-record method calls each cost more."""
+        if not len(rows):
+            return
         hsize = ffi.sizeof("ddp_record")
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        sub = hdr[rows]
+        # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
+        flags, depths, tids, label_ids, ts, auxs, counts, values = (
+            hdr[f][rows].tolist() for f in ("flags", "depth", "tid", "label_id", "ts_ns", "aux", "count", "value"))
+        stacks, threads, labels = self._stacks, self._threads, self._labels
+        alloc, t0 = EventType.ALLOC.value, self.start_mono_ns
+        sids, ths, lbs = [], [], []
+        for k, i in enumerate(rows.tolist()):
+            off = i * record_size + hsize
+            fl = flags[k] & keep
+            raw = mv[off : off + depths[k] * FRAME_SIZE]
+            sid = stacks.get((fl, raw))
+            sids.append(self._stack_id(fl, raw) if sid is None else sid)
+            th = threads.get(tids[k])
+            ths.append(self._thread_id(tids[k]) if th is None else th)
+            lb = labels.get((label_ids[k], 0))
+            lbs.append(self._labels_id(label_ids[k], 0, alloc) if lb is None else lb)
+        self.alloc.hold_many(auxs, sids, ths, lbs, [t - t0 if t > t0 else 0 for t in ts], counts, values)
+
+    def _feed_special(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:
+        """LOCK/PARK records, one at a time: their consumer reclassifies them."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
         events, states, flags, depths, tids, label_ids, ts, counts, values, auxs = (
-            sub[f].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux")
+            hdr[f][rows].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux")
         )
-        rows_ev, rows_st, rows_th, rows_lb, rows_t, rows_v = [], [], [], [], [], []
+        out = []
         for k, i in enumerate(rows.tolist()):
             ev = self._events[events[k]]
             off = i * record_size + hsize
             sid = self._stack_id(flags[k] & keep, mv[off : off + depths[k] * FRAME_SIZE])
-            if self.alloc is not None and ev is EventType.ALLOC:  # allocations: held for the type leaf (_alloc.py)
-                self.alloc.hold(auxs[k], sid, self._thread_id(tids[k]),
-                                self._labels_id(label_ids[k], states[k], events[k]),
-                                max(0, ts[k] - self.start_mono_ns), counts[k], values[k])
-                continue
             ev_id = events[k]
             if self.waits is not None and (ev is EventType.LOCK or ev is EventType.PARK):
                 # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
                 ev_id, sid = self.waits.classify(auxs[k], sid)
                 if ev_id is None:
                     continue
-            rows_ev.append(ev_id)
-            rows_st.append(sid)
-            rows_th.append(self._thread_id(tids[k]))
-            rows_lb.append(self._labels_id(label_ids[k], states[k], ev_id))
-            rows_t.append(max(0, ts[k] - self.start_mono_ns))
-            rows_v.append((counts[k], values[k]))
-        if rows_ev:
-            self.builder.add_many(np.asarray(rows_ev, dtype=np.uint8), rows_st, rows_th, rows_lb, rows_t,
-                                  np.asarray(rows_v, dtype=np.int64))
-        return len(rows_ev)
+            out.append((int(ev_id), sid, self._thread_id(tids[k]), self._labels_id(label_ids[k], states[k], ev_id),
+                        max(0, ts[k] - self.start_mono_ns), counts[k], values[k]))
+        self.builder.add_rows(out)  # (event ids: known LOCK/PARK ids or from self._events)
+        return len(out)
 
 
 # -- sessions ------------------------------------------------------------------------------

@@ -10,27 +10,28 @@
  * that assumption: they are not supported (documented).
  *
  * Sampling.  A Poisson process over allocated bytes with mean gap R (config.alloc_rate),
- * as ddtrace's heap profiler and Go's runtime do: each thread counts down an
- * exponentially distributed number of bytes (thread-local RNG); the allocation that
- * crosses zero is sampled and a fresh gap is drawn from its end (memoryless, so no
- * carry-over is needed).  An allocation of size s is then sampled with probability
+ * as ddtrace's heap profiler and Go's runtime do: one countdown (per hook slot, under the
+ * GIL) over all threads' bytes runs down an exponentially distributed number of bytes; the
+ * allocation that crosses zero is sampled and a fresh gap is drawn from its end (memoryless,
+ * so no carry-over is needed, and whichever thread allocates the probability is the same).
+ * An allocation of size s is then sampled with probability
  * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
  * unbiased estimates of the allocations and bytes it stands for.  count is rounded
  * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
- * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 8 instructions per
- * malloc and per free, ~2.4% of the churn benchmark's instructions): malloc/calloc/realloc
- * subtract n from the thread's countdown in one initial-exec TLS block and branch on its
- * sign; free tests one byte of the live filter; then a tail jump to the previous allocator,
- * whose ctx and function sit at constant addresses because each (domain, slot) layer has
- * its own generated functions.  No stack frame, no atomics, no session test, no table
- * lookup.  Session changes reach the countdowns instead: every thread that ever took the
- * slow path is on a registry, and a start zeroes their countdowns of its slot, so each
- * thread's next allocation takes the slow path and starts the new session there.  A layer
- * left under someone else's allocator keeps its own slot's countdown, which its slow path
- * parks at COUNTDOWN_IDLE, so it never counts bytes the active layer above it counted.
+ * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 7 instructions per
+ * malloc, 8 per free, +2.2% instructions on the churn benchmark, 1.2 of them any allocator
+ * layer's): malloc/calloc/realloc subtract n from the slot's countdown at a constant
+ * address and branch on its sign (a thread-local countdown also needed the GOT load of the
+ * TLS offset before its load); free tests one byte of the live
+ * filter; then a tail jump to the previous allocator, whose ctx and function sit at
+ * constant addresses because each (domain, slot) layer has its own generated functions.
+ * No stack frame, no atomics, no session test, no table lookup: a start sets the slot's
+ * countdown.  A layer left under someone else's allocator keeps its own slot's countdown,
+ * which its slow path parks at COUNTDOWN_IDLE, so it never counts bytes the active layer
+ * above it counted.
  * Everything else (the countdown crossing zero, a pending type read, a filter hit) lives
  * in cold, non-inlined functions: a pending type read forces that by parking the real
- * countdown (tl.saved) and zeroing the slot's countdown.  Bytes are counted before the
+ * countdown (smp.saved) and zeroing the slot's countdown.  Bytes are counted before the
  * previous allocator runs, so a failed allocation that does not fire still counts its
  * bytes (negligible: MemoryError paths).
  *
@@ -50,8 +51,8 @@
  * Type leaf.  OBJ-domain blocks usually start with an object, after the GC pre-header
  * (sizeof(PyGC_Head)) for GC types and two more words for managed dict/weakref
  * (_PyType_PreHeaderSize, 3.11-3.13).  The object is not initialised yet when the
- * allocator returns, so the type is read later: at the thread's next allocation (a few
- * tries) or, for pointers still live, at stop.  A candidate is accepted only when its
+ * allocator returns, so the type is read later: at the next allocation (a few tries) or,
+ * for pointers still live, at stop.  A candidate is accepted only when its
  * refcount is plausible (freed objects have 0, pymalloc's free-list link is a pointer),
  * its type pointer is a type object (its metatype has Py_TPFLAGS_TYPE_SUBCLASS) whose
  * pre-header size equals the candidate offset and whose basic size fits the block.
@@ -64,7 +65,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <Python.h>
@@ -85,7 +85,7 @@
 enum { DOM_MEM = 0, DOM_OBJ = 1 };
 
 /* Layer (d, k) is domain d's hook of slot k: its functions are generated per (d, k) (below),
- * so they reach their previous allocator and their countdown tl.remaining[k] at constant
+ * so they reach their previous allocator and their countdown smp.remaining[k] at constant
  * addresses and need no ctx.  The MEM and OBJ layers of one slot share the countdown. */
 typedef struct {
     PyMemAllocatorEx prev;   /* what we chain to */
@@ -106,7 +106,6 @@ typedef struct {
 static layer_t layers[2][N_SLOTS];
 static layer_t *top[2];      /* the layers installed by the current session */
 static _Atomic int active_slot = -1; /* the slot of the running session, -1 = none */
-static _Atomic uint32_t cur_gen = 1; /* session number (a thread's first sample of a session re-seeds) */
 static double rate = 512 * 1024.0;
 static _Atomic uint64_t seq;
 
@@ -129,38 +128,33 @@ static struct {
     int left_installed;
 } ast;
 
-/* Per-thread state: byte countdowns, RNG, re-entry guard, a sampled block awaiting its type.
- * One initial-exec TLS block: the fast path needs one GOT load for its countdown.  Every
- * thread that ever took the slow path is on a registry (linked through its block, unlinked by
- * a pthread key destructor at thread exit), so a session start can zero its countdown:
- * the fast path then needs no "is this a new session" test. */
-typedef struct tl_s {
+/* Sampling state, one per process, protected by the GIL like the live table (both hooked
+ * domains require it, so hooked calls never run concurrently).  One countdown per slot over
+ * the interleaved byte stream of all threads: the Poisson process is memoryless, so every
+ * allocation is still sampled with probability 1 - exp(-s/R) whichever thread makes it, and
+ * the fast path subtracts from a constant address (no TLS look-up: 0.28% fewer instructions
+ * on the churn benchmark than a thread-local countdown).  A start sets the slot's countdown;
+ * a pending type read (the last sampled OBJ block) is retried at the next allocation of any
+ * thread: another thread can only run after a GIL hand-off, by which time the allocating
+ * thread has initialised the object's header. */
+static struct {
     int64_t remaining[N_SLOTS]; /* bytes to the next sample; forced to 0 while a type read is pending */
-    uint32_t gen;
-    int busy;
+    int busy;                /* re-entry guard (an allocation made by the slow path itself) */
     int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
-    int parked, registered;
+    int parked;
     uintptr_t pending;
     uint64_t rng, pending_id, pending_size;
     int pending_tries;
-    struct tl_s *next, *prev; /* the registry (reg_lock) */
-} tl_t;
-static DDP_TLS tl_t tl;
-
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static tl_t *reg_head;
-static pthread_key_t reg_key;
-static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
-static int reg_key_ok;
+} smp;
 
 /* ---- random gaps ------------------------------------------------------------------------- */
 static inline uint64_t rng_next(void)
 {
-    uint64_t x = tl.rng; /* xorshift64* */
+    uint64_t x = smp.rng; /* xorshift64* */
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
-    tl.rng = x;
+    smp.rng = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
 
@@ -281,8 +275,11 @@ static void live_forget(uintptr_t p)
 static int copy_type_name(uintptr_t type, char *dst)
 {
     for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
-        if ((uintptr_t)known_types[i].type == type) {
-            snprintf(dst, TYPE_NAME_CAP, "%s", known_types[i].type->tp_name);
+        if ((uintptr_t)known_types[i].type == type) { /* no snprintf: a cold libc path on every typed sample */
+            const char *name = known_types[i].type->tp_name;
+            size_t len = strnlen(name, TYPE_NAME_CAP - 1);
+            memcpy(dst, name, len);
+            dst[len] = 0;
             return 0;
         }
     uintptr_t name = 0;
@@ -376,161 +373,80 @@ static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 /* The thread's last sampled OBJ block, once its object is initialised. */
 static void pending_try(void)
 {
-    uintptr_t p = tl.pending;
+    uintptr_t p = smp.pending;
     /* Another thread may have freed it (objects die anywhere): the live table, which every
      * free of the session updates, says whether the block is still ours to read. */
     live_t *e = live_n ? live_find(p) : NULL;
-    if (!e || e->id != tl.pending_id) {
-        tl.pending = 0;
+    if (!e || e->id != smp.pending_id) {
+        smp.pending = 0;
         atomic_fetch_add_explicit(&ast.untyped, 1, memory_order_relaxed);
         return;
     }
     int64_t t0 = ddp_now_ns();
-    uintptr_t type = block_type(p, tl.pending_size);
+    uintptr_t type = block_type(p, smp.pending_size);
     atomic_fetch_add_explicit(&ast.type_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     if (!type) {
-        if (--tl.pending_tries <= 0) {
-            tl.pending = 0;
+        if (--smp.pending_tries <= 0) {
+            smp.pending = 0;
             atomic_fetch_add_explicit(&ast.untyped, 1, memory_order_relaxed);
         }
         return;
     }
-    tl.pending = 0;
+    smp.pending = 0;
     atomic_fetch_add_explicit(&ast.typed, 1, memory_order_relaxed);
     e->type = type;
-    note_push(tl.pending_id, tl.pending_size, type);
-}
-
-/* ---- the thread registry ---------------------------------------------------------------------- */
-static void reg_unlink_locked(tl_t *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else if (reg_head == t)
-        reg_head = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->next = t->prev = NULL;
-    t->registered = 0;
-}
-
-/* pthread key destructor, run by the exiting thread on its own block (no GIL: reg_lock only). */
-static void reg_thread_exit(void *t)
-{
-    pthread_mutex_lock(&reg_lock);
-    reg_unlink_locked(t);
-    pthread_mutex_unlock(&reg_lock);
-}
-
-/* fork child: only the forking thread survives; the others' blocks are not theirs any more,
- * and a lock one of them held stays held (registered at the first slow path, before any
- * note or registry use). */
-static void reg_after_fork_child(void)
-{
-    pthread_mutex_init(&reg_lock, NULL);
-    pthread_mutex_init(&notes_lock, NULL);
-    reg_head = NULL;
-    if (tl.registered) {
-        tl.next = tl.prev = NULL;
-        reg_head = &tl;
-    }
-}
-
-static void reg_make_key(void)
-{
-    reg_key_ok = pthread_key_create(&reg_key, reg_thread_exit) == 0 &&
-                 pthread_atfork(NULL, NULL, reg_after_fork_child) == 0;
-}
-
-/* From the slow path (GIL held).  On failure the thread stays off the registry: a session
- * start cannot zero its countdown, so its first sample of a session comes at its old
- * countdown (still unbiased at an unchanged rate: the countdown is memoryless). */
-static void reg_self(void)
-{
-    pthread_once(&reg_once, reg_make_key);
-    if (!reg_key_ok || pthread_setspecific(reg_key, &tl) != 0)
-        return;
-    pthread_mutex_lock(&reg_lock);
-    tl.prev = NULL;
-    tl.next = reg_head;
-    if (reg_head)
-        reg_head->prev = &tl;
-    reg_head = &tl;
-    tl.registered = 1;
-    pthread_mutex_unlock(&reg_lock);
-}
-
-/* With the GIL (no thread is inside a hook): every registered thread's next allocation through
- * slot k takes the slow path, which starts its countdown for the new session. */
-static void reg_zero_slot(int k)
-{
-    pthread_mutex_lock(&reg_lock);
-    for (tl_t *t = reg_head; t; t = t->next)
-        t->remaining[k] = 0;
-    pthread_mutex_unlock(&reg_lock);
+    note_push(smp.pending_id, smp.pending_size, type);
 }
 
 /* ---- the sampled path ------------------------------------------------------------------------- */
-/* Invariant outside slow_path: tl.pending != 0 <=> the countdown is parked, so the thread's
- * next allocation takes the slow path and retries the type read. */
+/* Invariant outside slow_path: smp.pending != 0 <=> the countdown is parked, so the next
+ * allocation takes the slow path and retries the type read. */
 static inline void park_countdown(int k)
 {
-    if (!tl.parked) {
-        tl.saved = tl.remaining[k];
-        tl.remaining[k] = 0;
-        tl.parked = 1;
+    if (!smp.parked) {
+        smp.saved = smp.remaining[k];
+        smp.remaining[k] = 0;
+        smp.parked = 1;
     }
 }
 
 static inline void unpark_countdown(int k)
 {
-    if (tl.parked) {
-        tl.remaining[k] += tl.saved; /* what was counted from 0 while parked */
-        tl.parked = 0;
+    if (smp.parked) {
+        smp.remaining[k] += smp.saved; /* what was counted from 0 while parked */
+        smp.parked = 0;
     }
 }
 
-/* Slot k's countdown fired (or this thread is new to the session) for an allocation of n bytes
- * at p (NULL: the previous allocator failed), through layer L of slot k. */
+/* Slot k's countdown fired (or a type read is pending) for an allocation of n bytes at p
+ * (NULL: the previous allocator failed), through layer L of slot k. */
 static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_t n)
 {
     int k = L->slot;
-    if (tl.busy) {
+    if (smp.busy) {
         atomic_fetch_add_explicit(&ast.reentered, 1, memory_order_relaxed);
         return; /* remaining stays <= 0: the next allocation comes back here */
     }
-    if (!tl.registered)
-        reg_self();
     if (k != atomic_load_explicit(&active_slot, memory_order_relaxed)) {
         /* a pass-through layer (stale under someone else's allocator): it never counts
-         * again, until a session on its slot zeroes the countdown */
-        tl.remaining[k] = COUNTDOWN_IDLE;
+         * again, until a session on its slot sets the countdown */
+        smp.remaining[k] = COUNTDOWN_IDLE;
         return;
     }
-    uint32_t gen = atomic_load_explicit(&cur_gen, memory_order_relaxed);
-    tl.busy = 1;
-    if (tl.gen != gen) { /* first allocation of this thread in this session */
-        if (!tl.rng)
-            tl.rng = ((uint64_t)ddp_now_ns() ^ ((uint64_t)syscall(SYS_gettid) << 32) ^ (uintptr_t)&tl) | 1;
-        tl.gen = gen;
-        tl.pending = 0;
-        tl.parked = 0;
-        tl.remaining[k] = draw_gap() - (int64_t)n;
-        if (tl.remaining[k] > 0 || !p)
-            goto out;
-    } else if (tl.parked) {
+    smp.busy = 1;
+    if (smp.parked) {
         /* parked for a type read: back to the real countdown (n already subtracted) */
         unpark_countdown(k);
-        if (tl.pending)
+        if (smp.pending)
             pending_try();
-        if (tl.remaining[k] > 0 || !p)
+        if (smp.remaining[k] > 0 || !p)
             goto out; /* still pending: parked again at out */
     } else if (!p) {
-        tl.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
+        smp.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
         goto out;
     }
-    tl.remaining[k] = draw_gap();
-    if (tl.pending)
+    smp.remaining[k] = draw_gap();
+    if (smp.pending)
         pending_try(); /* give the previous one a last chance before replacing it */
     double s = (double)n;
     double prob = -expm1(-s / rate);
@@ -555,15 +471,15 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
         goto out; /* untracked: its type cannot be read safely later */
     }
     if (L->domain == DOM_OBJ) {
-        tl.pending = (uintptr_t)p;
-        tl.pending_id = id;
-        tl.pending_size = n;
-        tl.pending_tries = PENDING_TRIES;
+        smp.pending = (uintptr_t)p;
+        smp.pending_id = id;
+        smp.pending_size = n;
+        smp.pending_tries = PENDING_TRIES;
     }
 out:
-    if (tl.pending)
-        park_countdown(k); /* retry the type read at the thread's next allocation */
-    tl.busy = 0;
+    if (smp.pending)
+        park_countdown(k); /* retry the type read at the next allocation */
+    smp.busy = 0;
 }
 
 /* The whole per-call fast path: 1 when this allocation of n bytes needs no sampling work.
@@ -571,7 +487,7 @@ out:
  * allocator never counts the bytes the active layer above it already counted. */
 static inline __attribute__((always_inline)) int count_skip(int k, size_t n)
 {
-    return (tl.remaining[k] -= (int64_t)n) > 0;
+    return (smp.remaining[k] -= (int64_t)n) > 0;
 }
 
 static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
@@ -724,8 +640,10 @@ int ddp_alloc_start(const ddp_config *c)
     memset(&ast, 0, sizeof ast);
     atomic_store(&seq, 0);
     rate = (double)r;
-    atomic_fetch_add(&cur_gen, 1); /* every thread redraws its countdown at the new rate */
-    reg_zero_slot(k);
+    smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
+    smp.busy = smp.parked = 0;
+    smp.pending = 0;
+    smp.remaining[k] = draw_gap(); /* memoryless: a fresh gap at the new rate */
     for (int d = 0; d < 2; d++) {
         layer_t *L = &layers[d][k];
         if (!L->in_use) {
@@ -788,7 +706,6 @@ static void stop_gil(void)
         }
         top[d] = NULL;
     }
-    atomic_fetch_add(&cur_gen, 1);
     freeze_live();
     /* after the freeze the table is not read again before the next start (which clears it):
      * empty the prefilter so frees through a pass-through layer left installed stay on the
@@ -817,9 +734,11 @@ void ddp_alloc_after_fork_child(void)
     /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
     atomic_store(&active_slot, -1);
     top[0] = top[1] = NULL;
-    atomic_fetch_add(&cur_gen, 1);
+    smp.busy = smp.parked = 0;
+    smp.pending = 0;
     live_n = 0;
     filter_clear();
+    pthread_mutex_init(&notes_lock, NULL); /* another thread may have held it at fork */
     notes_head = notes_len = 0;
 }
 
