@@ -101,7 +101,7 @@ def test_timer_create_eagain_degrades_cpu_only_and_says_why():
     assert not any(r["cpu"].get(n) for n in late), r["cpu"]
     for n in late:
         assert r["wall"].get(n, 0) > 0.1e9, r["wall"]
-        assert r["alloc"].get(n, 0) > 0, r["alloc"]
+        assert r["alloc"].get(n, 0) > 0, (r["alloc"], r["notes"])  # (a miss once in CI on 3.12; notes for its cause)
     # AND the profile says how many threads lost their timer, and why
     note = [n for n in r["notes"] if "no CPU timer" in n]
     assert len(note) == 1, r["notes"]
