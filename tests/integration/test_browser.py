@@ -13,6 +13,7 @@ Skips (with the reason) only when /usr/bin/chromium or playwright is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -155,17 +156,24 @@ def _title(page) -> str:
     )
 
 
-def test_explorer_in_jupyterlab(lab, browser):
-    url, token, root = lab
+@contextlib.contextmanager
+def _page(browser, failure_png: Path):
+    """A new page, closed at the end; a failure leaves a screenshot at ``failure_png``."""
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        _run_explorer_notebook(page, url, token)
+        yield page
     except Exception:
-        page.screenshot(path=str(root / "failure.png"))
-        print(f"\n[browser] failure screenshot: {root / 'failure.png'}")
+        page.screenshot(path=str(failure_png))
+        print(f"\n[browser] failure screenshot: {failure_png}")
         raise
     finally:
         page.close()
+
+
+def test_explorer_in_jupyterlab(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure.png") as page:
+        _run_explorer_notebook(page, url, token)
 
 
 INSTRUMENT = """() => {
@@ -344,8 +352,7 @@ _DRAWN = ("() => { const ex = document.querySelectorAll('.ddprof-explorer');"
 
 def test_two_explorers_share_one_bundle_and_survive_a_reload(lab, browser):
     url, token, root = lab
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    try:
+    with _page(browser, root / "failure_two.png") as page:
         _open_and_wait_idle(page, url, token, "two.ipynb")
         t0 = time.perf_counter()
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
@@ -364,12 +371,6 @@ def test_two_explorers_share_one_bundle_and_survive_a_reload(lab, browser):
         t1 = time.perf_counter()
         page.wait_for_function(_DRAWN, polling=100, timeout=90_000)
         print(f"\n[browser] two explorers drawn in {both:.2f} s (run all); after a reload {time.perf_counter() - t1:.2f} s")
-    except Exception:
-        page.screenshot(path=str(root / "failure_two.png"))
-        print(f"\n[browser] failure screenshot: {root / 'failure_two.png'}")
-        raise
-    finally:
-        page.close()
 
 
 def _demo_profile(**kwargs):
