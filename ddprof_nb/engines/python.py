@@ -264,7 +264,7 @@ class PythonEngine(Engine):
         self._clocks.begin_tick()
         threads = {t.ident: t for t in threading.enumerate() if t.ident is not None}
         self._initial.update(threads.values())
-        for ident in set(sys._current_frames()) | set(threads):
+        for ident in sys._current_frames():  # (a thread without frames is dead: a stale _DummyThread)
             self._states[ident] = self._new_state(ident, threads.get(ident), self._start_mono, at_start=True)
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -350,17 +350,20 @@ class PythonEngine(Engine):
                 self._sample(ident, frame, threads.get(ident), now)
             except Exception as exc:  # noqa: BLE001
                 self._error(exc, self._wanted())
-        # forget threads that exited (their ident may be reused by a new thread)
-        for ident in [i for i in self._states if i not in frames and i not in threads]:
+        # forget threads that exited (their ident may be reused by a new thread); threading's
+        # own table is no proof of life: it never forgets a _DummyThread
+        for ident in [i for i in self._states if i not in frames]:
             del self._states[ident]
 
     def _new_state(self, ident: int, owner, now: int, at_start: bool = False) -> _ThreadState:
-        # a _DummyThread may be stale: threading never forgets one, and its pthread ident is
-        # reused by later foreign threads, so its native_id can name a dead thread
-        trusted = owner is not None and not isinstance(owner, _DUMMY_THREAD)
-        tid = getattr(owner, "native_id", None) if trusted else None
-        if not tid:
-            tid = self._clocks.tid_of(ident)
+        tid = getattr(owner, "native_id", None) if owner is not None else None
+        if tid is None or isinstance(owner, _DUMMY_THREAD):
+            # a _DummyThread may be stale: threading never forgets one, and its pthread ident
+            # is reused by later foreign threads; it describes this thread only if the ids match
+            live = self._clocks.tid_of(ident)
+            if live is not None and tid is not None and live != tid:
+                owner = None
+            tid = live or tid
         read_cpu = self._clocks.reader(ident, tid) if (self._want_cpu or self._want_wall) else None
         cpu = read_cpu() if read_cpu is not None else None
         if cpu is not None and not at_start and owner is not None and owner not in self._initial \
@@ -386,10 +389,19 @@ class PythonEngine(Engine):
 
     def _sample(self, ident: int, frame, owner, now: int) -> None:
         st = self._states.get(ident)
-        if st is None or (owner is not None and st.owner is not owner and st.owner is not None):
-            st = self._states[ident] = self._new_state(ident, owner, now)  # new thread (maybe a reused ident)
-        elif owner is not None and st.owner is None:
-            st.owner = owner  # a foreign thread that threading now knows (_DummyThread)
+        if st is not None and owner is not st.owner:
+            if st.owner is None:
+                if owner is not None and getattr(owner, "native_id", None) == st.tid:
+                    st.owner = owner  # a foreign thread that threading now knows (its _DummyThread)
+                elif not isinstance(owner, _DUMMY_THREAD) or self._clocks.tid_of(ident) not in (None, st.tid):
+                    st = None  # a new thread under a reused ident (a stale _DummyThread is no news)
+            elif owner is not None:
+                st = None  # a new thread under a reused ident
+        elif st is not None and (st.owner is None or isinstance(st.owner, _DUMMY_THREAD)) \
+                and self._clocks.tid_of(ident) not in (None, st.tid):
+            st = None  # a foreign thread exited and another took its ident between two ticks
+        if st is None:
+            st = self._states[ident] = self._new_state(ident, owner, now)
         builder = self._builder
         cpu = st.read_cpu() if st.read_cpu is not None else None
         if cpu is None:  # no reading this tick: keep the baseline, the next delta covers the gap
@@ -402,7 +414,7 @@ class PythonEngine(Engine):
         if not (self._want_wall or (self._want_cpu and cpu_delta > 0)):
             return
         stack = self._stack_id(frame)
-        thread = builder.thread_id(st.tid, self._thread_name(st, owner))
+        thread = builder.thread_id(st.tid, self._thread_name(st, st.owner))
         label_id = _labels.thread_label_ids.get(ident, 0)
         rel = now - self._start_mono
         if self._want_wall and wall_delta > 0:
