@@ -197,9 +197,11 @@ class _Binder:
 
 
 @pytest.fixture(scope="session")
-def binder(tmp_path_factory):
+def binder(tmp_path_factory, quickstart_run):
     """The binder venv, built once per test session (all notebook runs share it); its folder
-    is named by a hash of binder/ and pyproject.toml, the files it is built from."""
+    is named by a hash of binder/ and pyproject.toml, the files it is built from.  The quick
+    start's own setup (test_notebooks.py) starts first and runs meanwhile."""
+    quickstart_run.start()
     if sys.version_info[:2] != _runtime_python():
         pytest.skip(f"binder/runtime.txt asks for Python {'.'.join(map(str, _runtime_python()))}; "
                     "the run on that version checks this")

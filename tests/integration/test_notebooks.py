@@ -12,7 +12,6 @@ checks are in notebook_expectations.py).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -22,7 +21,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
 # the checks shared with test_binder.py (same folder: pytest puts it on sys.path)
-from notebook_expectations import NB_DIR, NOTEBOOKS, check_outputs, copy_tree, read  # noqa: E402
+from notebook_expectations import NB_DIR, NOTEBOOKS, check_outputs, read  # noqa: E402
 
 EXPECTED = NOTEBOOKS
 
@@ -105,18 +104,15 @@ def test_demo_says_when_no_profile_was_taken(tmp_path):
 # -- the quick start's first command, headless ------------------------------------------------
 
 @pytest.mark.slow
-def test_demo_sh_headless_runs_the_quickstart(tmp_path):
+def test_demo_sh_headless_runs_the_quickstart(quickstart_run):
     # GIVEN a fresh copy of the repository (no venv yet)
-    repo = copy_tree(tmp_path / "repo")
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    env.pop("VIRTUAL_ENV", None)
-    # WHEN the quick start's first command runs in its headless form
-    r = subprocess.run(["bash", "scripts/demo.sh", "--headless", str(out)], cwd=repo, env=env,
-                       capture_output=True, text=True, timeout=1200)
-    log = (r.stdout + r.stderr)[-4000:]
+    # WHEN the quick start's first command runs in its headless form (started in the
+    # background by the binder tests when they run first: see conftest.py)
+    rc, output = quickstart_run.result()
+    repo, out = quickstart_run.repo, quickstart_run.out
+    log = output[-4000:]
     # THEN it set up its venv, executed the notebook and wrote the report
-    assert r.returncode == 0, log
+    assert rc == 0, log
     assert (repo / ".venvs" / "demo" / "bin" / "python").exists()
     executed = nbformat.read(out / "01-quickstart.ipynb", as_version=4)
     code = [c for c in executed.cells if c.cell_type == "code"]
@@ -125,4 +121,4 @@ def test_demo_sh_headless_runs_the_quickstart(tmp_path):
     report = (out / "01-quickstart.report.html").read_text(encoding="utf-8")
     assert report.lstrip().lower().startswith("<!doctype html") and "plotly" in report.lower()
     # and printed where they are and the top functions of the last profile
-    assert "HTML report of the last profile" in r.stdout and "tokenize_fast" in r.stdout, log
+    assert "HTML report of the last profile" in output and "tokenize_fast" in output, log
