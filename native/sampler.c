@@ -120,7 +120,20 @@ static struct {
     int64_t start_mono_ns, stop_mono_ns;
 } st;
 
-static inline int32_t my_tid(void) { return (int32_t)syscall(SYS_gettid); }
+/* The calling thread's tid, cached per thread (a syscall per ALLOC sample otherwise); the
+ * fork child's thread gets a new tid, so atfork_child forgets it.  tls_slot caches the
+ * thread's slot for the session numbered tls_gen (slots are never reused in a session). */
+static DDP_TLS int32_t tls_tid;
+static DDP_TLS int32_t tls_slot;
+static DDP_TLS uint32_t tls_gen;
+static _Atomic uint32_t session_gen;
+static inline int32_t my_tid(void)
+{
+    int32_t t = tls_tid;
+    if (__builtin_expect(!t, 0))
+        t = tls_tid = (int32_t)syscall(SYS_gettid);
+    return t;
+}
 
 /* ---- label words: each thread's published label-set id ----------------------------------
  * Python writes a thread's word directly through a memoryview (ddp_label_word, ~0.1 us per
@@ -502,6 +515,9 @@ static int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mo
  * hook, lock/park wrappers) rather than a signal handler.  The caller's frame chain is
  * stable (only this thread changes it), so the same guarded walk as the CPU handler
  * applies; a SIGPROF arriving meanwhile nests safely (the ring is MPMC, guards nest). */
+#define SEGV_CHECK_NS 1000000
+static _Atomic int64_t own_segv_checked_ns = INT64_MIN / 2;
+
 int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
 {
     if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire))
@@ -511,17 +527,32 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
     uintptr_t tstate = ddp_py_current_tstate();
     if (!tstate)
         return DDP_EINVAL; /* not a Python thread */
-    int32_t tid = my_tid();
-    int idx = slot_get_or_create(tid);
+    uint32_t gen = atomic_load_explicit(&session_gen, memory_order_relaxed);
+    int idx = tls_slot;
+    if (tls_gen != gen) {
+        idx = slot_get_or_create(my_tid());
+        tls_slot = idx;
+        tls_gen = gen;
+    }
     if (idx < 0)
         return DDP_ENOMEM;
     slot_t *s = &slots[idx];
     if (atomic_load(&s->excluded))
         return DDP_OK;
+    int64_t now = ddp_now_ns();
     int mode = atomic_load(&ddp_read_mode_now);
-    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
-        mode = DDP_READ_SYSCALL;
-    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ddp_now_ns());
+    /* Our SIGSEGV handler still in place?  One sigaction syscall, at most once per
+     * SEGV_CHECK_NS here (not per sample: ALLOC samples come ~2000/s): this walk reads the
+     * calling thread's own frames, which it alone changes, so a fault needs corrupt state;
+     * the wall thread also checks every tick, and a failed check switches to syscall reads
+     * for good. */
+    if (mode == DDP_READ_GUARDED && now - atomic_load_explicit(&own_segv_checked_ns, memory_order_relaxed) >= SEGV_CHECK_NS) {
+        if (!ddp_saferead_check_segv())
+            mode = DDP_READ_SYSCALL;
+        else
+            atomic_store_explicit(&own_segv_checked_ns, now, memory_order_relaxed);
+    }
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
@@ -907,6 +938,8 @@ static void atfork_child(void)
 {
     /* POSIX: the child has no timers and no sampler thread.  Put the signal handlers
      * back and forget the session so the child runs on unharmed and may profile itself. */
+    tls_tid = 0; /* this thread's tid in the child */
+    tls_gen = 0;
     if (atomic_load(&state) == ST_IDLE)
         return;
     atomic_store(&ddp_session_active, 0);
@@ -1026,6 +1059,8 @@ int ddp_start(const ddp_config *c)
         atomic_store(&map_val[i], 0);
     }
     atomic_store(&nslots, 0);
+    atomic_fetch_add(&session_gen, 1); /* every thread's cached slot is stale */
+    atomic_store(&own_segv_checked_ns, INT64_MIN / 2);
     ddp_bloom_clear();
     ddp_py_graveyard_clear();
     for (int i = 0; i < cfg.n_exclude; i++) {
