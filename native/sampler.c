@@ -88,6 +88,7 @@ static _Atomic int state = ST_IDLE;
 _Atomic int ddp_session_active;
 static ddp_config cfg;
 static ddp_ring *ring;
+static size_t ring_records_asked; /* the records ddp_ring_new was asked for */
 static size_t rec_size;
 static slot_t *slots;
 static _Atomic int32_t nslots;
@@ -913,9 +914,21 @@ static void *sampler_main(void *arg)
 }
 
 /* ---- sessions ------------------------------------------------------------------------------- */
+/* An emptied ring is kept for the next session of the same geometry: creating one writes
+ * every cell (12.8 MB at the defaults: 7.4 of a start's 8 ms, and the caches evicted).  Its
+ * positions just go on; pages stay resident (bounded: one ring), as the drain buffer does. */
+static ddp_ring *spare_ring;
+static size_t spare_records, spare_rec_size;
+
 static void free_session(void)
 {
-    ddp_ring_free(ring);
+    if (ring && !spare_ring && ddp_ring_count(ring) == 0) { /* drained, no producer in flight */
+        spare_ring = ring;
+        spare_records = ring_records_asked;
+        spare_rec_size = rec_size;
+    } else {
+        ddp_ring_free(ring);
+    }
     ring = NULL;
     int n = atomic_load(&nslots);
     for (int i = 0; slots && i < n && i < MAX_SLOTS; i++)
@@ -1048,7 +1061,14 @@ int ddp_start(const ddp_config *c)
     size_t records = cfg.ring_records > 0 ? (size_t)cfg.ring_records : DEFAULT_RING_RECORDS;
     if (cfg.ring_records <= 0 && records * rec_size > RING_BUDGET_BYTES)
         records = RING_BUDGET_BYTES / rec_size < 256 ? 256 : RING_BUDGET_BYTES / rec_size;
-    ring = ddp_ring_new(records, rec_size);
+    if (spare_ring && spare_records == records && spare_rec_size == rec_size) {
+        ring = spare_ring;
+    } else {
+        ddp_ring_free(spare_ring);
+        ring = ddp_ring_new(records, rec_size);
+    }
+    spare_ring = NULL;
+    ring_records_asked = records;
     slots = calloc(MAX_SLOTS, sizeof(slot_t));
     if (!ring || !slots) {
         rc = DDP_ENOMEM;
