@@ -62,9 +62,9 @@ class AllocTracker:
         self.live_unmatched = 0
 
     # -- called by RecordConverter.feed ------------------------------------------------------
-    def hold_many(self, aids, sids, threads, labels, times, counts, values) -> None:
-        """One drain's ALLOC records, as equal-length columns."""
-        self._held.extend(zip(aids, sids, threads, labels, times, counts, values))
+    def hold_many(self, rows) -> None:
+        """One drain's ALLOC records, as (sample id, stack, thread, labels, time, count, bytes)."""
+        self._held.extend(rows)
 
     # -- called by the engine after each drain, and at stop ----------------------------------
     def flush(self, final: bool = False) -> None:
@@ -75,25 +75,27 @@ class AllocTracker:
         self._absorb_notes()
         pop, remember = self._types.pop, self._rows.__setitem__
         typed_get, typed_stack = self._typed.get, self._typed_stack
-        out, keep = [], []
+        out, keep = [], []  # out: 6 ints per row, flat (numpy converts a flat list ~2x faster than tuples)
+        add = out.extend
         typed = untyped = 0
         for rows, last_chance in ((self._held_prev, True), (self._held, final)):
             for row in rows:
                 aid, sid, th, lb, t, c, v = row
                 name = pop(aid, None)
+                rest = (th, lb, t, c, v)
                 if name is None:
                     if not last_chance:
                         keep.append(row)
                         continue
                     untyped += 1
-                    out.append((sid, th, lb, t, c, v))
+                    add((sid, *rest))
                 else:
                     typed += 1
                     st = typed_get((sid, name))
-                    out.append((typed_stack(sid, name) if st is None else st, th, lb, t, c, v))
-                remember(aid, (sid, th, lb, t, c, v))
+                    add((typed_stack(sid, name) if st is None else st, *rest))
+                remember(aid, (sid, *rest))
         if out:  # one add_many per drain
-            a = np.array(out, dtype=np.int64)
+            a = np.array(out, dtype=np.int64).reshape(-1, 6)
             self.builder.add_many(EventType.ALLOC, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:6])
         self.typed += typed
         self.untyped += untyped

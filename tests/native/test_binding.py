@@ -505,3 +505,49 @@ def test_a_thread_first_seen_unnamed_gets_its_name_when_learnt():
     prof = conv.builder.build()
     assert [t.name for t in prof.threads] == ["worker-7"]
     assert int(prof.values[:, 0].sum()) == 5
+
+
+def test_alloc_records_convert_alike_on_both_batch_paths(monkeypatch):
+    # GIVEN ALLOC records mixed with WALL ones (stacks, threads, labels, times, weights, ids varied)
+    import random
+
+    import numpy as np
+
+    from ddprof_nb._alloc import AllocTracker
+    from ddprof_nb.model import ProfileBuilder
+
+    def g1():
+        pass
+
+    def g2():
+        pass
+
+    rng = random.Random(5)
+    size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
+    stacks = [[g1.__code__], [g2.__code__, g1.__code__]]
+    buf = _records([(rng.choice([1, 2]), stacks[rng.randrange(2)]) for _ in range(200)], size, start=1000)
+    for i, r in enumerate(buf):
+        if rng.random() < 0.7:
+            r["event"], r["aux"] = EventType.ALLOC.value, i + 1
+            r["count"], r["value"] = rng.randrange(1, 9), rng.randrange(1, 10**7)
+        r["tid"], r["label_id"] = rng.choice([21, 22]), 0
+        if rng.random() < 0.03:
+            r["flags"] |= lib.DDP_REC_INVALID
+
+    def convert(small: int):
+        # WHEN the batch goes through one of feed's paths (numpy: small = 0; record by record)
+        monkeypatch.setattr(_binding, "SMALL_BATCH", small)
+        conv = _binding.RecordConverter(ProfileBuilder(), 500)
+        conv.alloc = AllocTracker(conv.builder)
+        conv.feed(ffi.from_buffer(np.ascontiguousarray(buf)), len(buf), size)
+        frames = list(conv.builder._frames)
+        names = lambda sid: tuple(frames[f].name for f in conv.alloc._stack_ids_of(sid))  # noqa: E731
+        return [(aid, names(sid), th, lb, t, c, v) for aid, sid, th, lb, t, c, v in conv.alloc._held]
+
+    numpy_rows, python_rows = convert(0), convert(10**6)
+    # THEN both hold the same ALLOC rows, in record order, valid ones only, times from the start
+    assert numpy_rows == python_rows
+    want = [(int(r["aux"]), int(r["ts_ns"]) - 500, int(r["count"]), int(r["value"])) for r in buf
+            if r["event"] == EventType.ALLOC.value and not r["flags"] & lib.DDP_REC_INVALID]
+    assert [(a, t, c, v) for a, _, _, _, t, c, v in python_rows] == want
+    assert {len(r[1]) for r in python_rows} == {1, 2}
