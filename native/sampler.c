@@ -866,6 +866,7 @@ static void *sampler_main(void *arg)
         if (cfg.events & (1u << DDP_EVENT_WALL))
             wall_tick(&cursor, &scratch);
         drain_poke();
+        ddp_ring_prefault(ring); /* pages ahead of the producers, off their path (ring.c) */
         int64_t t1 = ddp_now_ns();
         atomic_fetch_add(&st.wall_ticks, 1);
         atomic_fetch_add(&st.wall_ns, (uint64_t)(t1 - t0));
