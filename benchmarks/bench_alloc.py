@@ -215,8 +215,8 @@ def slice_times(tool, n):
     """(wall, wall - run-queue wait, process CPU, thread CPU) of one slice, with ``tool`` or bare."""
     if tool is not None:
         tool.start()
-    # after the start: its side effects stay outside the slice too (ddprof_nb's first start maps
-    # and writes a 12.8 MB record ring, evicting the caches; later starts reuse that ring)
+    # after the start: its side effects stay outside the slice too (a start's cache footprint:
+    # ddprof_nb's ring is mapped fresh and prefaulted ~800 KB ahead of its writers, see ring.c)
     gc.collect()
     q, c, pc, t = run_queue_wait() or 0.0, time.thread_time(), time.process_time(), time.perf_counter()
     workload(n)

@@ -52,6 +52,8 @@ void ddp_ring_publish(ddp_ring *r, size_t ticket);
 int ddp_ring_pop(ddp_ring *r, void *dst);
 size_t ddp_ring_count(ddp_ring *r);        /* reserved, not yet popped (racy: a hint) */
 size_t ddp_ring_capacity(ddp_ring *r);
+#define DDP_RING_AHEAD 256                  /* cells kept prefaulted ahead of the producers */
+void ddp_ring_prefault(ddp_ring *r);        /* one thread at a time: ddp_ring_new, then the sampler thread */
 
 /* ---- interpreter access (pyframes.c) ------------------------------------------------- */
 /* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */

@@ -12,6 +12,7 @@ from ddprof_nb.config import SamplerConfig
 from ddprof_nb.engines.native import NativeEngine
 from ddprof_nb.errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
 from ddprof_nb.events import EventType, FrameKind
+from ddprof_nb.lockpark import WaitClassifier
 
 from nhelpers import run_script
 
@@ -393,8 +394,8 @@ def test_a_stack_hash_collision_never_merges_two_stacks(batch_path):
 
 
 def test_both_batch_paths_build_the_same_profile(monkeypatch):
-    # GIVEN a batch of CPU and WALL records: stacks repeated and colliding on their hash,
-    # several threads, label sets and states, torn records and an excluded thread
+    # GIVEN a batch of CPU, WALL, LOCK and PARK records: stacks repeated and colliding on their
+    # hash, several threads, label sets and states, torn records and an excluded thread
     import random
 
     import numpy as np
@@ -418,7 +419,8 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
     buf = _records(specs, size)
     ids = [labeling.label_id(LabelSet.of({"k": v})) for v in ("a", "b")] + [0]
     for r in buf:
-        r["event"] = rng.choice([EventType.CPU.value, EventType.WALL.value])
+        r["event"] = rng.choice([EventType.CPU.value, EventType.WALL.value, EventType.LOCK.value, EventType.PARK.value])
+        r["aux"] = rng.choice([1, 4, 17])  # lock/park: sem_wait, clock_nanosleep, the GIL's cond wait
         r["state"] = rng.choice([1, 2, 3])
         r["tid"] = rng.choice([11, 12, 13])
         r["label_id"] = rng.choice(ids)
@@ -429,6 +431,7 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
     def convert(small: int):
         monkeypatch.setattr(_binding, "SMALL_BATCH", small)
         conv = _binding.RecordConverter(ProfileBuilder(), 0, exclude_tids=(13,), thread_names={11: "a", 12: "b"})
+        conv.waits = WaitClassifier(conv.builder)
         for lo in range(0, len(buf), 100):
             part = np.ascontiguousarray(buf[lo:lo + 100])
             conv.feed(ffi.from_buffer(part), len(part), size)
@@ -440,7 +443,10 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
     assert numpy_rows == python_rows
     assert c_np.skipped_invalid == c_py.skipped_invalid > 0
     assert {r[2].name for r in python_rows} == {"a", "b"}  # tid 13 excluded
-    assert len({r[1] for r in python_rows}) == 4
+    assert len({r[1] for r in python_rows if r[0] in ("cpu", "wall")}) == 4
+    # AND lock/park records went through the classifier on both paths (leaf pseudo-frames)
+    leaves = {r[1][-1] for r in python_rows if r[0] in (EventType.LOCK.label, EventType.PARK.label)}
+    assert {"[sleep]", "[GIL]"} <= leaves, leaves
 
 
 def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
