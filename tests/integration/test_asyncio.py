@@ -426,22 +426,63 @@ def test_eager_tasks_and_task_groups_are_labelled():
     assert ("eager", "[asyncio.sleep]") in park, park
 
 
-@pytest.mark.xfail(strict=False, reason="open bug (#10): the time a task waits in the ready queue before its "
-                   "first step is charged to its state at the next tick (park here): +24% in a cold CI run, where "
-                   "the loop took long to start 2000 tasks (0-2% warm; the tasks' own measure excludes it)")
-def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
-    # GIVEN 2000 tasks sleeping 0.5 s (more than a tick describes), half of them named;
-    # each measures its await (a loaded loop resumes 2000 tasks late: 0.5 s is a floor)
-    spans = []
+def test_the_wait_to_start_is_ready_not_park():
+    # GIVEN 8 tasks created at once, each burning 20 ms in its first step, then sleeping
+    # 0.2 s: task i waits ~20*i ms in the loop's ready queue before it starts (exact
+    # weights: fewer tasks than a tick describes)
+    waits, spans = {}, {}
 
-    async def sleepy():
+    async def job(i, created):
+        waits[i] = time.perf_counter() - created
+        burn_wall(0.02)
+        t = time.perf_counter()
+        await asyncio.sleep(0.2)
+        spans[i] = time.perf_counter() - t
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.create_task(job(i, time.perf_counter()), name=f"j{i}") for i in range(8)))
+
+    with take("python", events=("wall", "park")) as t:
+        asyncio.run(main())
+    p = t.profile
+    ready = by(p, EventType.WALL, lambda s: (s.labels.get("task"), s.labels.get("state"), s.stack[-1].name))
+    park = by(p, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name))
+    entry = "test_the_wait_to_start_is_ready_not_park.<locals>.job"
+    # THEN each task's wait to start is wall in state=ready at its coroutine's entry
+    # (as a thread waiting for the GIL is not parked), within 10% for those that waited
+    got = {i: ready.get((f"j{i}", "ready", entry), 0) / 1e9 for i in range(8)}
+    print(f"\n[wait to start] profile {sum(got.values()):.3f} s, tasks measured {sum(waits.values()):.3f} s")
+    assert sum(waits.values()) > 0.4, waits  # 20+40+...+140 ms
+    for i in range(8):
+        if waits[i] > 0.05:
+            assert abs(got[i] - waits[i]) < 0.1 * waits[i], (i, got, waits)
+    # AND park holds only the sleeps, each within 10% of the task's own measure (the old
+    # bug charged the wait to start as park at the sleep: +35% here)
+    for i in range(8):
+        slept = park.get((f"j{i}", "[asyncio.sleep]"), 0) / 1e9
+        assert 0.9 * spans[i] < slept < 1.1 * spans[i], (i, slept, spans)
+    assert not [k for k in park if k[1] == entry], park
+
+
+def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
+    # GIVEN 2000 tasks (more than a tick describes), half of them named, each burning
+    # 100 us in its first step (so the last starts >= 0.2 s after it was created: that
+    # wait is ready, not park) then sleeping 0.5 s; each measures its wait to start and
+    # its await (a loaded loop resumes 2000 tasks late: 0.5 s is a floor)
+    waits, spans = [], []
+
+    async def sleepy(created):
+        waits.append(time.perf_counter() - created)
+        burn_wall(0.0001)
         t = time.perf_counter()
         await asyncio.sleep(0.5)
         spans.append(time.perf_counter() - t)
 
     async def main():
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.create_task(sleepy(), name="named" if i % 2 else None) for i in range(2000)))
+        await asyncio.gather(*(loop.create_task(sleepy(time.perf_counter()), name="named" if i % 2 else None)
+                               for i in range(2000)))
 
     # (a larger per-tick budget than the default: more draws, so the test is not noisy)
     with take("python", events=("wall", "park"), interval="10ms", tick_budget=0.02) as t:
@@ -449,13 +490,23 @@ def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
     p = t.profile
     park = by(p, EventType.PARK, lambda s: s.labels.get("task") == "named")
     total = sum(park.values()) / 1e9
+    entry = "test_many_tasks_are_subsampled_within_budget_and_stay_unbiased.<locals>.sleepy"
+    ready = by(p, EventType.WALL, lambda s: (s.labels.get("state"), s.stack[-1].name))
+    started = ready.get(("ready", entry), 0) / 1e9
     # THEN the park time adds up to the tasks' own measure of their awaits (scaled draws:
-    # unbiased; the measure also holds the wait in the ready queue, which is not park)
+    # unbiased, +-7% seen over runs; a task's time after the last tick that saw it is
+    # lost, ~4% here, as a thread's last stretch is; the old bug, which charged the wait
+    # to start as park, read +30% and more)
     truth = sum(spans)
-    print(f'\n[many tasks] park {total:.0f} s, tasks measured {truth:.0f} s')
+    print(f'\n[many tasks] park {total:.0f} s, tasks measured {truth:.0f} s; '
+          f'wait to start {started:.0f} s, tasks measured {sum(waits):.0f} s')
     assert len(spans) == 2000 and truth >= 1000
-    assert 0.7 * truth < total < 1.2 * truth, (total, truth)
+    assert 0.8 * truth < total < 1.15 * truth, (total, truth)
     assert abs(park.get(True, 0) / sum(park.values()) - 0.5) < 0.15, park
+    # AND the wait to start is ready wall at the tasks' entry (only the ticks right after
+    # the burst of first steps see it: a few dozen draws, hence the wide margin)
+    assert sum(waits) > 150
+    assert 0.6 * sum(waits) < started < 1.4 * sum(waits), (started, sum(waits))
     assert any("random subset" in n for n in p.metadata.notes), p.metadata.notes
     # AND each tick stayed within its budget (a fraction of the interval) plus one task
     (note,) = [n for n in p.metadata.notes if "task-sampler ticks" in n]
