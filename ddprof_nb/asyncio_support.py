@@ -26,9 +26,11 @@ Three pieces, usable beside any engine:
    ``[asyncio.gather]``, ``[asyncio.Future]`` ...).  Weights: the time the task spent
    suspended since its previous sample (its proxy times its steps: the time it ran
    meanwhile is the engine's to sample, never counted twice), split as threads' time
-   is: awaiting a future is park; runnable but waiting for the loop is not (WALL with
-   state=ready): the wait before the first step, charged at the coroutine's entry line,
-   and a bare yield's (``asyncio.sleep(0)``).  For tasks created before profiling
+   is: awaiting a pending future is park; runnable but waiting for the loop is not
+   (WALL with state=ready): the wait before the first step, charged at the coroutine's
+   entry line, a bare yield's (``asyncio.sleep(0)``), and the wait to run once woken,
+   counted from the start of the batch of callbacks that wakes the task (the loop's
+   selector is hooked for that; see ``_TaskCoro``).  For tasks created before profiling
    started, the time since their previous sample in the state seen (the engines' rule
    for threads).  Beyond ``max_tasks_per_tick`` pending tasks a random subset is sampled:
    each draw stands for the tick's period (or its age when younger), split by the
@@ -50,7 +52,10 @@ stop (a task wrapped while profiling keeps its proxy, which then only forwards);
 sampler never raises into the loop (errors are counted and reported in the notes).
 
 Limits: a task's suspended time after its last tick is lost when it ends before the
-next one (as a thread's last stretch is); loops that are not ``BaseEventLoop``s (uvloop)
+next one (as a thread's last stretch is); a future completed late because the loop was
+busy (a sleep's timer run late) is park until the batch that wakes the task, as is a
+woken task's wait on loops without a selector of their own (uvloop, proactor); loops
+that are not ``BaseEventLoop``s (uvloop)
 run their tasks unwrapped (no ``task`` label on engine samples) and are seen by the task
 sampler only when already running at start; ``asyncio.Task(coro)`` built directly is
 not wrapped either (its loop's periodic scan still samples it).
@@ -135,16 +140,19 @@ class _TaskCoro(collections.abc.Coroutine):
     (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
     task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
 
-    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_y", "_e", "_r", "_w")
+    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w")
 
     # Step timing (while wall/park are sampled), read by the task sampler's ticks, which
     # run between steps.  A task's life is: waiting to start (in the loop's ready queue),
-    # then steps separated by suspensions.  A suspension on a future is park; one that is
-    # runnable at once (a bare yield: ``asyncio.sleep(0)``) is ready (wall, not park),
-    # as is the wait before the first step: a thread waiting for the GIL is not parked
-    # either.  The wait between the future's completion and the step it wakes (the
-    # loop running other callbacks first) stays in park: no hook sees the completion
-    # without a callback per await.
+    # then steps separated by suspensions.  A suspension on a future is park until the
+    # future completes; runnable time is ready (wall, not park: a thread waiting for the
+    # GIL is not parked either): the wait before the first step, a bare yield's
+    # (``asyncio.sleep(0)``), and the wait between the future's completion and the step
+    # it wakes.  That completion is not seen (a done callback per await would cost
+    # more than the step); the step runs in the loop's next batch of callbacks, so the
+    # batch's start (its selector returning, hooked by the sampler: ``slot.batch``)
+    # bounds it: the rest of the completing batch stays in park, the wait behind the
+    # waking batch's earlier callbacks is ready.
     def __init__(self, coro, t0: int):
         self._coro = coro
         self._t0 = t0  # creation (0 unless timing)
@@ -153,8 +161,9 @@ class _TaskCoro(collections.abc.Coroutine):
         # (q = -creation - time run)
         self._q = -t0
         self._task = None  # the task, from its creation to its first step (for its name)
-        self._y = True  # the current suspension is ready (not started yet, or a bare yield)
-        self._e = t0  # when it began (the last step's end; creation before the first step)
+        # when the current suspension began: the last step's end (creation before the
+        # first step), negated when it is ready (not started yet, or a bare yield)
+        self._e = -t0
         self._r = 0  # ready time of bare yields, ended suspensions
         self._w = -1  # the wait before the first step (-1: not started)
 
@@ -164,12 +173,16 @@ class _TaskCoro(collections.abc.Coroutine):
         timing = _timing
         if timing:
             resumed = _monotonic_ns()
-            if self._y:  # a ready suspension ends: not park
-                self._ready_until(resumed)
         ident = _get_ident()
         slot = _slots.get(ident)
         if slot is None:
             slot = _new_slot(ident)
+        if timing:
+            e = self._e
+            if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
+                self._r += resumed + e
+            elif slot.batch > e:  # woken: ready since its batch began
+                self._r += resumed - slot.batch
         prev = slot.id
         lid = self._lid
         if lid < 0:
@@ -204,9 +217,7 @@ class _TaskCoro(collections.abc.Coroutine):
         if timing:
             end = _monotonic_ns()
             self._q += resumed - end  # minus the time this step ran
-            if result is None:  # a bare yield: runnable again at once
-                self._y = True
-                self._e = end
+            self._e = -end if result is None else end  # a bare yield: runnable again at once
         return result
 
     def throw(self, typ, val=None, tb=None):
@@ -215,9 +226,13 @@ class _TaskCoro(collections.abc.Coroutine):
             return self._coro.throw(*args)
         timing = _timing
         resumed = _monotonic_ns()
-        if timing and self._y:
-            self._ready_until(resumed)
         slot = _lab._slot_here()
+        if timing:
+            e = self._e
+            if e < 0:
+                self._r += resumed + e
+            elif slot.batch > e:
+                self._r += resumed - slot.batch
         prev = slot.id
         _lab._set(slot, self._lid if self._lid >= 0 else self._first_step())
         try:
@@ -230,25 +245,15 @@ class _TaskCoro(collections.abc.Coroutine):
         if timing:
             end = _monotonic_ns()
             self._q += resumed - end
-            if result is None:
-                self._y = True
-                self._e = end
+            self._e = -end if result is None else end
         return result
-
-    def _ready_until(self, resumed: int) -> None:
-        """A ready suspension ends at ``resumed``: the first step's wait, or a bare yield's."""
-        self._y = False
-        if self._w < 0:
-            self._w = resumed - self._e
-        else:
-            self._r += resumed - self._e
 
     def _times(self, now: int) -> tuple[int, int, int]:
         """(start wait, ready, park) so far, in ns, at ``now`` (between steps)."""
         suspended = now + self._q
         if self._w < 0:
             return suspended, 0, 0
-        ready = self._r + (now - self._e if self._y else 0)
+        ready = self._r + (now + self._e if self._e < 0 else 0)
         return self._w, ready, suspended - self._w - ready
 
     def close(self):
@@ -267,6 +272,8 @@ class _TaskCoro(collections.abc.Coroutine):
         """The task's published id: its context's labels plus its name (as task bits).
         (Not computed in create_task: ``asyncio.create_task(name=...)`` names the task
         after the loop's create_task returns.)"""
+        if self._w < 0:  # the ready time so far is the wait to start
+            self._w, self._r = self._r, 0
         task = self._task
         if task is not None:
             self._task = None  # no task <-> proxy cycle once it runs
@@ -391,7 +398,7 @@ _NEW = object()  # a task state's key before its first description
 
 
 class _TaskState:
-    __slots__ = ("last", "key", "stacks", "lid", "w", "r", "p")
+    __slots__ = ("last", "key", "stacks", "lid", "w", "r", "p", "e")
 
     def __init__(self, last: int):
         self.last = last  # the time of the task's previous sample
@@ -400,6 +407,7 @@ class _TaskState:
         self.lid = -1  # published id (-1: not computed)
         # wrapped tasks: their (start wait, ready, park) times accounted so far
         self.w = self.r = self.p = 0
+        self.e = 0  # their _TaskCoro._e then
 
 
 class _LoopState:
@@ -424,6 +432,7 @@ class _LoopState:
         self.prefix_at = 0
         self.pruned_at = 0
         self.chains: dict = {}  # await chain key -> stack id (-1: not sampled), for this prefix
+        self.hook = None  # (selector, our select, the loop thread's slot); False: not hookable
 
 
 class _Tracker:
@@ -482,6 +491,39 @@ class _Tracker:
                     self.registered[loop] = state.reg
                 self.sampler._schedule_first(state)
             return state
+
+
+def _hook_selector(st: _LoopState) -> None:
+    """Time the start of each batch of the loop's callbacks (its selector returning)
+    into the loop thread's slot (see _TaskCoro).  On the loop's thread; loops
+    without a selector of their own (uvloop, proactor) are left alone: their woken
+    tasks' wait for the loop stays in park."""
+    st.hook = False
+    sel = getattr(st.loop, "_selector", None)
+    inner = getattr(sel, "select", None)
+    if inner is None or getattr(inner, "__self__", None) is not sel:  # absent, or wrapped by someone
+        return
+    slot = _lab._slot_here()
+    clock = _monotonic_ns
+
+    def select(timeout=None):
+        events = inner(timeout)
+        slot.batch = clock()
+        return events
+
+    try:
+        sel.select = select
+    except AttributeError:  # no instance attributes
+        return
+    st.hook = (sel, select, slot)
+
+
+def _unhook_selector(st: _LoopState) -> None:
+    hook, st.hook = st.hook, None
+    if hook:
+        sel, select, _ = hook
+        if getattr(sel, "__dict__", {}).get("select") is select:
+            del sel.select
 
 
 class TaskSampler:
@@ -599,6 +641,7 @@ class TaskSampler:
         _uninstall_create_task()
         for st in list(tracker.loops.values()):
             self._cancel(st)
+            _unhook_selector(st)
             st.states = {}
         self._tracker = None
         profile = self._build(tracker)
@@ -702,6 +745,11 @@ class TaskSampler:
                                                 f"{threading.current_thread().name} (asyncio tasks)")
         prev_tick = st.last_tick or self._start_mono
         st.last_tick = now
+        if st.hook is None:
+            _hook_selector(st)
+        if st.hook and st.hook[2].batch < now:
+            # a task resumed later in this batch was charged park until now by this tick
+            st.hook[2].batch = now
         if now >= st.others_at:
             # tasks not created through create_task while profiling (asyncio.Task(...),
             # loops of other classes) are looked up now and then: O(all tasks), so at most
@@ -754,15 +802,22 @@ class TaskSampler:
                     st.chains = {}
                     st.prefix_ns = _monotonic_ns() - p0
                 s.key = waiter
-                s.stacks = [_UNSET, _UNSET, _UNSET]
+                before, s.stacks = s.stacks, [_UNSET, _UNSET, _UNSET]
                 s.lid = -1
+                if exact and proxy is not None and proxy._w >= 0:
+                    # both, while the chain is there: the next tick may charge this
+                    # suspension's rest (its park, its wait to run) after it resumed
+                    self._stack_of(proxy, waiter, 1, st, s.stacks)
+            else:
+                before = s.stacks
             if proxy is None:
                 # not ours: the time since its previous sample (a uniform draw: the
                 # tick's period), in the state it is in now
                 parked = waiter is not None and not waiter.done()
                 weight = now - max(s.last, floor) if exact else now - max(prev_tick, floor)
                 s.last = now
-                self._add(acc, task, coro, waiter, int(parked), weight, s, st)
+                if weight > 0:
+                    self._add(acc, task, coro, int(parked), weight, s, self._sid(s, coro, waiter, int(parked), st))
                 continue
             # ours: its step timing splits its suspended time since its previous sample
             # (the time it ran meanwhile is the engine's to sample) into its wait to
@@ -791,13 +846,22 @@ class TaskSampler:
                     dr, dp = rest * (r - s.r) // seen, rest * (p - s.p) // seen
                 else:
                     dr = dp = 0
-            s.w, s.r, s.p, s.last = w, r, p, now
-            if dw > 0:
-                self._add(acc, task, proxy, waiter, 2, dw, s, st)
-            if dr > 0:
-                self._add(acc, task, proxy, waiter, 0, dr, s, st)
-            if dp > 0:
-                self._add(acc, task, proxy, waiter, 1, dp, s, st)
+            if exact and proxy._e != s.e and before[0] != _UNSET:
+                # it resumed since its previous sample: the current suspension (since
+                # its last step ended) is charged here, the rest at the stacks that
+                # sample saw (the suspension it was in then went on for part of it)
+                cur = now - abs(proxy._e)
+                if proxy._e < 0:
+                    now_r, now_p = min(dr, cur), 0
+                else:
+                    now_r, now_p = 0, min(dp, cur)
+                self._add(acc, task, proxy, 0, dr - now_r, s, before[0])
+                self._add(acc, task, proxy, 1, dp - now_p, s, before[1])
+                dr, dp = now_r, now_p
+            s.w, s.r, s.p, s.last, s.e = w, r, p, now, proxy._e
+            self._add(acc, task, proxy, 2, dw, s, self._sid(s, proxy, waiter, 2, st) if dw > 0 else -1)
+            self._add(acc, task, proxy, 0, dr, s, self._sid(s, proxy, waiter, 0, st) if dr > 0 else -1)
+            self._add(acc, task, proxy, 1, dp, s, self._sid(s, proxy, waiter, 1, st) if dp > 0 else -1)
         if exact:
             st.states = states
         else:
@@ -816,13 +880,17 @@ class TaskSampler:
             if weight > 0:
                 self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
 
-    def _add(self, acc: dict, task, coro, waiter, variant: int, weight: int, s: _TaskState, st: _LoopState) -> None:
-        """Add ``weight`` to the task's row for ``variant`` (0 ready, 1 parked, 2 not
-        started): its stack and published id are computed once per suspension."""
+    def _sid(self, s: _TaskState, coro, waiter, variant: int, st: _LoopState) -> int:
+        """The task's stack for ``variant`` (0 ready, 1 parked, 2 not started), computed
+        once per suspension."""
         sid = s.stacks[variant]
         if sid == _UNSET:
             sid = s.stacks[variant] = self._stack_of(coro, waiter, variant, st)
-        if sid < 0:
+        return sid
+
+    def _add(self, acc: dict, task, coro, variant: int, weight: int, s: _TaskState, sid: int) -> None:
+        """Add ``weight`` to the task's row at stack ``sid`` for ``variant``."""
+        if sid < 0 or weight <= 0:
             return
         if s.lid < 0:
             s.lid = self._lid_of(task, coro)
@@ -834,12 +902,13 @@ class TaskSampler:
             cell[0] += 1
             cell[1] += weight
 
-    def _stack_of(self, coro, waiter, variant: int, st: _LoopState) -> int:
+    def _stack_of(self, coro, waiter, variant: int, st: _LoopState, both: list | None = None) -> int:
         """The stack of a suspended task (``coro``: its coroutine or our proxy) for
         ``variant``: its await chain, ready (0) or parked (1, ending in a BLOCKER naming
         what it awaits); or (2) its coroutine's entry, where it waited to start.
         Cached per await chain (code and instruction of each frame, and what is
-        awaited): tasks suspended at the same place share one entry."""
+        awaited): tasks suspended at the same place share one entry.  ``both``: a
+        task's stacks list, to fill with the ready and parked ones (one walk)."""
         inner = coro._coro if type(coro) is _TaskCoro else coro
         if variant == 2:
             code = getattr(inner, "cr_code", None)
@@ -854,20 +923,23 @@ class TaskSampler:
                     sid = self._builder.stack_id(st.prefix + [self._mark, fid])
                 st.chains[key] = sid
             return sid
-        parked = variant == 1
         frames = _await_chain(inner)
-        if parked:
-            wkey = waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter)
-        else:
-            wkey = None
-        key = [wkey, parked]
+        chain = []
         for f in frames:
-            key.append(id(f.f_code))
-            key.append(f.f_lasti)
-        key = tuple(key)
-        sid = st.chains.get(key)
-        if sid is None:
-            sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
+            chain.append(id(f.f_code))
+            chain.append(f.f_lasti)
+        chain = tuple(chain)
+        sid = -1
+        for parked in ((False, True) if both is not None else (variant == 1,)):
+            if parked:
+                key = (waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter), True, chain)
+            else:
+                key = (None, False, chain)
+            sid = st.chains.get(key)
+            if sid is None:
+                sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
+            if both is not None:
+                both[parked] = sid
         return sid
 
     def _lid_of(self, task, coro) -> int:
