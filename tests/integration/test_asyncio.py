@@ -599,7 +599,7 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
             "    if s.event is EventType.PARK:\n"
             "        k = '|'.join([s.labels.get('task') or '', s.labels.get('tag') or '', s.stack[0].name, s.stack[-1].name])\n"
             "        park[k] = park.get(k, 0) + s.values[1]\n"
-            "print(json.dumps(park))\n"
+            "print(json.dumps([park, tp.metadata.notes]))\n"
         )
         for code in (setup, cell):
             out = []
@@ -611,11 +611,11 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
         km.shutdown_kernel(now=True)
     import json
 
-    park = json.loads(text.strip().splitlines()[-1])
+    park, notes = json.loads(text.strip().splitlines()[-1])
     # THEN both tasks parked in asyncio.sleep, labelled, under one [asyncio loop] root
     secs = {k: v / 1e9 for k, v in park.items()}
     for name, tag in (("wx", "x"), ("wy", "y")):
-        assert secs.get(f"{name}|{tag}|[asyncio loop]|[asyncio.sleep]", 0) > 0.1, secs
+        assert secs.get(f"{name}|{tag}|[asyncio loop]|[asyncio.sleep]", 0) > 0.1, (secs, notes)
     # AND the kernel's own idle tasks (ipykernel machinery only) are not sampled
     assert not [k for k in park if k.split("|")[0] not in ("wx", "wy") and "[asyncio.sleep]" not in k
                 and "gather" not in k], park
