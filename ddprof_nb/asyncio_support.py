@@ -25,10 +25,17 @@ Three pieces, usable beside any engine:
    thing (``[asyncio.sleep]``, ``[asyncio.Lock.acquire]``, ``[asyncio.Queue.get]``,
    ``[asyncio.gather]``, ``[asyncio.Future]`` ...).  Weights: the time the task spent
    suspended since its previous sample (its proxy times its steps: the time it ran
-   meanwhile is the engine's to sample, never counted twice); for tasks created before
-   profiling started, the time since their previous sample (the engines' rule for
-   threads).  Beyond ``max_tasks_per_tick`` pending tasks a random subset is sampled and
-   weighted by (tick duration x pending / sampled): unbiased, bounded cost.
+   meanwhile is the engine's to sample, never counted twice), split as threads' time
+   is: awaiting a pending future is park; runnable but waiting for the loop is not
+   (WALL with state=ready): the wait before the first step, charged at the coroutine's
+   entry line, a bare yield's (``asyncio.sleep(0)``), and the wait to run once woken,
+   counted from the start of the batch of callbacks that wakes the task (the loop's
+   selector is hooked for that; see ``_TaskCoro``).  For tasks created before profiling
+   started, the time since their previous sample in the state seen (the engines' rule
+   for threads).  Beyond ``max_tasks_per_tick`` pending tasks a random subset is sampled:
+   each draw stands for the tick's period (or its age when younger), split by the
+   task's own timing since its previous sample, and is scaled by pending / sampled:
+   unbiased, bounded cost.
    Samples go to a synthetic thread ``"<loop thread name> (asyncio tasks)"`` with the
    loop thread's tid, so the loop thread's own wall time stays its own.  Tasks whose
    await chain holds only loop / kernel machinery (ipykernel's idle dispatch tasks) are
@@ -45,7 +52,10 @@ stop (a task wrapped while profiling keeps its proxy, which then only forwards);
 sampler never raises into the loop (errors are counted and reported in the notes).
 
 Limits: a task's suspended time after its last tick is lost when it ends before the
-next one (as a thread's last stretch is); loops that are not ``BaseEventLoop``s (uvloop)
+next one (as a thread's last stretch is); a future completed late because the loop was
+busy (a sleep's timer run late) is park until the batch that wakes the task, as is a
+woken task's wait on loops without a selector of their own (uvloop, proactor); loops
+that are not ``BaseEventLoop``s (uvloop)
 run their tasks unwrapped (no ``task`` label on engine samples) and are seen by the task
 sampler only when already running at start; ``asyncio.Task(coro)`` built directly is
 not wrapped either (its loop's periodic scan still samples it).
@@ -130,15 +140,32 @@ class _TaskCoro(collections.abc.Coroutine):
     (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
     task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
 
-    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task")
+    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w")
 
+    # Step timing (while wall/park are sampled), read by the task sampler's ticks, which
+    # run between steps.  A task's life is: waiting to start (in the loop's ready queue),
+    # then steps separated by suspensions.  A suspension on a future is park until the
+    # future completes; runnable time is ready (wall, not park: a thread waiting for the
+    # GIL is not parked either): the wait before the first step, a bare yield's
+    # (``asyncio.sleep(0)``), and the wait between the future's completion and the step
+    # it wakes.  That completion is not seen (a done callback per await would cost
+    # more than the step); the step runs in the loop's next batch of callbacks, so the
+    # batch's start (its selector returning, hooked by the sampler: ``slot.batch``)
+    # bounds it: the rest of the completing batch stays in park, the wait behind the
+    # waking batch's earlier callbacks is ready.
     def __init__(self, coro, t0: int):
         self._coro = coro
-        self._t0 = t0  # creation (0 unless timing): a subsampled draw of a young task stands for its age only
+        self._t0 = t0  # creation (0 unless timing)
         self._lid = -1  # published id at the last suspension; -1 before the first step
-        # suspended time so far = now + _q while suspended (q = -creation - time run)
+        # suspended time so far (start wait, park and ready) = now + _q while suspended
+        # (q = -creation - time run)
         self._q = -t0
         self._task = None  # the task, from its creation to its first step (for its name)
+        # when the current suspension began: the last step's end (creation before the
+        # first step), negated when it is ready (not started yet, or a bare yield)
+        self._e = -t0
+        self._r = 0  # ready time of bare yields, ended suspensions
+        self._w = -1  # the wait before the first step (-1: not started)
 
     def send(self, value):
         if _tracker is None:  # profiling ended: only forward
@@ -150,6 +177,12 @@ class _TaskCoro(collections.abc.Coroutine):
         slot = _slots.get(ident)
         if slot is None:
             slot = _new_slot(ident)
+        if timing:
+            e = self._e
+            if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
+                self._r += resumed + e
+            elif slot.batch > e:  # woken: ready since its batch began
+                self._r += resumed - slot.batch
         prev = slot.id
         lid = self._lid
         if lid < 0:
@@ -182,7 +215,9 @@ class _TaskCoro(collections.abc.Coroutine):
             elif _lab._mirrored:
                 _push(slot, prev)
         if timing:
-            self._q += resumed - _monotonic_ns()  # minus the time this step ran
+            end = _monotonic_ns()
+            self._q += resumed - end  # minus the time this step ran
+            self._e = -end if result is None else end  # a bare yield: runnable again at once
         return result
 
     def throw(self, typ, val=None, tb=None):
@@ -192,6 +227,12 @@ class _TaskCoro(collections.abc.Coroutine):
         timing = _timing
         resumed = _monotonic_ns()
         slot = _lab._slot_here()
+        if timing:
+            e = self._e
+            if e < 0:
+                self._r += resumed + e
+            elif slot.batch > e:
+                self._r += resumed - slot.batch
         prev = slot.id
         _lab._set(slot, self._lid if self._lid >= 0 else self._first_step())
         try:
@@ -202,8 +243,18 @@ class _TaskCoro(collections.abc.Coroutine):
         self._lid = slot.id
         _lab._set(slot, prev)
         if timing:
-            self._q += resumed - _monotonic_ns()
+            end = _monotonic_ns()
+            self._q += resumed - end
+            self._e = -end if result is None else end
         return result
+
+    def _times(self, now: int) -> tuple[int, int, int]:
+        """(start wait, ready, park) so far, in ns, at ``now`` (between steps)."""
+        suspended = now + self._q
+        if self._w < 0:
+            return suspended, 0, 0
+        ready = self._r + (now + self._e if self._e < 0 else 0)
+        return self._w, ready, suspended - self._w - ready
 
     def close(self):
         return self._coro.close()
@@ -221,6 +272,8 @@ class _TaskCoro(collections.abc.Coroutine):
         """The task's published id: its context's labels plus its name (as task bits).
         (Not computed in create_task: ``asyncio.create_task(name=...)`` names the task
         after the loop's create_task returns.)"""
+        if self._w < 0:  # the ready time so far is the wait to start
+            self._w, self._r = self._r, 0
         task = self._task
         if task is not None:
             self._task = None  # no task <-> proxy cycle once it runs
@@ -340,18 +393,21 @@ def _foreign_pending(ref, loop):
     return (_weakref(task) if not isinstance(ref, weakref.ref) else ref) if ok else None
 
 
+_UNSET = -2  # a stack id not computed yet (-1: not sampled)
+_NEW = object()  # a task state's key before its first description
+
+
 class _TaskState:
-    __slots__ = ("last", "key", "stack", "lid", "parked", "skip")
+    __slots__ = ("last", "key", "stacks", "lid", "w", "r", "p", "e")
 
     def __init__(self, last: int):
-        # wrapped tasks: their suspended time (ns) accounted so far; others: the time of
-        # their previous sample
-        self.last = last
-        self.key = None  # the awaited future when the stack below was computed
-        self.stack = -1
-        self.lid = 0
-        self.parked = False
-        self.skip = False
+        self.last = last  # the time of the task's previous sample
+        self.key = _NEW  # the awaited future when the stacks below were computed
+        self.stacks = [_UNSET, _UNSET, _UNSET]  # stack ids: ready, parked, not started
+        self.lid = -1  # published id (-1: not computed)
+        # wrapped tasks: their (start wait, ready, park) times accounted so far
+        self.w = self.r = self.p = 0
+        self.e = 0  # their _TaskCoro._e then
 
 
 class _LoopState:
@@ -376,6 +432,7 @@ class _LoopState:
         self.prefix_at = 0
         self.pruned_at = 0
         self.chains: dict = {}  # await chain key -> stack id (-1: not sampled), for this prefix
+        self.hook = None  # (selector, our select, the loop thread's slot); False: not hookable
 
 
 class _Tracker:
@@ -434,6 +491,39 @@ class _Tracker:
                     self.registered[loop] = state.reg
                 self.sampler._schedule_first(state)
             return state
+
+
+def _hook_selector(st: _LoopState) -> None:
+    """Time the start of each batch of the loop's callbacks (its selector returning)
+    into the loop thread's slot (see _TaskCoro).  On the loop's thread; loops
+    without a selector of their own (uvloop, proactor) are left alone: their woken
+    tasks' wait for the loop stays in park."""
+    st.hook = False
+    sel = getattr(st.loop, "_selector", None)
+    inner = getattr(sel, "select", None)
+    if inner is None or getattr(inner, "__self__", None) is not sel:  # absent, or wrapped by someone
+        return
+    slot = _lab._slot_here()
+    clock = _monotonic_ns
+
+    def select(timeout=None):
+        events = inner(timeout)
+        slot.batch = clock()
+        return events
+
+    try:
+        sel.select = select
+    except AttributeError:  # no instance attributes
+        return
+    st.hook = (sel, select, slot)
+
+
+def _unhook_selector(st: _LoopState) -> None:
+    hook, st.hook = st.hook, None
+    if hook:
+        sel, select, _ = hook
+        if getattr(sel, "__dict__", {}).get("select") is select:
+            del sel.select
 
 
 class TaskSampler:
@@ -551,6 +641,7 @@ class TaskSampler:
         _uninstall_create_task()
         for st in list(tracker.loops.values()):
             self._cancel(st)
+            _unhook_selector(st)
             st.states = {}
         self._tracker = None
         profile = self._build(tracker)
@@ -654,6 +745,11 @@ class TaskSampler:
                                                 f"{threading.current_thread().name} (asyncio tasks)")
         prev_tick = st.last_tick or self._start_mono
         st.last_tick = now
+        if st.hook is None:
+            _hook_selector(st)
+        if st.hook and st.hook[2].batch < now:
+            # a task resumed later in this batch was charged park until now by this tick
+            st.hook[2].batch = now
         if now >= st.others_at:
             # tasks not created through create_task while profiling (asyncio.Task(...),
             # loops of other classes) are looked up now and then: O(all tasks), so at most
@@ -695,40 +791,77 @@ class TaskSampler:
             coro = task.get_coro()
             proxy = coro if type(coro) is _TaskCoro else None
             if s is None:
-                # a wrapped task accounts its suspended time itself (since its creation);
-                # others are weighted from the previous tick (or the start)
-                s = _TaskState(0 if proxy is not None else max(prev_tick, floor))
+                s = _TaskState(max(prev_tick, floor) if proxy is None else 0)
             states[task] = s
             waiter = task._fut_waiter
-            parked = waiter is not None and not waiter.done()
-            # a task that has not resumed still waits on the same future: same stack
-            if s.stack < 0 or waiter is None or waiter is not s.key or parked is not s.parked:
+            # a task that has not resumed still waits on the same future: same stacks
+            if waiter is None or waiter is not s.key:
                 if st.prefix is None or now - st.prefix_at > RESCAN_NS:
                     p0 = _monotonic_ns()
                     st.prefix, st.prefix_at = self._prefix(), now
                     st.chains = {}
                     st.prefix_ns = _monotonic_ns() - p0
-                self._describe(task, waiter, parked, s, st)
-            if proxy is not None:
-                # exact: the time it spent suspended since its previous sample (the time
-                # it ran meanwhile is the engine's to sample); never more than the time
-                # since profiling started or a subsampled tick accounted for every task
-                total = now + proxy._q
-                weight = min(total - s.last, now - floor)
-                s.last = total
+                s.key = waiter
+                before, s.stacks = s.stacks, [_UNSET, _UNSET, _UNSET]
+                s.lid = -1
+                if exact and proxy is not None and proxy._w >= 0:
+                    # both, while the chain is there: the next tick may charge this
+                    # suspension's rest (its park, its wait to run) after it resumed
+                    self._stack_of(proxy, waiter, 1, st, s.stacks)
             else:
-                weight, s.last = now - max(s.last, floor), now
-            if not exact:  # a uniform draw: the tick's period, or the task's age when younger
-                weight = now - max(prev_tick, floor, proxy._t0 if proxy is not None else 0)
-            if s.skip or weight <= 0:
+                before = s.stacks
+            if proxy is None:
+                # not ours: the time since its previous sample (a uniform draw: the
+                # tick's period), in the state it is in now
+                parked = waiter is not None and not waiter.done()
+                weight = now - max(s.last, floor) if exact else now - max(prev_tick, floor)
+                s.last = now
+                if weight > 0:
+                    self._add(acc, task, coro, int(parked), weight, s, self._sid(s, coro, waiter, int(parked), st))
                 continue
-            key = (s.stack, s.lid, parked)
-            cell = acc.get(key)
-            if cell is None:
-                acc[key] = [1, weight]
+            # ours: its step timing splits its suspended time since its previous sample
+            # (the time it ran meanwhile is the engine's to sample) into its wait to
+            # start, ready and park, each charged at its own stack
+            t0 = proxy._t0
+            w, r, p = proxy._times(now)
+            started = t0 + w  # when its first step began (now, if not yet)
+            if exact:
+                # only what no subsampled tick (before ``floor``) accounted for already
+                dw = started - max(t0 + s.w, floor)
+                dr, dp = r - s.r, p - s.p
+                span = now - max(started, floor)
+                if dr + dp > span:
+                    span, both = max(span, 0), dr + dp
+                    dr, dp = dr * span // both, dp * span // both
             else:
-                cell[0] += 1
-                cell[1] += weight
+                # a uniform draw stands for the task's time since the previous tick: its
+                # wait to start (exact), the rest split as the task's own time was since
+                # its previous sample (a tick never runs inside a batch of steps, so the
+                # state it sees now would miss the ready and running stretches)
+                since = max(prev_tick, floor, t0)
+                dw = min(started, now) - since
+                rest = now - max(since, started)
+                seen = now - max(s.last, started)
+                if rest > 0 and seen > 0:
+                    dr, dp = rest * (r - s.r) // seen, rest * (p - s.p) // seen
+                else:
+                    dr = dp = 0
+            if exact and proxy._e != s.e and before[0] != _UNSET:
+                # it resumed since its previous sample: the current suspension (since
+                # its last step ended) is charged here, the rest at the stacks that
+                # sample saw (the suspension it was in then went on for part of it)
+                cur = now - abs(proxy._e)
+                if proxy._e < 0:
+                    now_r, now_p = min(dr, cur), 0
+                else:
+                    now_r, now_p = 0, min(dp, cur)
+                self._add(acc, task, proxy, 0, dr - now_r, s, before[0])
+                self._add(acc, task, proxy, 1, dp - now_p, s, before[1])
+                dr, dp = now_r, now_p
+            s.w, s.r, s.p, s.last, s.e = w, r, p, now, proxy._e
+            self._add(acc, task, proxy, 2, dw, s, self._sid(s, proxy, waiter, 2, st) if dw > 0 else -1)
+            self._add(acc, task, proxy, 0, dr, s, self._sid(s, proxy, waiter, 0, st) if dr > 0 else -1)
+            self._add(acc, task, proxy, 1, dp, s, self._sid(s, proxy, waiter, 1, st) if dp > 0 else -1)
         if exact:
             st.states = states
         else:
@@ -747,41 +880,80 @@ class TaskSampler:
             if weight > 0:
                 self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
 
-    def _describe(self, task, waiter, parked: bool, s: _TaskState, st: _LoopState) -> None:
-        """Compute the task's stack and published id into ``s`` (kept until it resumes).
-        Stacks are cached per await chain (code and instruction of each frame, and what
-        is awaited): tasks suspended at the same place share one entry."""
-        coro = task.get_coro()
-        proxy = coro if type(coro) is _TaskCoro else None
-        frames = _await_chain(proxy._coro if proxy is not None else coro)
-        if parked:
-            wkey = waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter)
-        else:
-            wkey = None
-        key = [wkey, parked]
-        for f in frames:
-            key.append(id(f.f_code))
-            key.append(f.f_lasti)
-        key = tuple(key)
-        sid = st.chains.get(key)
-        if sid is None:
-            sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
-        s.key = waiter
-        s.parked = parked
-        s.stack = sid
-        s.skip = sid < 0
-        if s.skip:
+    def _sid(self, s: _TaskState, coro, waiter, variant: int, st: _LoopState) -> int:
+        """The task's stack for ``variant`` (0 ready, 1 parked, 2 not started), computed
+        once per suspension."""
+        sid = s.stacks[variant]
+        if sid == _UNSET:
+            sid = s.stacks[variant] = self._stack_of(coro, waiter, variant, st)
+        return sid
+
+    def _add(self, acc: dict, task, coro, variant: int, weight: int, s: _TaskState, sid: int) -> None:
+        """Add ``weight`` to the task's row at stack ``sid`` for ``variant``."""
+        if sid < 0 or weight <= 0:
             return
+        if s.lid < 0:
+            s.lid = self._lid_of(task, coro)
+        key = (sid, s.lid, variant == 1)
+        cell = acc.get(key)
+        if cell is None:
+            acc[key] = [1, weight]
+        else:
+            cell[0] += 1
+            cell[1] += weight
+
+    def _stack_of(self, coro, waiter, variant: int, st: _LoopState, both: list | None = None) -> int:
+        """The stack of a suspended task (``coro``: its coroutine or our proxy) for
+        ``variant``: its await chain, ready (0) or parked (1, ending in a BLOCKER naming
+        what it awaits); or (2) its coroutine's entry, where it waited to start.
+        Cached per await chain (code and instruction of each frame, and what is
+        awaited): tasks suspended at the same place share one entry.  ``both``: a
+        task's stacks list, to fill with the ready and parked ones (one walk)."""
+        inner = coro._coro if type(coro) is _TaskCoro else coro
+        if variant == 2:
+            code = getattr(inner, "cr_code", None)
+            key = ("start", id(code))
+            sid = st.chains.get(key)
+            if sid is None:
+                if code is None or _file_kind(code.co_filename) != _OTHER:
+                    sid = -1
+                else:
+                    fid = self._builder.frame_id(Frame(code.co_qualname, code.co_filename, code.co_firstlineno,
+                                                       code.co_firstlineno))
+                    sid = self._builder.stack_id(st.prefix + [self._mark, fid])
+                st.chains[key] = sid
+            return sid
+        frames = _await_chain(inner)
+        chain = []
+        for f in frames:
+            chain.append(id(f.f_code))
+            chain.append(f.f_lasti)
+        chain = tuple(chain)
+        sid = -1
+        for parked in ((False, True) if both is not None else (variant == 1,)):
+            if parked:
+                key = (waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter), True, chain)
+            else:
+                key = (None, False, chain)
+            sid = st.chains.get(key)
+            if sid is None:
+                sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
+            if both is not None:
+                both[parked] = sid
+        return sid
+
+    def _lid_of(self, task, coro) -> int:
+        """The task's published id (for our proxies, the one its steps publish)."""
         tracker = self._tracker
-        if proxy is not None and proxy._lid >= 0:
+        if type(coro) is _TaskCoro and coro._lid >= 0:
             # renamed since its first step? (set_name; an eager task named afterwards)
-            s.lid = tracker.renamed(proxy, task) if tracker is not None else proxy._lid
-        else:  # not started, or not ours: its context's labels and its name
-            ctx = task.get_context() if hasattr(task, "get_context") else None
-            base = ctx.get(_current, EMPTY_LABELS) if ctx is not None else EMPTY_LABELS
-            name = task.get_name()
-            bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
-            s.lid = bits | label_id(base)
+            return tracker.renamed(coro, task) if tracker is not None else coro._lid
+        # not started, or not ours: its context's labels and its name
+        ctx = task.get_context() if hasattr(task, "get_context") else None
+        base = ctx.get(_current, EMPTY_LABELS) if ctx is not None else EMPTY_LABELS
+        name = task.get_name()
+        bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
+        return bits | label_id(base)
 
     def _stack_for(self, frames: list, waiter, parked: bool, st: _LoopState) -> int:
         """The stack id of a suspended task whose await chain is ``frames`` (outermost

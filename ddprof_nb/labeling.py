@@ -126,10 +126,13 @@ def current() -> LabelSet:
 class _Slot:
     """One thread's published label id, plus its cached native mirrors (views)."""
 
-    __slots__ = ("id", "views", "gen", "view")
+    __slots__ = ("id", "views", "gen", "view", "batch")
 
     def __init__(self):
         self.id = 0
+        # when the event loop on this thread began its current batch of callbacks (its
+        # selector returned; set only while asyncio tasks are sampled): asyncio_support
+        self.batch = 0
         self.views: tuple = ()
         self.gen = -1  # _gen when ``views`` was computed
         # the fast path (hot loops store into it directly): the one view when it is the

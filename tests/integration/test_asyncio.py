@@ -426,22 +426,90 @@ def test_eager_tasks_and_task_groups_are_labelled():
     assert ("eager", "[asyncio.sleep]") in park, park
 
 
-@pytest.mark.xfail(strict=False, reason="open bug (#10): the time a task waits in the ready queue before its "
-                   "first step is charged to its state at the next tick (park here): +24% in a cold CI run, where "
-                   "the loop took long to start 2000 tasks (0-2% warm; the tasks' own measure excludes it)")
-def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
-    # GIVEN 2000 tasks sleeping 0.5 s (more than a tick describes), half of them named;
-    # each measures its await (a loaded loop resumes 2000 tasks late: 0.5 s is a floor)
-    spans = []
+def test_runnable_time_is_ready_not_park():
+    # GIVEN 8 tasks created at once, each burning 20 ms in its first step (task i waits
+    # ~20*i ms in the loop's ready queue before it starts), then awaiting one future
+    # (completed at 0.3 s: they wake in one batch of callbacks, each burning 20 ms, so
+    # task i waits ~20*i ms again to run), then sleeping 0.1 s (exact weights: fewer
+    # tasks than a tick describes)
+    waits, awaits, woke = {}, {}, {}
 
-    async def sleepy():
+    async def job(i, created, gate):
+        waits[i] = time.perf_counter() - created
+        burn_wall(0.02)
         t = time.perf_counter()
-        await asyncio.sleep(0.5)
-        spans.append(time.perf_counter() - t)
+        await gate
+        woke[i] = time.perf_counter()
+        awaits[i] = woke[i] - t
+        burn_wall(0.02)
+        await asyncio.sleep(0.1)
 
     async def main():
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.create_task(sleepy(), name="named" if i % 2 else None) for i in range(2000)))
+        gate = loop.create_future()
+        loop.call_later(0.3, gate.set_result, None)
+        await asyncio.gather(*(loop.create_task(job(i, time.perf_counter(), gate), name=f"j{i}") for i in range(8)))
+
+    with take("python", events=("wall", "park")) as t:
+        asyncio.run(main())
+    p = t.profile
+    name, first = job.__code__.co_qualname, job.__code__.co_firstlineno
+    wall = by(p, EventType.WALL, lambda s: (s.labels.get("task"), s.labels.get("state"),
+                                            s.stack[-1].line if s.stack[-1].name == name else None))
+    park = by(p, EventType.PARK, lambda s: (s.labels.get("task"), s.stack[-1].name))
+    (gate_line,) = {s.stack[-2].line for s in p.samples()
+                    if s.event is EventType.PARK and s.stack[-1].name == "[asyncio.Future]"}
+    # THEN each task's wait to start is wall in state=ready at its coroutine's entry
+    # (a thread waiting for the GIL is not parked either), within 10% for those that waited
+    started = {i: wall.get((f"j{i}", "ready", first), 0) / 1e9 for i in range(8)}
+    # AND so is its wait to run once the future completed, at the await it was woken
+    # from, counted from the start of the batch that wakes it (the first task's wakeup,
+    # within microseconds)
+    late = {i: woke[i] - min(woke.values()) for i in range(8)}
+    ready = {i: wall.get((f"j{i}", "ready", gate_line), 0) / 1e9 for i in range(8)}
+    print(f"\n[runnable] wait to start: profile {sum(started.values()):.3f} s, tasks {sum(waits.values()):.3f} s; "
+          f"wait after waking: profile {sum(ready.values()):.3f} s, tasks {sum(late.values()):.3f} s")
+    assert sum(waits.values()) > 0.4 and sum(late.values()) > 0.4, (waits, late)  # 20+40+...+140 ms
+    for i in range(8):
+        if waits[i] > 0.05:
+            assert abs(started[i] - waits[i]) < 0.1 * waits[i], (i, started, waits)
+        if late[i] > 0.05:
+            assert abs(ready[i] - late[i]) < 0.1 * late[i], (i, ready, late)
+    # AND park holds the time each awaited the pending future, within 10% (the old code
+    # charged the wait to start as park there: +35% here, and the wait to run +25%)
+    for i in range(8):
+        parked = park.get((f"j{i}", "[asyncio.Future]"), 0) / 1e9
+        assert abs(parked - (awaits[i] - late[i])) < 0.1 * (awaits[i] - late[i]), (i, parked, awaits, late)
+        # (its last stretch, after the last tick, is lost: up to a tick's period, 20 ms)
+        assert park.get((f"j{i}", "[asyncio.sleep]"), 0) > 0.07e9, park
+    assert not [k for k in park if k[1] == name], park
+
+
+def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
+    # GIVEN 2000 tasks (more than a tick describes), half of them named, each burning
+    # 100 us in its first step (so the last starts >= 0.2 s after it was created: that
+    # wait is ready, not park) then awaiting a future completed 0.5 s later (a loaded
+    # loop completes 2000 of them late: 0.5 s is a floor); each measures its wait to
+    # start and its await until the future completed (the wait to run after that is
+    # ready, not park)
+    waits, spans = [], []
+
+    def complete(fut):
+        fut.set_result(time.perf_counter())
+
+    async def sleepy(created):
+        waits.append(time.perf_counter() - created)
+        burn_wall(0.0001)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        t = time.perf_counter()
+        loop.call_later(0.5, complete, fut)
+        spans.append(await fut - t)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.create_task(sleepy(time.perf_counter()), name="named" if i % 2 else None)
+                               for i in range(2000)))
 
     # (a larger per-tick budget than the default: more draws, so the test is not noisy)
     with take("python", events=("wall", "park"), interval="10ms", tick_budget=0.02) as t:
@@ -449,18 +517,34 @@ def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
     p = t.profile
     park = by(p, EventType.PARK, lambda s: s.labels.get("task") == "named")
     total = sum(park.values()) / 1e9
-    # THEN the park time adds up to the tasks' own measure of their awaits (scaled draws:
-    # unbiased; the measure also holds the wait in the ready queue, which is not park)
-    truth = sum(spans)
-    print(f'\n[many tasks] park {total:.0f} s, tasks measured {truth:.0f} s')
-    assert len(spans) == 2000 and truth >= 1000
-    assert 0.7 * truth < total < 1.2 * truth, (total, truth)
-    assert abs(park.get(True, 0) / sum(park.values()) - 0.5) < 0.15, park
-    assert any("random subset" in n for n in p.metadata.notes), p.metadata.notes
-    # AND each tick stayed within its budget (a fraction of the interval) plus one task
+    entry = "test_many_tasks_are_subsampled_within_budget_and_stay_unbiased.<locals>.sleepy"
+    ready = by(p, EventType.WALL, lambda s: (s.labels.get("state"), s.stack[-1].name))
+    started = ready.get(("ready", entry), 0) / 1e9
     (note,) = [n for n in p.metadata.notes if "task-sampler ticks" in n]
+    # THEN the park time adds up to the tasks' own measure of their awaits (scaled draws:
+    # unbiased; a task's time after the last tick that saw it is lost, ~4% here, as a
+    # thread's last stretch is; seen 0.79-1.08 x beside 2 CPU hogs, where a tick draws
+    # a few tasks for a long window).  The old bug, which charged the wait to start as
+    # park, read 1.19-1.25 x here, 1.4-1.7 x beside 2 CPU hogs.
+    truth = sum(spans)
+    print(f'\n[many tasks] park {total:.0f} s, tasks measured {truth:.0f} s; '
+          f'wait to start {started:.0f} s, tasks measured {sum(waits):.0f} s; {note}')
+    assert len(spans) == 2000 and truth >= 1000
+    assert 0.7 * truth < total < 1.15 * truth, (total, truth)
+    # (named or not is a coin flip per draw; beside 2 CPU hogs a tick draws as few as 4
+    # tasks for a long window: 0.71 seen)
+    assert abs(park.get(True, 0) / sum(park.values()) - 0.5) < 0.25, park
+    # AND the wait to start is ready wall at the tasks' entry (only the ticks right after
+    # the burst of first steps see it: a few dozen draws, hence the wide margin)
+    assert sum(waits) > 150
+    assert 0.6 * sum(waits) < started < 1.4 * sum(waits), (started, sum(waits))
+    assert any("random subset" in n for n in p.metadata.notes), p.metadata.notes
+    # AND each tick stayed within its budget (200 us: a fraction of the interval) plus one
+    # task (~250 us here, on average with the once-a-second rescan of all tasks; wall
+    # time, which preemption beside CPU hogs inflates: 2.2 ms seen; describing every task
+    # would take tens of ms)
     per_tick_us = float(note.split(" us each")[0].rsplit("(", 1)[1].split(", ")[1])
-    assert per_tick_us < 1000, note
+    assert per_tick_us < 3000, note
 
 
 # -- a loop that is already running (a notebook cell with top-level await) -------------------
@@ -515,7 +599,7 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
             "    if s.event is EventType.PARK:\n"
             "        k = '|'.join([s.labels.get('task') or '', s.labels.get('tag') or '', s.stack[0].name, s.stack[-1].name])\n"
             "        park[k] = park.get(k, 0) + s.values[1]\n"
-            "print(json.dumps(park))\n"
+            "print(json.dumps([park, tp.metadata.notes]))\n"
         )
         for code in (setup, cell):
             out = []
@@ -527,11 +611,11 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
         km.shutdown_kernel(now=True)
     import json
 
-    park = json.loads(text.strip().splitlines()[-1])
+    park, notes = json.loads(text.strip().splitlines()[-1])
     # THEN both tasks parked in asyncio.sleep, labelled, under one [asyncio loop] root
     secs = {k: v / 1e9 for k, v in park.items()}
     for name, tag in (("wx", "x"), ("wy", "y")):
-        assert secs.get(f"{name}|{tag}|[asyncio loop]|[asyncio.sleep]", 0) > 0.1, secs
+        assert secs.get(f"{name}|{tag}|[asyncio loop]|[asyncio.sleep]", 0) > 0.1, (secs, notes)
     # AND the kernel's own idle tasks (ipykernel machinery only) are not sampled
     assert not [k for k in park if k.split("|")[0] not in ("wx", "wy") and "[asyncio.sleep]" not in k
                 and "gather" not in k], park
