@@ -450,11 +450,10 @@ class RecordConverter:
                 ls = _labels.labelset(int(label_id))
             except ValueError:
                 ls = _labels.labelset(0)
-            extra = dict(self.base_labels)
+            if self.base_labels:
+                ls = ls.merged(self.base_labels)
             if key[1] in STATE_LABELS:
-                extra["state"] = STATE_LABELS[key[1]]
-            if extra:
-                ls = ls.merged(extra)
+                ls = ls.plus("state", STATE_LABELS[key[1]])
             idx = self._labels[key] = self.builder.labels_id(ls)
         return idx
 

@@ -113,7 +113,7 @@ def labelset(ident: int) -> LabelSet:
         name = _task_names.get(task)
         if low >= len(_by_id) or name is None:
             raise ValueError(f"unknown label set id {ident!r}")
-        found = _packed[ident] = _by_id[low].merged({"task": name})
+        found = _packed[ident] = _by_id[low].plus("task", name)
     return found
 
 

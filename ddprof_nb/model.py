@@ -21,6 +21,7 @@ import platform
 import socket
 import threading
 from dataclasses import dataclass, field
+import bisect
 import collections.abc as _abc
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -106,6 +107,11 @@ class LabelSet:
         items = tuple(
             sorted({_clip(k, MAX_LABEL_KEY): _clip(v, MAX_LABEL_VALUE) for k, v in pairs}.items())
         )
+        return cls._intern(items)
+
+    @classmethod
+    def _intern(cls, items: tuple) -> "LabelSet":
+        """The one LabelSet of ``items`` (clipped, sorted by key, keys unique)."""
         found = cls._interned.get(items)
         if found is not None:
             return found
@@ -119,6 +125,15 @@ class LabelSet:
                 found.hash64 = hash(items) & 0xFFFF_FFFF_FFFF_FFFF
                 cls._interned[items] = found
             return found
+
+    def plus(self, key: str, value: object) -> "LabelSet":
+        """This set with one label added (or replaced): ``merged({key: value})`` without
+        rebuilding the rest (the drain adds a task's name, or a wall sample's state, to
+        every new task's set)."""
+        key, value = _clip(key, MAX_LABEL_KEY), _clip(value, MAX_LABEL_VALUE)
+        items = [kv for kv in self.items if kv[0] != key]
+        bisect.insort(items, (key, value))
+        return LabelSet._intern(tuple(items))
 
     def __hash__(self) -> int:
         return self.hash64

@@ -160,3 +160,12 @@ def test_aggregation_preserves_totals_per_key(rows):
         c, q = got.get(key, (0, 0))
         got[key] = (c + int(p.values[i, 0]), q + int(p.values[i, 1]))
     assert got == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=5),
+       st.text(max_size=300), st.one_of(st.text(max_size=300), st.integers()))
+def test_labelset_plus_is_merged_with_one_label(base, key, value):
+    # plus() is the drain's shortcut for merged({key: value}): the same interned set
+    ls = LabelSet.of(base)
+    assert ls.plus(key, value) is ls.merged({key: value})
