@@ -34,6 +34,7 @@ sampling goes on; stacks deeper than ``max_depth`` keep their leaf-most frames u
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -68,6 +69,16 @@ def _linux_thread_clock(tid: int) -> int:
     """The kernel's CPU clock id of thread ``tid`` (CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD),
     the value glibc's pthread_getcpuclockid computes from the thread's tid."""
     return ((~tid) << 3) | 6
+
+
+def _live_tids() -> frozenset[int] | None:
+    """The OS ids of this process's threads (Linux), else None."""
+    if not _LINUX:
+        return None
+    try:
+        return frozenset(int(t) for t in os.listdir("/proc/self/task"))
+    except (OSError, ValueError):
+        return None
 
 
 def _linux_tid_of_clock(clock: int) -> int:
@@ -235,6 +246,7 @@ class PythonEngine(Engine):
         self._clocks: _ClockSource | None = None
         self._states: dict[int, _ThreadState] = {}
         self._initial = weakref.WeakSet()  # threading.Threads alive at start
+        self._initial_tids: frozenset[int] | None = None  # Linux: every thread's tid at start
         self._frame_ids: dict[tuple[int, int], tuple[object, int]] = {}  # (id(code), lasti) -> (code, frame id)
         self._label_ids: dict[tuple[int, str], int] = {}
         self._comm: dict[int, str] = {}
@@ -264,6 +276,7 @@ class PythonEngine(Engine):
         self._clocks.begin_tick()
         threads = {t.ident: t for t in threading.enumerate() if t.ident is not None}
         self._initial.update(threads.values())
+        self._initial_tids = _live_tids()
         for ident in sys._current_frames():  # (a thread without frames is dead: a stale _DummyThread)
             self._states[ident] = self._new_state(ident, threads.get(ident), self._start_mono, at_start=True)
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -366,11 +379,17 @@ class PythonEngine(Engine):
             tid = live or tid
         read_cpu = self._clocks.reader(ident, tid) if (self._want_cpu or self._want_wall) else None
         cpu = read_cpu() if read_cpu is not None else None
-        if cpu is not None and not at_start and owner is not None and owner not in self._initial \
-                and not isinstance(owner, _DUMMY_THREAD):
-            cpu = 0  # started while profiling: its clock began at zero when it was created
+        if cpu is not None and not at_start and self._born_while_profiling(owner, tid):
+            cpu = 0  # its clock began at zero when it was created: its first sample counts all of it
         last_wall = now if at_start else max(self._start_mono, now - self.config.interval_ns)
         return _ThreadState(owner, tid or ident, read_cpu, last_wall, cpu)
+
+    def _born_while_profiling(self, owner, tid: int | None) -> bool:
+        if self._initial_tids is not None and tid:
+            # the OS's word, for threads threading does not know too: a sampler thread that
+            # waits for the GIL may first see a short foreign thread late, or only once
+            return tid not in self._initial_tids
+        return owner is not None and owner not in self._initial and not isinstance(owner, _DUMMY_THREAD)
 
     def _thread_name(self, st: _ThreadState, owner) -> str:
         if owner is not None:
