@@ -214,6 +214,22 @@ class CodeInfo:
     linetable: bytes
 
 
+# Resolutions are kept for the process, not per session: a notebook profiles many cells in
+# one kernel, and every cffi call releases the GIL, so a drain that resolved its frames
+# anew each session handed the GIL to the profiled thread and back at each call (~40 per
+# session of the asyncio benchmark: one context switch each for the profiled thread).
+# Keys carry the fingerprint, so a reused address never lends a name (see Resolver).
+_CACHE_MAX = 100_000  # entries of each cache; past it a cache starts over
+_code_cache: dict[tuple[int, int], "CodeInfo"] = {}  # (code, fingerprint) -> CodeInfo
+_frame_cache: dict[tuple[int, int, int], object] = {}  # (code, fingerprint, lasti) -> model.Frame
+
+
+def _cache_put(cache: dict, key, value) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
 class Resolver:
     """Captured (code pointer, fingerprint, lasti) -> Frame, with the GIL, never unsafely.
 
@@ -229,7 +245,7 @@ class Resolver:
     """
 
     def __init__(self):
-        self._codes: dict[tuple[int, int], CodeInfo] = {}
+        self._codes = _code_cache
         self._info = ffi.new("ddp_code_info *")
         self._qcap, self._fcap, self._lcap = 512, 2048, 1 << 16
         self._alloc()
@@ -259,6 +275,8 @@ class Resolver:
     def absorb_graveyard(self) -> int:
         """Move code objects that died while profiling (3.12+) into the cache."""
         n = 0
+        if not lib.ddp_graveyard_len:  # (a variable: no cffi call, no GIL handoff)
+            return 0
         while True:
             rc = lib.ddp_graveyard_pop(self._info, self._q, self._qcap, self._f, self._fcap, self._lt, self._lcap)
             if rc == 0:
@@ -266,7 +284,7 @@ class Resolver:
             if rc == 2:
                 self._grow()
                 continue
-            self._codes[(int(self._info.code), int(self._info.fp))] = self._take()
+            _cache_put(self._codes, (int(self._info.code), int(self._info.fp)), self._take())
             n += 1
 
     def code(self, code: int, fp: int) -> CodeInfo | None:
@@ -280,7 +298,8 @@ class Resolver:
                 self._grow()
                 continue
             if rc == 0:
-                found = self._codes[key] = self._take()
+                found = self._take()
+                _cache_put(self._codes, key, found)
                 return found
             break
         # It may have died since the last look at the graveyard: look again.
@@ -334,10 +353,13 @@ class RecordConverter:
         fid = self._frames.get(key)
         if fid is not None:
             return fid
-        info = self.resolver.code(code, fp)
-        if info is None:
-            return None
-        frame = self._Frame(info.qualname, info.filename, self.resolver.line(info, lasti), info.firstlineno)
+        frame = _frame_cache.get(key)
+        if frame is None:
+            info = self.resolver.code(code, fp)
+            if info is None:
+                return None
+            frame = self._Frame(info.qualname, info.filename, self.resolver.line(info, lasti), info.firstlineno)
+            _cache_put(_frame_cache, key, frame)
         fid = self._frames[key] = self.builder.frame_id(frame)
         return fid
 
@@ -697,6 +719,8 @@ class Session:
         self._cfg = cfg
         self.record_size = 0
         self._buf = None
+        self._taken = 0  # records wait() took into _buf, not yet fed
+        self._taken_out = ffi.new("int *")
         self._lock = threading.Lock()  # one consumer at a time
 
     def start(self) -> None:
@@ -713,13 +737,21 @@ class Session:
     def release(self) -> None:
         lib.ddp_release()
 
-    def drain(self, converter: RecordConverter) -> int:
-        """Move every ready record into ``converter``; returns how many were read."""
+    def drain(self, converter: RecordConverter, final: bool = False) -> int:
+        """Move the ready records into ``converter``; returns how many were read.  A wake's
+        drain stops at the records ``wait`` took if they did not fill a batch (the ring was
+        empty then: later ones wait for the next wake); the ``final`` drain empties the ring."""
         total = 0
         with self._lock:
             if self._buf is None:
                 return 0
             converter.resolver.absorb_graveyard()
+            taken, self._taken = self._taken, 0
+            if taken:  # taken by wait(); if it did not fill the batch, the ring was empty then
+                converter.feed(self._buf, taken, self.record_size)
+                total += taken
+                if taken < self.BATCH and not final:
+                    return total
             while True:
                 n = lib.ddp_drain(self._buf, self.BATCH)
                 if n < 0:
@@ -732,11 +764,22 @@ class Session:
                     break
         return total
 
-    @staticmethod
-    def wait(timeout_s: float) -> int:
+    def wait(self, timeout_s: float) -> int:
         """Block, without the GIL, until the drain has work (a ``DDP_WAKE_*`` mask; 0 on
-        timeout) or the session stops (-1)."""
-        rc = lib.ddp_drain_wait(max(0, int(timeout_s * 1e9)))
+        timeout) or the session stops (-1).  Unless stopped, the records ready then are
+        taken into the buffer in the same C call, for the next ``drain``: every cffi call
+        releases the GIL, so a wake that waited, then called ``ddp_drain``, handed the GIL
+        to the profiled thread and back once more (a context switch of that thread)."""
+        with self._lock:
+            if self._buf is None:
+                return -1
+            # after records taken earlier but not fed (a drain skipped at stop): never over them
+            held = self._taken
+            rc = lib.ddp_drain_wait_take(max(0, int(timeout_s * 1e9)), self._buf + held * self.record_size,
+                                         self.BATCH - held, self._taken_out)
+            self._taken = held + max(0, self._taken_out[0])
+            if rc < 0 and rc != lib.DDP_ENOTRUNNING:
+                check(rc, "cannot drain the native sampler")
         return rc if rc >= 0 else -1
 
     @staticmethod

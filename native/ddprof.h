@@ -148,6 +148,9 @@ int ddp_drain(void *buf, int max_records); /* copies up to max_records records; 
 #define DDP_WAKE_RING 1      /* the ring is a quarter full (cfg.drain_early) */
 #define DDP_WAKE_THREAD 2    /* a new thread was registered (its name is wanted while it lives) */
 int ddp_drain_wait(int64_t timeout_ns);
+/* ddp_drain_wait, then (unless stopped) ddp_drain into buf, in one call: the drain thread
+ * takes the GIL once per wake (a cffi call releases it, handing it to the profiled thread). */
+int ddp_drain_wait_take(int64_t timeout_ns, void *buf, int max_records, int *taken);
 int ddp_pending(void);                     /* records in the ring (approximate while producers run) */
 int ddp_get_stats(ddp_stats *out);
 uint64_t ddp_dropped(int event);           /* full + torn, for one event */
@@ -161,6 +164,9 @@ int ddp_exclude_thread(int32_t tid);
  * 1: a buffer was too small (info has the sizes); DDP_EINVAL: not that code object any more. */
 int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info,
                      char *qualname, int qcap, char *filename, int fcap, uint8_t *linetable, int lcap);
+/* Entries waiting in the graveyard: a variable, not a call, so the drain can look
+ * without a cffi call (each call releases the GIL: a handoff to the profiled thread). */
+extern int ddp_graveyard_len;
 /* Next code object that died while profiling (3.12+ code watcher): 1 popped, 0 empty, 2 buffers too small. */
 int ddp_graveyard_pop(ddp_code_info *info, char *qualname, int qcap, char *filename, int fcap,
                       uint8_t *linetable, int lcap);

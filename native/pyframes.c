@@ -743,6 +743,7 @@ typedef struct gy_entry {
 static pthread_mutex_t gy_lock = PTHREAD_MUTEX_INITIALIZER;
 static gy_entry *gy_head, *gy_tail;
 static int gy_count;
+int ddp_graveyard_len; /* gy_count, published for the drain (ddprof.h) */
 _Atomic uint64_t ddp_graveyard_overflow;
 #define GY_MAX 65536
 static int watcher_id = -1;
@@ -787,6 +788,7 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *co)
         gy_head = e;
     gy_tail = e;
     gy_count++;
+    __atomic_store_n(&ddp_graveyard_len, gy_count, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     return 0;
 }
@@ -838,6 +840,7 @@ int ddp_graveyard_pop(ddp_code_info *info, char *q, int qcap, char *f, int fcap,
     if (!gy_head)
         gy_tail = NULL;
     gy_count--;
+    __atomic_store_n(&ddp_graveyard_len, gy_count, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     memcpy(q, e->q, e->info.qualname_len);
     memcpy(f, e->f, e->info.filename_len);
@@ -852,6 +855,7 @@ void ddp_py_graveyard_clear(void)
     gy_entry *e = gy_head;
     gy_head = gy_tail = NULL;
     gy_count = 0;
+    __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     while (e) {
         gy_entry *n = e->next;
@@ -868,4 +872,5 @@ void ddp_py_after_fork_child(void)
     pthread_mutex_init(&gy_lock, NULL);
     gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
     gy_count = 0;
+    __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
 }

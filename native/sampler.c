@@ -1262,6 +1262,21 @@ int ddp_drain_wait(int64_t timeout_ns)
     return r;
 }
 
+int ddp_drain_wait_take(int64_t timeout_ns, void *buf, int max_records, int *taken)
+{
+    if (!taken)
+        return DDP_EINVAL;
+    *taken = 0;
+    int r = ddp_drain_wait(timeout_ns);
+    if (r >= 0) {
+        int n = ddp_drain(buf, max_records);
+        if (n < 0)
+            return n;
+        *taken = n;
+    }
+    return r;
+}
+
 int ddp_get_stats(ddp_stats *out)
 {
     if (!out)

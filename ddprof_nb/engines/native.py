@@ -210,7 +210,7 @@ class NativeEngine(Engine):
             _active = None
         try:
             self._refresh_names()
-            session.drain(self._converter)
+            session.drain(self._converter, final=True)
             self._converter.name_threads()
             stats = session.stats()
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE

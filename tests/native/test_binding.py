@@ -315,6 +315,36 @@ def test_sigprof_disposition_restored_exactly():
     assert r == {"ign": True, "dfl": True}
 
 
+def test_records_taken_by_a_wake_are_never_lost_nor_overwritten():
+    # GIVEN a session whose drain wake took records into the buffer (wait) but never fed
+    #       them (the engine's drain skips a wake that races stop), then waited again
+    r = run_script(
+        """
+        from ddprof_nb._binding import Session, RecordConverter
+        from ddprof_nb.model import ProfileBuilder
+        s = Session(2_000_000, 64, ("wall",))
+        s.start()
+        time.sleep(0.05)
+        first = s.wait(0)           # takes what is ready
+        held = s._taken
+        time.sleep(0.05)
+        second = s.wait(0)          # takes more, after those
+        s.stop()
+        after_stop = s.wait(0)      # stopped: takes nothing, keeps what it holds
+        conv = RecordConverter(ProfileBuilder(), 0)
+        fed = s.drain(conv, final=True)
+        stats = s.stats()
+        s.release()
+        emit(first=first, held=held, second=second, after_stop=after_stop, fed=fed,
+             made=stats["samples"][EventType.WALL], dropped=stats["dropped_full"][EventType.WALL])
+        """
+    )
+    # WHEN the final drain runs / THEN it feeds every record the sampler made, in order
+    assert r["first"] >= 0 and r["second"] >= 0 and r["after_stop"] == -1, r
+    assert r["held"] > 0, r
+    assert r["dropped"] == 0 and r["fed"] == r["made"] > r["held"], r
+
+
 def test_wall_merge_buckets_are_the_profiles_own_ticks():
     # GIVEN the Profile's tick rule (model.tick_for) and the sampler's merge bucket rule
     import random
