@@ -117,6 +117,11 @@ def labelset(ident: int) -> LabelSet:
     return found
 
 
+def task_name(ident: int) -> str | None:
+    """The task name in published id ``ident``'s task bits (None: no task bits, or unknown)."""
+    return _task_names.get(ident >> TASK_SHIFT) if ident > LOW_MASK else None
+
+
 def current() -> LabelSet:
     """Labels in force in the calling context."""
     return _current.get()

@@ -587,3 +587,26 @@ def test_alloc_records_convert_alike_on_both_batch_paths(monkeypatch):
             if r["event"] == EventType.ALLOC.value and not r["flags"] & lib.DDP_REC_INVALID]
     assert [(a, t, c, v) for a, _, _, _, t, c, v in python_rows] == want
     assert {len(r[1]) for r in python_rows} == {1, 2}
+
+
+def test_a_task_records_labels_are_its_threads_the_sessions_its_state_and_its_name():
+    # GIVEN a label set published by a thread, and an asyncio task's id (its bits on top)
+    from ddprof_nb import labeling
+    from ddprof_nb.model import LabelSet, ProfileBuilder
+
+    low = labeling.label_id(LabelSet.of({"user": "ann"}))
+    task = labeling.task_bits("Task-7") | low
+    conv = _binding.RecordConverter(ProfileBuilder(), 0, base_labels={"run": "r1"})
+    wall = EventType.WALL.value
+    # WHEN records carrying them are converted / THEN each gets every label, once
+    assert conv._labelset(task, 2).as_dict() == {"user": "ann", "run": "r1", "state": "off-cpu", "task": "Task-7"}
+    assert conv._labelset(low, 0).as_dict() == {"user": "ann", "run": "r1"}
+    assert conv._labels_id(task, 2, wall) == conv._labels_id(task, 2, wall) != conv._labels_id(task, 1, wall)
+    # a CPU record keeps no state: its key is the set alone
+    cpu = EventType.CPU.value
+    assert conv._labels_id(task, 1, cpu) == conv._labels_id(task, 0, cpu) != conv._labels_id(task, 1, wall)
+    # an unknown thread set keeps the task's name; session labels win over a task's
+    unknown = (labeling.LOW_MASK - 5) | (task & ~labeling.LOW_MASK)
+    assert conv._labelset(unknown, 0).as_dict() == {"run": "r1", "task": "Task-7"}
+    own = _binding.RecordConverter(ProfileBuilder(), 0, base_labels={"task": "mine"})
+    assert own._labelset(task, 0).as_dict() == {"user": "ann", "task": "mine"}
