@@ -308,6 +308,7 @@ class _TaskCoro(collections.abc.Coroutine):
 
 
 _orig_create_task = None
+_carried: dict = {}  # task index -> weakref of its task: names a stopped session kept for pending tasks
 _last_labels: tuple = (EMPTY_LABELS, 0)  # (the label set a first step saw last, its id)
 
 
@@ -621,8 +622,10 @@ class TaskSampler:
             state.others = pending
             state.others_at = self._start_mono + RESCAN_NS
 
-    def stop(self, sink: ProfileBuilder | None = None) -> Profile | None:
-        """Stop; the samples as a Profile, or added to ``sink`` (then None is returned)."""
+    def stop(self, sink: ProfileBuilder | None = None, forget_names: bool = True) -> Profile | None:
+        """Stop; the samples as a Profile, or added to ``sink`` (then None is returned).
+        ``forget_names=False``: keep the task names this session gave until the caller's
+        ``forget_names()`` (after an engine's last drain, whose records carry them)."""
         global _tracker, _timing
         tracker = self._tracker
         if tracker is None:
@@ -645,10 +648,46 @@ class TaskSampler:
             st.states = {}
         self._tracker = None
         profile = self._build(tracker)
+        self._names_from, self._names_loops = tracker.other >> _TASK_SHIFT, list(tracker.loops)
+        if forget_names:
+            self.forget_names()
         if sink is None:
             return profile
         _copy_into(profile, sink)
         return None
+
+    def forget_names(self) -> int:
+        """Drop the task names this session gave (a process profiling many cells of many
+        tasks kept ~5,000 names per session otherwise), but those still published by
+        pending tasks, which go on into later sessions.  Returns how many were dropped."""
+        first, loops = getattr(self, "_names_from", None), getattr(self, "_names_loops", ())
+        if first is None:
+            return 0
+        self._names_from, self._names_loops = None, ()
+        keep = {}  # task index -> its pending task
+        for loop in loops:
+            try:
+                pending = asyncio.all_tasks(loop)
+            except Exception:  # noqa: BLE001 - a closed loop, a foreign one
+                continue
+            for task in pending:
+                coro = task.get_coro()
+                lid = coro._lid if type(coro) is _TaskCoro else -1
+                if lid > _lab.LOW_MASK:
+                    keep[lid >> _TASK_SHIFT] = task
+        for idx, ref in list(_carried.items()):  # names kept by an earlier session: still pending?
+            task = ref()
+            if task is not None and not task.done():
+                keep.setdefault(idx, task)
+        drop = {i for i in list(_task_names) if (i >= first or i in _carried) and i not in keep}
+        _carried.clear()
+        _carried.update((i, weakref.ref(t)) for i, t in keep.items())
+        for i in drop:
+            _task_names.pop(i, None)
+        packed = _lab._packed
+        for ident in [k for k in list(packed) if (k >> _TASK_SHIFT) in drop]:
+            packed.pop(ident, None)
+        return len(drop)
 
     def _cancel(self, st: _LoopState) -> None:
         handle, st.handle = st.handle, None

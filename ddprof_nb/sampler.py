@@ -210,12 +210,14 @@ class Sampler:
             engine, self._engine = self._engine, None
             tasks, self._tasks = self._tasks, None
             try:
-                task_profile = tasks.stop() if tasks is not None else None
+                task_profile = tasks.stop(forget_names=False) if tasks is not None else None
             finally:
                 try:
                     profile = engine.stop()
                 finally:
                     _active = None
+                    if tasks is not None:  # (after the engine's last drain: its records name tasks)
+                        tasks.forget_names()
         if task_profile is not None:
             profile = aggregate.merge(profile, task_profile)
         if self.config.labels:

@@ -549,6 +549,36 @@ def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
 
 # -- a loop that is already running (a notebook cell with top-level await) -------------------
 @pytest.mark.parametrize("engine", ENGINES)
+def test_task_names_are_forgotten_after_a_session_but_a_pending_tasks(engine):
+    # GIVEN a session that ran 300 short tasks and started one that is still pending
+    async def main():
+        gate = asyncio.Event()
+
+        async def keeper():
+            await gate.wait()
+            burn_cpu(0.15)
+
+        async def short():
+            await asyncio.sleep(0)
+
+        with take(engine, events=("cpu", "wall")):
+            kept = asyncio.create_task(keeper(), name="keeper")
+            await asyncio.gather(*(asyncio.create_task(short()) for _ in range(300)))
+        # WHEN it stops / THEN the names it gave are dropped, but the pending task's
+        left = sorted(labeling._task_names.values())
+        # AND the pending task, run in a later session, still carries its name
+        with take(engine, events=("cpu",)) as later:
+            gate.set()
+            await kept
+        return left, later.profile
+
+    left, profile = asyncio.run(main())
+    assert left == ["keeper"], left[:10]
+    cpu = by(profile, EventType.CPU, lambda s: s.labels.get("task"))
+    assert cpu.get("keeper", 0) > 0.5 * sum(cpu.values()), cpu
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_profiling_started_inside_a_running_loop(engine):
     truth = {}
 
