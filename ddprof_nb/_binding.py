@@ -332,6 +332,7 @@ class RecordConverter:
         self._stacks: dict[tuple[int, bytes], int] = {}
         self._by_hash: dict[int, tuple[int, bytes, int]] = {}  # stack_hash -> (flags, frame bytes, stack id)
         self._frames: dict[tuple[int, int, int], int] = {}
+        self.new_codes: set[tuple[int, int]] = set()  # (code, fingerprint) resolved since the last Session.drain told the sampler
         self._threads: dict[int, int] = {}
         self._named: set[int] = set()  # tids whose thread got its real name
         self._labels: dict[tuple[int, int], int] = {}
@@ -364,6 +365,7 @@ class RecordConverter:
             frame = self._Frame(info.qualname, info.filename, self.resolver.line(info, lasti), info.firstlineno)
             _cache_put(_frame_cache, key, frame)
         fid = self._frames[key] = self.builder.frame_id(frame)
+        self.new_codes.add((code, fp))  # resolved: its samples need not wake the drain early (ddp_known_add)
         return fid
 
     def _stack_id(self, flags: int, raw: bytes) -> int:
@@ -700,10 +702,12 @@ class Session:
     def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0,
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
                  alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0,
-                 merge_wall: bool = True, drain_early: bool = True, merge_shadow: bool = False):
+                 merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
+                 merge_shadow: bool = False):
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
-        returns once the buffer is a quarter full.  ``merge_shadow`` (tests): every WALL
+        returns once the buffer is a quarter full; ``drain_new_code``: once samples name code
+        no ``drain`` has resolved (0.1 s after the last wake at the earliest).  ``merge_shadow`` (tests): every WALL
         sample is also written on its own with aux = 1, to check merged records against."""
         _require()
         if ffi.sizeof("ddp_frame") != FRAME_SIZE:
@@ -733,6 +737,7 @@ class Session:
 
             cfg.merge_tick_ns, cfg.merge_max_ticks = MIN_TICK_NS, MAX_TICKS
         cfg.drain_early = int(bool(drain_early))
+        cfg.drain_new_code = int(bool(drain_new_code))
         cfg.merge_shadow = int(bool(merge_shadow))
         self._cfg = cfg
         self.record_size = 0
@@ -759,28 +764,34 @@ class Session:
         """Move the ready records into ``converter``; returns how many were read.  A wake's
         drain stops at the records ``wait`` took if they did not fill a batch (the ring was
         empty then: later ones wait for the next wake); the ``final`` drain empties the ring."""
-        total = 0
         with self._lock:
             if self._buf is None:
                 return 0
             converter.resolver.absorb_graveyard()
-            taken, self._taken = self._taken, 0
-            if taken:  # taken by wait(); if it did not fill the batch, the ring was empty then
-                converter.feed(self._buf, taken, self.record_size)
-                total += taken
-                if taken < self.BATCH and not final:
-                    return total
-            while True:
-                n = lib.ddp_drain(self._buf, self.BATCH)
-                if n < 0:
-                    check(n, "cannot drain the native sampler")
-                if n == 0:
-                    break
-                converter.feed(self._buf, n, self.record_size)
-                total += n
-                if n < self.BATCH:
-                    break
-        return total
+            try:
+                return self._feed_ready(converter, final)
+            finally:
+                if converter.new_codes:  # one cffi call (a GIL handoff) per wake that met new code
+                    codes, fps = zip(*converter.new_codes)
+                    converter.new_codes.clear()
+                    lib.ddp_known_add(ffi.new("uint64_t[]", codes), ffi.new("uint64_t[]", fps), len(codes))
+
+    def _feed_ready(self, converter: RecordConverter, final: bool) -> int:
+        total, self._taken = self._taken, 0
+        if total:  # taken by wait(); if they did not fill the batch, the ring was empty then
+            converter.feed(self._buf, total, self.record_size)
+            if total < self.BATCH and not final:
+                return total
+        while True:
+            n = lib.ddp_drain(self._buf, self.BATCH)
+            if n < 0:
+                check(n, "cannot drain the native sampler")
+            if n == 0:
+                return total
+            converter.feed(self._buf, n, self.record_size)
+            total += n
+            if n < self.BATCH:
+                return total
 
     def wait(self, timeout_s: float) -> int:
         """Block, without the GIL, until the drain has work (a ``DDP_WAKE_*`` mask; 0 on

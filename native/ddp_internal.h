@@ -82,6 +82,8 @@ void ddp_py_after_fork_child(void);
 void ddp_bloom_set(uintptr_t code);
 int ddp_bloom_test(uintptr_t code);
 void ddp_bloom_clear(void);
+void ddp_known_clear(void);
+extern _Atomic int ddp_new_code_seen; /* a sample named code the drain has not resolved */
 
 int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
 /* Record `event` with the calling thread's own Python stack (from ordinary code, e.g. the

@@ -92,7 +92,7 @@ typedef struct {
     int32_t merge_max_ticks;
     int32_t drain_early;         /* 1: ddp_drain_wait returns once the ring is a quarter full */
     int32_t merge_shadow;        /* tests: also write every WALL sample unmerged, aux = 1 (merged ones: aux 0) */
-    int32_t merge_reserved;
+    int32_t drain_new_code;      /* 1: ddp_drain_wait returns DDP_WAKE_CODE for samples of code not ddp_known_add'ed */
     /* ---- lock/park (waits.c) ---- */
     int64_t wait_threshold_ns;   /* waits shorter are recorded with p = d/T, weight T; 0 = 100 us */
     int32_t wait_max_rate;       /* lock/park records per second (token bucket); 0 = DEFAULT_MAX_RATE (waits.c) */
@@ -147,9 +147,12 @@ int ddp_drain(void *buf, int max_records); /* copies up to max_records records; 
  * timeout), DDP_ENOTRUNNING once the session stops. */
 #define DDP_WAKE_RING 1      /* the ring is a quarter full (cfg.drain_early) */
 #define DDP_WAKE_THREAD 2    /* a new thread was registered (its name is wanted while it lives) */
+#define DDP_WAKE_CODE 4      /* samples name code not resolved yet (DDP_DRAIN_NEW_CODE_NS after the last drain) */
 int ddp_drain_wait(int64_t timeout_ns);
 /* ddp_drain_wait, then (unless stopped) ddp_drain into buf, in one call: the drain thread
  * takes the GIL once per wake (a cffi call releases it, handing it to the profiled thread). */
+/* The drain resolved these code objects (pointer, fingerprint): their samples need no early wake (DDP_WAKE_CODE). */
+int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n);
 int ddp_drain_wait_take(int64_t timeout_ns, void *buf, int max_records, int *taken);
 int ddp_pending(void);                     /* records in the ring (approximate while producers run) */
 int ddp_get_stats(ddp_stats *out);

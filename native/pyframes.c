@@ -129,6 +129,50 @@ void ddp_bloom_clear(void)
         atomic_store_explicit(&bloom[i], 0, memory_order_relaxed);
 }
 
+/* ---- code the drain has resolved this session: its "known" filter ------------------------
+ * A sample that names code outside it makes the drain come soon (sampler.c, DDP_WAKE_CODE):
+ * code can die, and on 3.11 (no watcher) it must be resolved while it lives.  Samples of
+ * known code wait for the drain's interval.  A false positive (two pointers, one bit) only
+ * delays that code's first drain to the interval. */
+#define KNOWN_BITS (1u << 18)
+static _Atomic uint64_t known[KNOWN_BITS / 64];
+static _Atomic uint32_t known_count;
+_Atomic int ddp_new_code_seen;
+
+static inline uint32_t known_hash(uintptr_t code, uint64_t fp)
+{
+    /* the pointer and the fingerprint: a new code object at a dead one's address (the next
+     * notebook cell's, often) is new to the drain, unless it is the same function again */
+    uint64_t x = ((uint64_t)code ^ (fp * 0x9E3779B97F4A7C15ULL)) * 0xC2B2AE3D27D4EB4FULL;
+    return (uint32_t)(x >> 46); /* 18 bits */
+}
+static inline void note_if_new_code(uintptr_t code, uint64_t fp)
+{
+    uint32_t h = known_hash(code, fp);
+    if (!((atomic_load_explicit(&known[h >> 6], memory_order_relaxed) >> (h & 63)) & 1)
+        && !atomic_load_explicit(&ddp_new_code_seen, memory_order_relaxed))
+        atomic_store_explicit(&ddp_new_code_seen, 1, memory_order_relaxed);
+}
+void ddp_known_clear(void)
+{
+    for (size_t i = 0; i < KNOWN_BITS / 64; i++)
+        atomic_store_explicit(&known[i], 0, memory_order_relaxed);
+    atomic_store(&known_count, 0);
+}
+int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n)
+{
+    if (!codes || !fps || n < 0)
+        return DDP_EINVAL;
+    if (atomic_load(&known_count) > KNOWN_BITS / 8) /* filling up: false positives grow, start over */
+        ddp_known_clear();
+    for (int i = 0; i < n; i++) {
+        uint32_t h = known_hash((uintptr_t)codes[i], fps[i]);
+        atomic_fetch_or_explicit(&known[h >> 6], 1ULL << (h & 63), memory_order_relaxed);
+    }
+    atomic_fetch_add(&known_count, (uint32_t)n);
+    return 0;
+}
+
 /* ---- strings ------------------------------------------------------------------------- */
 typedef struct {
     int kind;          /* 1, 2, 4 */
@@ -329,6 +373,7 @@ int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *f
             memo_n++;
         }
         ddp_bloom_set(cptr);
+        note_if_new_code(cptr, fp);
         out[depth].code = cptr;
         out[depth].fp = fp;
         out[depth].lasti = (int32_t)lasti;

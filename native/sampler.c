@@ -836,9 +836,18 @@ static void wall_tick(int *cursor, ddp_record **scratch)
 }
 
 /* Wake a waiting drain when it has work: the ring a quarter full, or a new thread to name. */
-static int drain_reasons(int consume)
+/* New code waits this long after the last drain at most (a wake per 0.1 s while code keeps
+ * appearing: as often as the fixed 0.1 s interval of before, which 3.11's dying code needed). */
+#define DRAIN_NEW_CODE_NS 100000000LL
+static _Atomic int64_t last_drain_ns;
+
+static int drain_reasons(int consume) /* (DDP_WAKE_CODE is consumed by any wake: ddp_drain_wait) */
 {
     int r = 0;
+    if (cfg.drain_new_code && atomic_load_explicit(&ddp_new_code_seen, memory_order_relaxed)
+        && ddp_now_ns() - atomic_load(&last_drain_ns) >= DRAIN_NEW_CODE_NS) {
+        r |= DDP_WAKE_CODE;
+    }
     if (cfg.drain_early && ring && ddp_ring_count(ring) >= ddp_ring_capacity(ring) / 4)
         r |= DDP_WAKE_RING;
     if (consume ? atomic_exchange(&drain_new_thread, 0) : atomic_load(&drain_new_thread))
@@ -1073,6 +1082,9 @@ int ddp_start(const ddp_config *c)
     atomic_fetch_add(&session_gen, 1); /* every thread's cached slot is stale */
     atomic_store(&own_segv_checked_ns, INT64_MIN / 2);
     ddp_bloom_clear();
+    ddp_known_clear(); /* (and the process's resolution cache answers the drain at once) */
+    atomic_store(&ddp_new_code_seen, 0);
+    atomic_store(&last_drain_ns, ddp_now_ns());
     ddp_py_graveyard_clear();
     for (int i = 0; i < cfg.n_exclude; i++) {
         int idx = slot_get_or_create(cfg.exclude_tids[i]);
@@ -1259,6 +1271,9 @@ int ddp_drain_wait(int64_t timeout_ns)
     }
     atomic_store(&drain_waiting, 0);
     pthread_mutex_unlock(&drain_lock);
+    if (r >= 0) /* this wake drains every record so far, new code included */
+        atomic_store(&ddp_new_code_seen, 0);
+    atomic_store(&last_drain_ns, ddp_now_ns());
     return r;
 }
 

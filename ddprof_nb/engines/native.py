@@ -4,12 +4,12 @@ The heavy lifting is in C and in ``ddprof_nb._binding``; this class wires a sess
 drain thread and a ProfileBuilder.  The drain thread ("ddprof_nb-drain") is started
 before the session so its tid can be excluded from sampling: the profiler's own threads
 never appear in samples.  It sleeps in C, without the GIL, and converts records only when
-there is work: the buffer a quarter full, a new thread to name while it lives, or
-``drain_interval`` (0.1 s) elapsed.  Each wake takes the GIL from the profiled code, so
-fewer would be cheaper, but records must be converted while the code objects they name
-live: a 1 s interval on 3.12+ (trusting the code watcher to keep dying code) turned the
-frames of scripts recorded by the CLI into [unknown] (tests/integration/test_cli.py), so
-every version drains at least every 0.1 s until that is understood.  Wall samples carry
+there is work: the buffer a quarter full, a new thread to name while it lives, samples
+naming code it has not resolved yet (0.1 s after its last wake at the earliest: code can
+die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL`` (1 s)
+elapsed.  Each wake takes the GIL from the profiled code (with ~3 context switches of a
+busy thread), so code already resolved waits: a loop of known code wakes it once a second,
+not ten times (it woke every 0.1 s before, for new code's sake).  Wall samples carry
 ``state=cpu|off-cpu|gil`` in their labels (see ``_binding.STATE_LABELS``).
 """
 
@@ -30,6 +30,7 @@ from ..model import Metadata, Profile, ProfileBuilder
 from .base import Engine
 
 _active: "NativeEngine | None" = None
+DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
 
 
 def _after_fork_child() -> None:
@@ -89,15 +90,16 @@ class NativeEngine(Engine):
     def __init__(self, config: SamplerConfig, *, ring_records: int = 0, drain_interval: float | None = None,
                  read_mode: str = "guarded", wall_threads_per_tick: int = 0,
                  wait_threshold_ns: int = 0, wait_max_rate: int = 0,
-                 merge_wall: bool = True, drain_early: bool = True):
+                 merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True):
         """``ring_records``, ``read_mode``, ``wall_threads_per_tick``, ``drain_interval`` (max
-        seconds between drains), ``drain_early`` and ``merge_wall`` are tuning/test knobs."""
+        seconds between drains), ``drain_early``, ``drain_new_code`` and ``merge_wall`` are
+        tuning/test knobs."""
         super().__init__(config)
         self._ring_records = ring_records
         if drain_interval is None:
-            drain_interval = 0.1  # see the module docstring: code objects must still live
+            drain_interval = DRAIN_INTERVAL
         self._drain_interval = drain_interval
-        self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early}
+        self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early, "drain_new_code": drain_new_code}
         self._read_mode = read_mode
         self._wall_per_tick = wall_threads_per_tick
         self._wait_knobs = {"wait_threshold_ns": wait_threshold_ns, "wait_max_rate": wait_max_rate}  # lock/park

@@ -315,6 +315,40 @@ def test_sigprof_disposition_restored_exactly():
     assert r == {"ign": True, "dfl": True}
 
 
+def test_the_drain_comes_soon_for_new_code_and_once_a_second_for_known_code():
+    # GIVEN a session that burns CPU in one function for 1.6 s, then runs code made on the spot
+    r = run_script(
+        """
+        from ddprof_nb import _binding
+        wakes = []
+        orig = _binding.Session.wait
+        def wait(self, timeout):
+            mask = orig(self, timeout)
+            wakes.append((time.monotonic(), mask))
+            return mask
+        _binding.Session.wait = wait
+        e = engine()
+        e.start()
+        t0 = time.monotonic()
+        burn(1.6)
+        t_new = time.monotonic()
+        ns = {}
+        exec(compile("def fresh(burn):\\n    burn(0.5)\\n", "<fresh>", "exec"), ns)
+        ns["fresh"](burn)
+        p = e.stop()
+        emit(wakes=[(t - t0, m) for t, m in wakes], t_new=t_new - t0, fresh=sum(1 for f in p.frames if f.name == "fresh"))
+        """
+    )
+    new_code = 4  # DDP_WAKE_CODE
+    steady = [w for w in r["wakes"] if 0.5 < w[0] < r["t_new"]]
+    later = [w for w in r["wakes"] if w[0] > r["t_new"] and w[1] > 0 and w[1] & new_code]
+    # WHEN the drain's wakes are counted / THEN known code waits for the 1 s interval (it
+    # came every 0.1 s before: 11 wakes there), and new code brings it within ~0.1 s
+    assert len(steady) <= 3, r["wakes"]
+    assert later and later[0][0] - r["t_new"] < 0.45, r
+    assert r["fresh"] == 1, r
+
+
 def test_records_taken_by_a_wake_are_never_lost_nor_overwritten():
     # GIVEN a session whose drain wake took records into the buffer (wait) but never fed
     #       them (the engine's drain skips a wake that races stop), then waited again
@@ -483,7 +517,7 @@ def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
     r = run_script(
         """
         from ddprof_nb import _binding
-        s = _binding.Session(10_000_000, 32, ("cpu", "wall"))
+        s = _binding.Session(10_000_000, 32, ("cpu", "wall"), drain_new_code=False)  # (nothing drains here)
         out, go = {}, threading.Event()
         def waiter():
             go.wait()

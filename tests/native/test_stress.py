@@ -258,7 +258,8 @@ def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
 def test_full_buffer_counts_drops_and_keeps_the_profile():
     r = run_script(
         """
-        e = engine(interval="1ms", ring_records=16, drain_interval=3600, drain_early=False, merge_wall=False)
+        e = engine(interval="1ms", ring_records=16, drain_interval=3600, drain_early=False,
+                   drain_new_code=False, merge_wall=False)
         e.start()
         burn(0.3)
         p = e.stop()
