@@ -332,7 +332,8 @@ class RecordConverter:
         self._stacks: dict[tuple[int, bytes], int] = {}
         self._by_hash: dict[int, tuple[int, bytes, int]] = {}  # stack_hash -> (flags, frame bytes, stack id)
         self._frames: dict[tuple[int, int, int], int] = {}
-        self.new_codes: set[tuple[int, int]] = set()  # (code, fingerprint) resolved since the last Session.drain told the sampler
+        # (code, fingerprint) resolved since the last drain told the sampler (ddp_known_add)
+        self.new_codes: set[tuple[int, int]] = set()
         self._threads: dict[int, int] = {}
         self._named: set[int] = set()  # tids whose thread got its real name
         self._labels: dict[tuple[int, int], int] = {}
@@ -707,8 +708,9 @@ class Session:
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
         returns once the buffer is a quarter full; ``drain_new_code``: once samples name code
-        no ``drain`` has resolved (0.1 s after the last wake at the earliest).  ``merge_shadow`` (tests): every WALL
-        sample is also written on its own with aux = 1, to check merged records against."""
+        no ``drain`` has resolved (0.1 s after the last wake at the earliest).  ``merge_shadow``
+        (tests): every WALL sample is also written on its own with aux = 1, to check merged
+        records against."""
         _require()
         if ffi.sizeof("ddp_frame") != FRAME_SIZE:
             raise EngineUnavailableError("native module's frame record has an unexpected size; reinstall ddprof_nb")

@@ -576,6 +576,8 @@ class TaskSampler:
         self._empty_ctx = contextvars.Context()
         self._registries = _task_registries()
         self._mark = self._truncated = -1
+        self._names_from: int | None = None  # after stop: the first task index the session gave
+        self._names_loops: list = []
 
     @property
     def sampling(self) -> bool:
@@ -660,10 +662,10 @@ class TaskSampler:
         """Drop the task names this session gave (a process profiling many cells of many
         tasks kept ~5,000 names per session otherwise), but those still published by
         pending tasks, which go on into later sessions.  Returns how many were dropped."""
-        first, loops = getattr(self, "_names_from", None), getattr(self, "_names_loops", ())
+        first, loops = self._names_from, self._names_loops
         if first is None:
             return 0
-        self._names_from, self._names_loops = None, ()
+        self._names_from, self._names_loops = None, []
         keep = {}  # task index -> its pending task
         for loop in loops:
             try:

@@ -147,13 +147,13 @@ int ddp_drain(void *buf, int max_records); /* copies up to max_records records; 
  * timeout), DDP_ENOTRUNNING once the session stops. */
 #define DDP_WAKE_RING 1      /* the ring is a quarter full (cfg.drain_early) */
 #define DDP_WAKE_THREAD 2    /* a new thread was registered (its name is wanted while it lives) */
-#define DDP_WAKE_CODE 4      /* samples name code not resolved yet (DDP_DRAIN_NEW_CODE_NS after the last drain) */
+#define DDP_WAKE_CODE 4      /* samples name code not resolved yet (cfg.drain_new_code; 0.1 s after the last wake) */
 int ddp_drain_wait(int64_t timeout_ns);
 /* ddp_drain_wait, then (unless stopped) ddp_drain into buf, in one call: the drain thread
  * takes the GIL once per wake (a cffi call releases it, handing it to the profiled thread). */
-/* The drain resolved these code objects (pointer, fingerprint): their samples need no early wake (DDP_WAKE_CODE). */
-int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n);
 int ddp_drain_wait_take(int64_t timeout_ns, void *buf, int max_records, int *taken);
+/* The drain resolved these code objects (pointer, fingerprint): their samples need no early wake. */
+int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n);
 int ddp_pending(void);                     /* records in the ring (approximate while producers run) */
 int ddp_get_stats(ddp_stats *out);
 uint64_t ddp_dropped(int event);           /* full + torn, for one event */

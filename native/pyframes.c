@@ -787,8 +787,7 @@ typedef struct gy_entry {
 
 static pthread_mutex_t gy_lock = PTHREAD_MUTEX_INITIALIZER;
 static gy_entry *gy_head, *gy_tail;
-static int gy_count;
-int ddp_graveyard_len; /* gy_count, published for the drain (ddprof.h) */
+int ddp_graveyard_len; /* entries; written under gy_lock, read by the drain without it (ddprof.h) */
 _Atomic uint64_t ddp_graveyard_overflow;
 #define GY_MAX 65536
 static int watcher_id = -1;
@@ -800,7 +799,7 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *co)
 {
     if (event != PY_CODE_EVENT_DESTROY || !atomic_load(&ddp_session_active) || !ddp_bloom_test((uintptr_t)co))
         return 0;
-    if (gy_count >= GY_MAX) {
+    if (__atomic_load_n(&ddp_graveyard_len, __ATOMIC_RELAXED) >= GY_MAX) {
         atomic_fetch_add(&ddp_graveyard_overflow, 1);
         return 0;
     }
@@ -832,8 +831,7 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *co)
     else
         gy_head = e;
     gy_tail = e;
-    gy_count++;
-    __atomic_store_n(&ddp_graveyard_len, gy_count, __ATOMIC_RELAXED);
+    __atomic_store_n(&ddp_graveyard_len, ddp_graveyard_len + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     return 0;
 }
@@ -884,8 +882,7 @@ int ddp_graveyard_pop(ddp_code_info *info, char *q, int qcap, char *f, int fcap,
     gy_head = e->next;
     if (!gy_head)
         gy_tail = NULL;
-    gy_count--;
-    __atomic_store_n(&ddp_graveyard_len, gy_count, __ATOMIC_RELAXED);
+    __atomic_store_n(&ddp_graveyard_len, ddp_graveyard_len - 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     memcpy(q, e->q, e->info.qualname_len);
     memcpy(f, e->f, e->info.filename_len);
@@ -899,7 +896,6 @@ void ddp_py_graveyard_clear(void)
     pthread_mutex_lock(&gy_lock);
     gy_entry *e = gy_head;
     gy_head = gy_tail = NULL;
-    gy_count = 0;
     __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
     while (e) {
@@ -916,6 +912,5 @@ void ddp_py_after_fork_child(void)
      * is inert while no session is active. */
     pthread_mutex_init(&gy_lock, NULL);
     gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
-    gy_count = 0;
     __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
 }

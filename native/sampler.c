@@ -835,19 +835,20 @@ static void wall_tick(int *cursor, ddp_record **scratch)
     }
 }
 
-/* Wake a waiting drain when it has work: the ring a quarter full, or a new thread to name. */
-/* New code waits this long after the last drain at most (a wake per 0.1 s while code keeps
- * appearing: as often as the fixed 0.1 s interval of before, which 3.11's dying code needed). */
+/* Samples of code the drain has not resolved wake it this long after its last wake at the
+ * earliest: one wake per 0.1 s at most while new code keeps appearing, as often as the fixed
+ * 0.1 s interval of before (3.11 has no code watcher: dying code must be resolved while it lives). */
 #define DRAIN_NEW_CODE_NS 100000000LL
 static _Atomic int64_t last_drain_ns;
 
-static int drain_reasons(int consume) /* (DDP_WAKE_CODE is consumed by any wake: ddp_drain_wait) */
+/* Why a waiting drain should wake now: the ring a quarter full, a new thread to name, or
+ * samples of unresolved code (that flag is cleared by any wake: ddp_drain_wait). */
+static int drain_reasons(int consume)
 {
     int r = 0;
     if (cfg.drain_new_code && atomic_load_explicit(&ddp_new_code_seen, memory_order_relaxed)
-        && ddp_now_ns() - atomic_load(&last_drain_ns) >= DRAIN_NEW_CODE_NS) {
+        && ddp_now_ns() - atomic_load(&last_drain_ns) >= DRAIN_NEW_CODE_NS)
         r |= DDP_WAKE_CODE;
-    }
     if (cfg.drain_early && ring && ddp_ring_count(ring) >= ddp_ring_capacity(ring) / 4)
         r |= DDP_WAKE_RING;
     if (consume ? atomic_exchange(&drain_new_thread, 0) : atomic_load(&drain_new_thread))

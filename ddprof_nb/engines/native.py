@@ -99,7 +99,8 @@ class NativeEngine(Engine):
         if drain_interval is None:
             drain_interval = DRAIN_INTERVAL
         self._drain_interval = drain_interval
-        self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early, "drain_new_code": drain_new_code}
+        self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early,
+                               "drain_new_code": drain_new_code}
         self._read_mode = read_mode
         self._wall_per_tick = wall_threads_per_tick
         self._wait_knobs = {"wait_threshold_ns": wait_threshold_ns, "wait_max_rate": wait_max_rate}  # lock/park
