@@ -229,6 +229,8 @@ _frame_cache: dict[tuple[int, int, int], object] = {}  # (code, fingerprint, las
 def _cache_put(cache: dict, key, value) -> None:
     if len(cache) >= _CACHE_MAX:
         cache.clear()
+        if cache is _code_cache:  # the C "known" filter says which code this cache holds
+            lib.ddp_known_clear()
     cache[key] = value
 
 
@@ -743,18 +745,21 @@ class Session:
         cfg.merge_shadow = int(bool(merge_shadow))
         self._cfg = cfg
         self.record_size = 0
-        self._buf = None
-        self._taken = 0  # records wait() took into _buf, not yet fed
+        self._buf = None  # drain()'s half of the process's drain buffer
+        self._wait_buf = None  # wait()'s half: it takes records there without holding _lock
+        self._taken = 0  # records wait() took into _wait_buf, not yet fed
+        self._waiting = False  # a wait() is in its C call, writing into _wait_buf after _taken
         self._taken_out = ffi.new("int *")
-        self._lock = threading.Lock()  # one consumer at a time
+        self._lock = threading.Lock()  # guards the fields above (the C side lets one consumer pop at a time)
 
     def start(self) -> None:
         # the drain buffer is allocated before start, so the allocation sampler never sees it
         size = ffi.sizeof("ddp_record") + self._cfg.max_depth * FRAME_SIZE
-        _drain_buffer(size * self.BATCH)
+        _drain_buffer(2 * size * self.BATCH)
         check(lib.ddp_start(self._cfg), "cannot start the native sampler")
         self.record_size = lib.ddp_record_size()
-        self._buf = _drain_buffer(self.record_size * self.BATCH)
+        buf = _drain_buffer(2 * self.record_size * self.BATCH)
+        self._buf, self._wait_buf = buf, buf + self.record_size * self.BATCH
 
     def stop(self) -> None:
         check(lib.ddp_stop(), "cannot stop the native sampler")
@@ -779,9 +784,10 @@ class Session:
                     lib.ddp_known_add(ffi.new("uint64_t[]", codes), ffi.new("uint64_t[]", fps), len(codes))
 
     def _feed_ready(self, converter: RecordConverter, final: bool) -> int:
-        total, self._taken = self._taken, 0
-        if total:  # taken by wait(); if they did not fill the batch, the ring was empty then
-            converter.feed(self._buf, total, self.record_size)
+        total = 0
+        if self._taken and not self._waiting:  # (a wait in its C call writes after them: its own drain feeds them)
+            total, self._taken = self._taken, 0  # taken by wait(); short of a batch, the ring was empty then
+            converter.feed(self._wait_buf, total, self.record_size)
             if total < self.BATCH and not final:
                 return total
         while True:
@@ -798,19 +804,28 @@ class Session:
     def wait(self, timeout_s: float) -> int:
         """Block, without the GIL, until the drain has work (a ``DDP_WAKE_*`` mask; 0 on
         timeout) or the session stops (-1).  Unless stopped, the records ready then are
-        taken into the buffer in the same C call, for the next ``drain``: every cffi call
-        releases the GIL, so a wake that waited, then called ``ddp_drain``, handed the GIL
-        to the profiled thread and back once more (a context switch of that thread)."""
+        taken into the wait buffer in the same C call, for the next ``drain``: every cffi
+        call releases the GIL, so a wake that waited, then called ``ddp_drain``, handed the
+        GIL to the profiled thread and back once more (a context switch of that thread).
+        One thread waits; ``drain`` may run meanwhile from any thread (``_lock`` is not held
+        while blocked)."""
         with self._lock:
             if self._buf is None:
                 return -1
-            # after records taken earlier but not fed (a drain skipped at stop): never over them
-            held = self._taken
-            rc = lib.ddp_drain_wait_take(max(0, int(timeout_s * 1e9)), self._buf + held * self.record_size,
+            if self._waiting:
+                raise RuntimeError("another thread is already waiting on this session")
+            # records taken earlier but not fed yet (a wake whose drain was skipped at stop): never over them
+            held, self._waiting = self._taken, True
+        rc = -1
+        self._taken_out[0] = 0
+        try:
+            rc = lib.ddp_drain_wait_take(max(0, int(timeout_s * 1e9)), self._wait_buf + held * self.record_size,
                                          self.BATCH - held, self._taken_out)
-            self._taken = held + max(0, self._taken_out[0])
-            if rc < 0 and rc != lib.DDP_ENOTRUNNING:
-                check(rc, "cannot drain the native sampler")
+        finally:
+            with self._lock:
+                self._taken, self._waiting = held + max(0, self._taken_out[0]), False
+        if rc < 0 and rc != lib.DDP_ENOTRUNNING:
+            check(rc, "cannot drain the native sampler")
         return rc if rc >= 0 else -1
 
     @staticmethod

@@ -154,6 +154,7 @@ int ddp_drain_wait(int64_t timeout_ns);
 int ddp_drain_wait_take(int64_t timeout_ns, void *buf, int max_records, int *taken);
 /* The drain resolved these code objects (pointer, fingerprint): their samples need no early wake. */
 int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n);
+void ddp_known_clear(void); /* with the process's code cache: what it no longer holds is new again */
 int ddp_pending(void);                     /* records in the ring (approximate while producers run) */
 int ddp_get_stats(ddp_stats *out);
 uint64_t ddp_dropped(int event);           /* full + torn, for one event */

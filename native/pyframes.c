@@ -129,11 +129,13 @@ void ddp_bloom_clear(void)
         atomic_store_explicit(&bloom[i], 0, memory_order_relaxed);
 }
 
-/* ---- code the drain has resolved this session: its "known" filter ------------------------
+/* ---- code the drain has resolved: its "known" filter -------------------------------------
  * A sample that names code outside it makes the drain come soon (sampler.c, DDP_WAKE_CODE):
  * code can die, and on 3.11 (no watcher) it must be resolved while it lives.  Samples of
  * known code wait for the drain's interval.  A false positive (two pointers, one bit) only
- * delays that code's first drain to the interval. */
+ * delays that code's first drain to the interval.  It outlives sessions, as the process's
+ * code cache does (_binding.py clears both together), so a notebook's next cell running
+ * code resolved before does not bring the drain early. */
 #define KNOWN_BITS (1u << 18)
 static _Atomic uint64_t known[KNOWN_BITS / 64];
 static _Atomic uint32_t known_count;

@@ -112,6 +112,9 @@ static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
 static _Atomic int drain_waiting;
 static _Atomic int drain_new_thread;
 static int drain_stop; /* under drain_lock */
+/* The ring has one consumer at a time (ring.c): a wait's take and a drain from another
+ * thread (the engine's drain thread and a caller's own drain) pop under this lock. */
+static pthread_mutex_t consume_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
@@ -973,6 +976,7 @@ static void atfork_child(void)
     ddp_alloc_after_fork_child(); /* allocations: hooks become pass-throughs */
     pthread_mutex_init(&wake_lock, NULL);
     pthread_mutex_init(&drain_lock, NULL); /* no drain waits in this child */
+    pthread_mutex_init(&consume_lock, NULL);
     drain_cond_init();
     atomic_store(&drain_waiting, 0);
     sampler_started = 0;
@@ -1083,7 +1087,8 @@ int ddp_start(const ddp_config *c)
     atomic_fetch_add(&session_gen, 1); /* every thread's cached slot is stale */
     atomic_store(&own_segv_checked_ns, INT64_MIN / 2);
     ddp_bloom_clear();
-    ddp_known_clear(); /* (and the process's resolution cache answers the drain at once) */
+    /* the "known" filter is kept: it mirrors the process's code cache (_binding.py), which
+     * outlives sessions, so the next cell's samples of code resolved before wake nobody */
     atomic_store(&ddp_new_code_seen, 0);
     atomic_store(&last_drain_ns, ddp_now_ns());
     ddp_py_graveyard_clear();
@@ -1234,8 +1239,10 @@ int ddp_drain(void *buf, int max_records)
     if (!buf || max_records < 0)
         return DDP_EINVAL;
     int n = 0;
+    pthread_mutex_lock(&consume_lock);
     while (n < max_records && ddp_ring_pop(ring, (char *)buf + (size_t)n * rec_size))
         n++;
+    pthread_mutex_unlock(&consume_lock);
     return n;
 }
 

@@ -349,6 +349,43 @@ def test_the_drain_comes_soon_for_new_code_and_once_a_second_for_known_code():
     assert r["fresh"] == 1, r
 
 
+def test_code_resolved_in_one_session_does_not_bring_the_next_sessions_drain_early():
+    # GIVEN a session that burned CPU in one function, then a second session running it again
+    #       (a notebook's next cell), with a new function at the end of the second
+    r = run_script(
+        """
+        from ddprof_nb import _binding
+        wakes = []
+        orig = _binding.Session.wait
+        def wait(self, timeout):
+            mask = orig(self, timeout)
+            wakes.append((time.monotonic(), mask))
+            return mask
+        _binding.Session.wait = wait
+        e = engine(); e.start(); burn(0.5); e.stop()
+        wakes.clear()
+        e = engine(); e.start()
+        t0 = time.monotonic()
+        burn(0.8)
+        t_new = time.monotonic()
+        ns = {}
+        exec(compile("def fresh2(burn):\\n    burn(0.5)\\n", "<fresh2>", "exec"), ns)
+        ns["fresh2"](burn)
+        p = e.stop()
+        emit(wakes=[(t - t0, m) for t, m in wakes], t_new=t_new - t0,
+             fresh=sum(1 for f in p.frames if f.name == "fresh2"), burn=sum(1 for f in p.frames if f.name == "burn"))
+        """
+    )
+    new_code = 4  # DDP_WAKE_CODE
+    early = [w for w in r["wakes"] if w[0] < r["t_new"] and w[1] > 0 and w[1] & new_code]
+    later = [w for w in r["wakes"] if w[0] > r["t_new"] and w[1] > 0 and w[1] & new_code]
+    # WHEN the second session's drain wakes are listed / THEN the known function brought
+    # none early (the filter outlives the session, as the code cache does), the new one did
+    assert early == [], r
+    assert later and later[0][0] - r["t_new"] < 0.45, r
+    assert r["fresh"] == 1 and r["burn"] >= 1, r
+
+
 def test_records_taken_by_a_wake_are_never_lost_nor_overwritten():
     # GIVEN a session whose drain wake took records into the buffer (wait) but never fed
     #       them (the engine's drain skips a wake that races stop), then waited again
@@ -377,6 +414,35 @@ def test_records_taken_by_a_wake_are_never_lost_nor_overwritten():
     assert r["first"] >= 0 and r["second"] >= 0 and r["after_stop"] == -1, r
     assert r["held"] > 0, r
     assert r["dropped"] == 0 and r["fed"] == r["made"] > r["held"], r
+
+
+def test_a_drain_from_another_thread_never_waits_for_the_drain_threads_wake():
+    # GIVEN an engine whose drain thread waits for a wake an hour away, and a CPU burner
+    r = run_script(
+        """
+        import threading
+        e = NativeEngine(SamplerConfig.make(events=("cpu", "wall")), drain_interval=3600,
+                         drain_early=False, drain_new_code=False)
+        e.start()
+        burn(0.3)
+        took = []
+        def drain_now():
+            t = time.monotonic()
+            e._drain_once()
+            took.append(time.monotonic() - t)
+        for _ in range(3):  # WHEN another thread drains, three times
+            d = threading.Thread(target=drain_now)
+            d.start()
+            d.join(10)
+            burn(0.05)
+        p = e.stop()
+        emit(took=took, cpu=p.total(EventType.CPU))
+        """
+    )
+    # THEN each drain returns at once (before the fix it waited on the waiting thread's
+    # lock: for the whole hour), and the records it and the final drain fed add up
+    assert len(r["took"]) == 3 and max(r["took"]) < 2.0, r
+    assert r["cpu"] > 0.25e9, r
 
 
 def test_wall_merge_buckets_are_the_profiles_own_ticks():
