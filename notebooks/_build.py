@@ -654,12 +654,13 @@ notebook("05-labels-and-asyncio", [
         interleave on one thread. `%%ddprof -l key=value` adds labels to a whole cell.
 
         Our cell runs a small asyncio web service (no sockets: requests are function calls)
-        for 1,500 requests to three endpoints.
+        for 1,500 requests to three endpoints, arriving in bursts of 200.
     """),
     SETUP,
     code('''
         import asyncio
         import hashlib
+        import itertools
         import json
         import random
         from concurrent.futures import ThreadPoolExecutor
@@ -713,14 +714,18 @@ notebook("05-labels-and-asyncio", [
                     yield "/checkout", f"order-{i}"
 
 
-        async def serve(n, concurrency=32):
+        async def serve(n, concurrency=32, burst=200):
+            """Requests arrive ``burst`` at a time; at most ``concurrency`` are handled at once."""
             slots = asyncio.Semaphore(concurrency)
 
             async def one(endpoint, arg):
                 async with slots:
                     return await handle(endpoint, arg)
 
-            return await asyncio.gather(*(one(e, a) for e, a in traffic(n)))
+            requests, responses = traffic(n), []
+            while wave := list(itertools.islice(requests, burst)):
+                responses += await asyncio.gather(*(one(e, a) for e, a in wave))
+            return responses
 
 
         def run_service(n):
@@ -771,11 +776,12 @@ notebook("05-labels-and-asyncio", [
             print(f"{row.name:30s} {row.self / parked.total('park'):6.1%} of the tasks' suspended time")
     """, expect=("[asyncio.Semaphore.acquire]", "[asyncio.sleep]")),
     md("""
-        Almost all of it is requests queueing for one of the 32 slots of the semaphore in
-        `serve`; the database round trips (`asyncio.sleep` in `query_db`) are a small part.
-        Waiting requests are cheap here, so the fix is a higher `concurrency`, not a faster
+        Most of it is requests queueing for one of the 32 slots of the semaphore in `serve`;
+        the database round trips (`asyncio.sleep` in `query_db`) are the rest. Waiting
+        requests are cheap here, so the fix is a higher `concurrency`, not a faster
         database. (With many pending tasks the sampler draws a random subset of them at each
-        tick and scales their weights: totals stay unbiased, small shares get noisier.)
+        tick and scales their weights: the shares are estimates, which move by several
+        points from one run to the next.)
     """),
     md("""
         **Next:** *06-compare-two-versions*: did a change make things faster, and where?

@@ -315,18 +315,23 @@ def test_sigprof_disposition_restored_exactly():
     assert r == {"ign": True, "dfl": True}
 
 
+# a script prefix (indented as the bodies it goes before): ``wakes`` lists each return of the drain thread's wait, as (time, mask)
+RECORD_WAKES = """
+        from ddprof_nb import _binding
+        wakes = []
+        _wait = _binding.Session.wait
+        def _recording_wait(self, timeout):
+            mask = _wait(self, timeout)
+            wakes.append((time.monotonic(), mask))
+            return mask
+        _binding.Session.wait = _recording_wait
+    """
+
+
 def test_the_drain_comes_soon_for_new_code_and_once_a_second_for_known_code():
     # GIVEN a session that burns CPU in one function for 1.6 s, then runs code made on the spot
     r = run_script(
-        """
-        from ddprof_nb import _binding
-        wakes = []
-        orig = _binding.Session.wait
-        def wait(self, timeout):
-            mask = orig(self, timeout)
-            wakes.append((time.monotonic(), mask))
-            return mask
-        _binding.Session.wait = wait
+        RECORD_WAKES + """
         e = engine()
         e.start()
         t0 = time.monotonic()
@@ -353,15 +358,7 @@ def test_code_resolved_in_one_session_does_not_bring_the_next_sessions_drain_ear
     # GIVEN a session that burned CPU in one function, then a second session running it again
     #       (a notebook's next cell), with a new function at the end of the second
     r = run_script(
-        """
-        from ddprof_nb import _binding
-        wakes = []
-        orig = _binding.Session.wait
-        def wait(self, timeout):
-            mask = orig(self, timeout)
-            wakes.append((time.monotonic(), mask))
-            return mask
-        _binding.Session.wait = wait
+        RECORD_WAKES + """
         e = engine(); e.start(); burn(0.5); e.stop()
         wakes.clear()
         e = engine(); e.start()
