@@ -836,7 +836,7 @@ class Session:
             "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
             "handler_calls", "wall_ticks", "wall_ns", "wall_records", "wall_unchanged", "graveyard_overflow",
             "read_mode", "segv_replaced",
-            "start_mono_ns", "stop_mono_ns", "timer_errno")}
+            "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns")}
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out

@@ -1267,7 +1267,9 @@ def _fold(frames: tuple[Frame, ...], classes: list[int], task: str | None, keep_
         elif c != _F_DROP:
             out.append(frames[i])
         i += 1
-    return tuple(out)
+    # only the profiler's wrapper frames (a chain the wall sampler read while the thread
+    # changed it): keep them as they are rather than make an empty stack
+    return tuple(out) if out else frames
 
 
 def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str = "named") -> Profile:

@@ -125,6 +125,8 @@ typedef struct {
     int64_t stop_mono_ns;
     int32_t timer_errno;         /* errno of the first CPU-timer failure (EAGAIN: RLIMIT_SIGPENDING) */
     int32_t reserved;
+    int64_t cpu_used_ns;         /* at stop: CPU the threads with a CPU timer used since first seen ... */
+    int64_t cpu_sampled_ns;      /* ... and the CPU weight their samples carried */
 } ddp_stats;
 
 typedef struct {

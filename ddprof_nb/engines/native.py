@@ -256,6 +256,9 @@ class NativeEngine(Engine):
             notes.append("safe reads: process_vm_readv")
         if stats["timer_failures"]:
             notes.append(_timer_note(stats["timer_failures"], stats.get("timer_errno", 0)))
+        late = _late_signals_note(stats["cpu_used_ns"], stats["cpu_sampled_ns"], self.config.interval_ns)
+        if late and EventType.CPU in self.config.events:
+            notes.append(late)
         if stats["threads_overflow"]:
             notes.append(f"degraded: {stats['threads_overflow']} thread(s) beyond the 4096-thread table were not sampled")
         torn = sum(stats["dropped_torn"].values())
@@ -313,6 +316,17 @@ class NativeEngine(Engine):
         if w["restore_mismatch"]:
             notes.append(f"lock/park: {w['restore_mismatch']} slot(s) re-patched by someone else were left as found")
         return notes
+
+
+def _late_signals_note(used_ns: int, sampled_ns: int, interval_ns: int) -> str | None:
+    """A note when the CPU timers' signals accounted well under the CPU the threads used
+    (the kernel checks a thread's CPU timer only at clock ticks it is on CPU for: on an
+    overloaded machine or VM their signals come late, coalesced, or not before stop)."""
+    if used_ns < 20 * interval_ns or sampled_ns >= 0.75 * used_ns:
+        return None
+    return (f"degraded: the CPU timers' signals accounted {sampled_ns / 1e6:.0f} ms of the {used_ns / 1e6:.0f} ms of "
+            "CPU the sampled threads used: the kernel delivered them late or not at all (an overloaded machine or "
+            "VM?); the CPU view misses the rest, other events are unaffected")
 
 
 def _timer_note(failures: int, err: int) -> str:

@@ -187,3 +187,14 @@ def test_engine_events_drop_park_unless_the_engine_samples_it():
     only = A.engine_config(SamplerConfig.make(events="park", engine="auto"))
     assert only.events == () and only.engine == "python"
     assert LabelSet.of({"a": 1}).get("a") == "1"
+
+
+def test_a_stack_of_only_the_profilers_wrapper_frames_is_kept_not_emptied():
+    # GIVEN a wall sample whose frames are all the profiler's wrappers (a chain the wall
+    # sampler read while the thread changed it: CI saw one fold into an empty stack)
+    labeling = A.__file__.replace("asyncio_support.py", "labeling.py")
+    only_wrappers = [F("labels.__exit__", labeling, 80), F("_TaskCoro._first_step", ME, 270)]
+    p = build([(EventType.WALL, only_wrappers, {"task": "Task-3"}, 5)])
+    # WHEN folded / THEN the sample keeps those frames: no stack is ever empty
+    folded = A.fold_loop_frames(p)
+    assert stacks(folded, EventType.WALL) == {"labels.__exit__ > _TaskCoro._first_step": 5}

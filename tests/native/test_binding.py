@@ -707,3 +707,42 @@ def test_a_task_records_labels_are_its_threads_the_sessions_its_state_and_its_na
     assert conv._labelset(unknown, 0).as_dict() == {"run": "r1", "task": "Task-7"}
     own = _binding.RecordConverter(ProfileBuilder(), 0, base_labels={"task": "mine"})
     assert own._labelset(task, 0).as_dict() == {"user": "ann", "task": "mine"}
+
+
+def test_the_cpu_the_timers_accounted_is_checked_against_the_threads_clocks():
+    # GIVEN a CPU session in which the main thread burns 0.2 s of CPU
+    r = run_script(
+        """
+        from ddprof_nb import _binding
+        got = {}
+        _stats = _binding.Session.stats
+        def stats():
+            out = _stats()
+            got.update(out)
+            return out
+        _binding.Session.stats = staticmethod(stats)
+        e = engine(interval="5ms", events=("cpu",))
+        e.start()
+        burn(0.2)
+        p = e.stop()
+        emit(used=got["cpu_used_ns"], sampled=got["cpu_sampled_ns"], total=p.total(EventType.CPU))
+        """
+    )
+    # WHEN stop compares the thread's CPU clock with its samples' weight / THEN the clock
+    # counts the burn, and the weight counted is exactly what the profile holds
+    assert 0.2e9 <= r["used"] < 0.5e9, r
+    assert r["sampled"] == r["total"] <= r["used"] + 2 * 5e6, r
+
+
+def test_a_note_says_when_the_cpu_timers_signals_came_late():
+    from ddprof_nb.engines.native import _late_signals_note
+
+    ms = 1_000_000
+    # (seen beside CPU hogs on 2 vCPUs: no signal at all for 0.1 s of CPU)
+    note = _late_signals_note(100 * ms, 0, 5 * ms)
+    assert note and "0 ms of the 100 ms" in note
+    assert _late_signals_note(100 * ms, 50 * ms, 5 * ms)
+    # a session's last partial period is never sampled: a quarter off is within reason,
+    # and a short session says nothing
+    assert _late_signals_note(100 * ms, 80 * ms, 5 * ms) is None
+    assert _late_signals_note(50 * ms, 0, 5 * ms) is None

@@ -94,3 +94,52 @@ def test_labels_after_fork_name_the_child_thread():
     # THEN the child's samples in its block carry its label, never the parent's
     assert child.get("child", 0) > 0.5 * sum(child.values()), child
     assert "parent" not in child, child
+
+
+def test_a_wall_samples_label_and_frames_are_of_one_moment():
+    # GIVEN a thread switching labels every ~10 us, each label around its own function
+    #       (the wall thread reads a running thread's label, then its frames: a switch in
+    #       between paired one label with the other's frames: 4-8 % of these samples in
+    #       three runs, and, under load, the idle asyncio loop under a task's labels; none
+    #       in three runs since)
+    r = run_script(
+        """
+        from ddprof_nb.labeling import labels
+        stop = threading.Event()
+        def in_a():
+            x = 0
+            for _ in range(200):
+                x += 1
+        def in_b():
+            x = 0
+            for _ in range(200):
+                x += 1
+        def worker():
+            while not stop.is_set():
+                with labels(x="a"):
+                    in_a()
+                with labels(x="b"):
+                    in_b()
+        t = threading.Thread(target=worker, name="switcher")
+        t.start()
+        e = engine(interval="1ms", events=("wall",))
+        e.start()
+        time.sleep(2.0)
+        p = e.stop()
+        stop.set(); t.join()
+        pairs = collections.Counter()
+        for s in p.samples():
+            leaf = py_leaf(s)
+            if s.thread.name == "switcher" and leaf in ("in_a", "in_b"):
+                pairs[f"{leaf}:{s.labels.get('x')}"] += s.values[0]
+        emit(pairs=dict(pairs))
+        """,
+        timeout=60,
+    )
+    pairs = r["pairs"]
+    right = pairs.get("in_a:a", 0) + pairs.get("in_b:b", 0)
+    wrong = sum(pairs.values()) - right
+    # WHEN its wall samples inside the two functions are counted / THEN each carries the
+    # label of the function it shows (a label changed during the walk: read both again)
+    assert right > 300, pairs
+    assert wrong <= 0.01 * right, pairs
