@@ -30,12 +30,16 @@ Three pieces, usable beside any engine:
    (WALL with state=ready): the wait before the first step, charged at the coroutine's
    entry line, a bare yield's (``asyncio.sleep(0)``), and the wait to run once woken,
    counted from the start of the batch of callbacks that wakes the task (the loop's
-   selector is hooked for that; see ``_TaskCoro``).  For tasks created before profiling
-   started, the time since their previous sample in the state seen (the engines' rule
-   for threads).  Beyond ``max_tasks_per_tick`` pending tasks a random subset is sampled:
-   each draw stands for the tick's period (or its age when younger), split by the
-   task's own timing since its previous sample, and is scaled by pending / sampled:
-   unbiased, bounded cost.
+   selector is hooked for that; see ``_TaskCoro``).  A suspension that begins and ends
+   between two ticks (a 5 ms query between 10 ms ticks) is seen by no tick: it is kept
+   out of the ticks' account and such suspensions are drawn by length at their end,
+   while their await chain is still there (``_short_suspension``).  For tasks created
+   before profiling started, the time since their previous sample in the state seen
+   (the engines' rule for threads).  Beyond ``max_tasks_per_tick`` pending tasks, a
+   tick describes a uniform draw of them (with replacement), which the next tick
+   accounts (each drawn task's time between the two, as above) scaled by pending then /
+   drawn, plus the tasks created in between (a draw of them when many): unbiased,
+   bounded cost.
    Samples go to a synthetic thread ``"<loop thread name> (asyncio tasks)"`` with the
    loop thread's tid, so the loop thread's own wall time stays its own.  Tasks whose
    await chain holds only loop / kernel machinery (ipykernel's idle dispatch tasks) are
@@ -51,8 +55,9 @@ Invariants: nothing here changes what the program computes; every patch is undon
 stop (a task wrapped while profiling keeps its proxy, which then only forwards); the
 sampler never raises into the loop (errors are counted and reported in the notes).
 
-Limits: a task's suspended time after its last tick is lost when it ends before the
-next one (as a thread's last stretch is); a future completed late because the loop was
+Limits: a task's suspended time after the last tick that described it is lost when
+it ends before the next one (as a thread's last stretch is; 10-15 % of the time of
+requests that await 5 ms and end between 10 ms ticks); a future completed late because the loop was
 busy (a sleep's timer run late) is park until the batch that wakes the task, as is a
 woken task's wait on loops without a selector of their own (uvloop, proactor); loops
 that are not ``BaseEventLoop``s (uvloop)
@@ -96,6 +101,7 @@ MAX_CHAIN = 256  # await-chain links followed per task
 RESCAN_NS = 1_000_000_000  # how often pre-existing (unwrapped) tasks are looked up again
 TICK_COST_RATIO = 200  # the task sampler's next tick comes at least 200x a tick's cost later...
 MAX_TICK_PERIODS = 4  # ... and at most 4 intervals later
+SHORTS_PER_TICK = 4  # suspensions no tick saw: about this many drawn between two ticks
 
 LOOP_FRAME = Frame("[asyncio loop]", kind=FrameKind.THREAD)
 IDLE_FRAME = Frame("[idle]", kind=FrameKind.BLOCKER)
@@ -153,6 +159,12 @@ class _TaskCoro(collections.abc.Coroutine):
     # batch's start (its selector returning, hooked by the sampler: ``slot.batch``)
     # bounds it: the rest of the completing batch stays in park, the wait behind the
     # waking batch's earlier callbacks is ready.
+    # A suspension that began after the sampler's last tick on this thread and ends
+    # before the next (a 5 ms database call between two 10 ms ticks) is seen by no tick:
+    # the ticks would charge it to the await they saw before (or, for a task that ends,
+    # lose it).  So its time is kept out of the ticks' account, and suspensions like it
+    # are drawn by length at their end, while their await chain is still there
+    # (_short_suspension): a Poisson-like draw every ``slot.rate`` ns of such time.
     def __init__(self, coro, t0: int):
         self._coro = coro
         self._t0 = t0  # creation (0 unless timing)
@@ -181,6 +193,11 @@ class _TaskCoro(collections.abc.Coroutine):
             e = self._e
             if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
                 self._r += resumed + e
+            elif e > slot.tick:  # a suspension no tick saw: out of the ticks' account, drawn by length
+                span = resumed - e
+                self._q -= span
+                left = slot.left - span
+                slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
             elif slot.batch > e:  # woken: ready since its batch began
                 self._r += resumed - slot.batch
         prev = slot.id
@@ -231,6 +248,11 @@ class _TaskCoro(collections.abc.Coroutine):
             e = self._e
             if e < 0:
                 self._r += resumed + e
+            elif e > slot.tick:
+                span = resumed - e
+                self._q -= span
+                left = slot.left - span
+                slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
             elif slot.batch > e:
                 self._r += resumed - slot.batch
         prev = slot.id
@@ -305,6 +327,45 @@ class _TaskCoro(collections.abc.Coroutine):
         """The task ended inside ``throw``: restore the slot."""
         if slot.id != prev:
             _lab._set(slot, prev)
+
+
+def _multiplicities(refs: list) -> list:
+    """(reference, how many times it is in ``refs``) (by identity: a dead weak
+    reference may not be hashable)."""
+    out: dict = {}
+    for ref in refs:
+        cell = out.get(id(ref))
+        if cell is None:
+            out[id(ref)] = [ref, 1]
+        else:
+            cell[1] += 1
+    return [(ref, k) for ref, k in out.values()]
+
+
+def _pending(ref, loop, running):
+    """The task behind ``ref`` if it is pending on ``loop`` and not the one running."""
+    task = ref()
+    if task is None or task is running:
+        return None
+    try:
+        if task.get_loop() is not loop or task.done():
+            return None
+    except Exception:  # noqa: BLE001 - not a task after all
+        return None
+    return task
+
+
+def _short_suspension(proxy: _TaskCoro, slot, e: int, resumed: int, left: int) -> int:
+    """A draw among the suspensions no tick saw (see _TaskCoro): this one, which ends
+    now after ``resumed - e`` ns, stands for the ``k * slot.rate`` ns the countdown
+    ``left`` crossed.  Returns the countdown to the next draw."""
+    rate = slot.rate
+    k = 1 + (-left) // rate
+    tracker = _tracker
+    if tracker is not None:
+        tracker.sampler._short(proxy, slot.batch, e, resumed, k * rate)
+    slot.shorts += 1
+    return left + k * rate
 
 
 _orig_create_task = None
@@ -424,14 +485,17 @@ class _LoopState:
         self.handle = None
         self.thread = -1  # builder thread index, set at the first tick
         self.last_tick = 0
-        self.inexact_at = 0  # time of the last subsampled tick: all time before it is accounted
+        # what the previous tick described, for the next to account: a draw of the tasks
+        # (with replacement; [] before the first tick), or None: every task
+        self.panel: list | None = []
+        self.panel_n = 0  # how many tasks were pending when it was drawn
+        self.mark = 0  # len(reg) at the previous tick: tasks registered since are new
         self.next_due = 0
         self.cost = 0  # ns a tick takes (smoothed)
         self.draw_ns = 0  # ns a random draw takes, when subsampling (smoothed)
         self.prefix_ns = 0  # ns the current tick spent looking up the loop's stack
         self.prefix: list[int] | None = None
         self.prefix_at = 0
-        self.pruned_at = 0
         self.chains: dict = {}  # await chain key -> stack id (-1: not sampled), for this prefix
         self.hook = None  # (selector, our select, the loop thread's slot); False: not hookable
 
@@ -537,11 +601,13 @@ class TaskSampler:
     (WALL and/or PARK); task labels are published whatever the events.
 
     Cost bounds: with at most ``max_tasks_per_tick`` tasks registered, every pending task
-    is sampled at every tick (exact weights).  With more, the tick draws tasks at random,
-    as many as fit ``tick_budget`` (a fraction of the interval) at the cost per draw of
-    the previous ticks (at least 4, at most ``max_tasks_per_tick``); the draws carry the
-    whole tick's task time (scaled weights).  The number of draws is fixed before drawing,
-    never cut by what the draws cost, so tasks costly to describe are not favoured.
+    is described at every tick (exact weights).  With more, the tick draws tasks at
+    random for the next tick to account, as many as fit ``tick_budget`` (a fraction of
+    the interval) at the cost per drawn task of the previous ticks (at least 4, at most
+    ``max_tasks_per_tick``); they carry the time of every task pending when they were
+    drawn (scaled weights).  The number of draws is fixed before drawing, never cut by
+    what the draws cost, so tasks costly to describe are not favoured.  Suspensions no
+    tick saw are drawn at their end, about SHORTS_PER_TICK between two ticks.
     A tick that took long (many tasks, cold caches) delays the next one, so ticks take at
     most ~0.5% of the loop's time (``TICK_COST_RATIO``).
     """
@@ -602,6 +668,9 @@ class TaskSampler:
         self._running = True
         _lab.install_propagation()  # task labels reach the threads tasks start
         _timing = self.sampling
+        for slot in list(_lab._slots.values()):  # suspensions from before this start are the ticks'
+            slot.tick, slot.rate, slot.shorts = self._start_mono, self.interval_ns, 0
+            slot.left = int(self._rng.random() * self.interval_ns) + 1
         _tracker, _tracker_pid = tracker, os.getpid()
         _install_create_task()
         # loops already running: the caller's (a notebook's), and any other with tasks
@@ -779,13 +848,33 @@ class TaskSampler:
                 code, self._builder.frame_id(Frame(code.co_qualname, code.co_filename, line, code.co_firstlineno)))
         return hit[1]
 
-    def _sample_loop(self, st: _LoopState, now: int) -> None:
-        loop = st.loop
+    def _twin(self, st: _LoopState) -> int:
+        """The loop thread's "(asyncio tasks)" thread id (on the loop's thread)."""
         if st.thread < 0:
             st.thread = self._builder.thread_id(threading.get_native_id(),
                                                 f"{threading.current_thread().name} (asyncio tasks)")
+        return st.thread
+
+    def _sample_loop(self, st: _LoopState, now: int) -> None:
+        """One tick: account the tasks the previous tick described (all of them, or a
+        uniform draw of them, scaled) and the tasks created since, then describe the
+        tasks the next tick will account: all of them while they are few, else a draw.
+        A task is accounted from its step timing between two of its descriptions, at
+        the stacks it had then and has now, as a thread's CPU clock between two of its
+        samples; a draw made at the previous tick stands for every task pending then."""
+        loop = st.loop
+        self._twin(st)
         prev_tick = st.last_tick or self._start_mono
         st.last_tick = now
+        slot = _lab._slot_here()
+        # suspensions that begin from now on and end before the next tick are drawn at
+        # their end (about SHORTS_PER_TICK a tick: each describes an await chain)
+        slot.tick = now
+        if slot.shorts > SHORTS_PER_TICK:
+            slot.rate *= 2
+        elif slot.shorts < SHORTS_PER_TICK // 2 and slot.rate > self.interval_ns:
+            slot.rate = max(self.interval_ns, slot.rate // 2)
+        slot.shorts = 0
         if st.hook is None:
             _hook_selector(st)
         if st.hook and st.hook[2].batch < now:
@@ -798,6 +887,7 @@ class TaskSampler:
             st.others = [w for w in (_foreign_pending(r, loop) for r in _registry_refs(self._registries))
                          if w is not None]
             st.others_at = now + max(RESCAN_NS, 200 * (_monotonic_ns() - now))
+        created = st.reg[st.mark:]  # registered since the previous tick
         if len(st.reg) > st.compact_at:  # amortized O(1) per task created
             st.reg = [r for r in st.reg if (t := r()) is not None and not t.done()]
             st.compact_at = max(256, 2 * len(st.reg))
@@ -805,121 +895,154 @@ class TaskSampler:
                 self._tracker.registered[loop] = st.reg
         reg, others = st.reg, st.others
         n = len(reg) + len(others)
-        exact = n <= self.max_tasks
-        if exact:
-            chosen = reg + others
-        else:  # uniform draws (with replacement: cheap, still unbiased once scaled)
-            rand = self._rng.random
-            nreg = len(reg)
-            draws = max(4, min(self.max_tasks, self.budget_ns // max(1, st.draw_ns)))
-            chosen = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(draws))]
         running = _current_task(loop) if asyncio._get_running_loop() is loop else None
-        floor = max(st.inexact_at, self._start_mono)
-        old = st.states
-        states = {} if exact else old
-        acc: dict = {}
-        t_draws = _monotonic_ns()
-        for ref in chosen:
-            task = ref()
-            if task is None or task is running:
-                continue
-            try:
-                if task.get_loop() is not loop or task.done():
-                    continue
-            except Exception:  # noqa: BLE001 - not a task after all
-                continue
-            s = old.get(task)
-            coro = task.get_coro()
-            proxy = coro if type(coro) is _TaskCoro else None
-            if s is None:
-                s = _TaskState(max(prev_tick, floor) if proxy is None else 0)
-            states[task] = s
-            waiter = task._fut_waiter
-            # a task that has not resumed still waits on the same future: same stacks
-            if waiter is None or waiter is not s.key:
-                if st.prefix is None or now - st.prefix_at > RESCAN_NS:
-                    p0 = _monotonic_ns()
-                    st.prefix, st.prefix_at = self._prefix(), now
-                    st.chains = {}
-                    st.prefix_ns = _monotonic_ns() - p0
-                s.key = waiter
-                before, s.stacks = s.stacks, [_UNSET, _UNSET, _UNSET]
-                s.lid = -1
-                if exact and proxy is not None and proxy._w >= 0:
-                    # both, while the chain is there: the next tick may charge this
-                    # suspension's rest (its park, its wait to run) after it resumed
-                    self._stack_of(proxy, waiter, 1, st, s.stacks)
-            else:
-                before = s.stacks
-            if proxy is None:
-                # not ours: the time since its previous sample (a uniform draw: the
-                # tick's period), in the state it is in now
-                parked = waiter is not None and not waiter.done()
-                weight = now - max(s.last, floor) if exact else now - max(prev_tick, floor)
-                s.last = now
-                if weight > 0:
-                    self._add(acc, task, coro, int(parked), weight, s, self._sid(s, coro, waiter, int(parked), st))
-                continue
-            # ours: its step timing splits its suspended time since its previous sample
-            # (the time it ran meanwhile is the engine's to sample) into its wait to
-            # start, ready and park, each charged at its own stack
-            t0 = proxy._t0
-            w, r, p = proxy._times(now)
-            started = t0 + w  # when its first step began (now, if not yet)
-            if exact:
-                # only what no subsampled tick (before ``floor``) accounted for already
-                dw = started - max(t0 + s.w, floor)
-                dr, dp = r - s.r, p - s.p
-                span = now - max(started, floor)
-                if dr + dp > span:
-                    span, both = max(span, 0), dr + dp
-                    dr, dp = dr * span // both, dp * span // both
-            else:
-                # a uniform draw stands for the task's time since the previous tick: its
-                # wait to start (exact), the rest split as the task's own time was since
-                # its previous sample (a tick never runs inside a batch of steps, so the
-                # state it sees now would miss the ready and running stretches)
-                since = max(prev_tick, floor, t0)
-                dw = min(started, now) - since
-                rest = now - max(since, started)
-                seen = now - max(s.last, started)
-                if rest > 0 and seen > 0:
-                    dr, dp = rest * (r - s.r) // seen, rest * (p - s.p) // seen
-                else:
-                    dr = dp = 0
-            if exact and proxy._e != s.e and before[0] != _UNSET:
-                # it resumed since its previous sample: the current suspension (since
-                # its last step ended) is charged here, the rest at the stacks that
-                # sample saw (the suspension it was in then went on for part of it)
-                cur = now - abs(proxy._e)
-                if proxy._e < 0:
-                    now_r, now_p = min(dr, cur), 0
-                else:
-                    now_r, now_p = 0, min(dp, cur)
-                self._add(acc, task, proxy, 0, dr - now_r, s, before[0])
-                self._add(acc, task, proxy, 1, dp - now_p, s, before[1])
-                dr, dp = now_r, now_p
-            s.w, s.r, s.p, s.last, s.e = w, r, p, now, proxy._e
-            self._add(acc, task, proxy, 2, dw, s, self._sid(s, proxy, waiter, 2, st) if dw > 0 else -1)
-            self._add(acc, task, proxy, 0, dr, s, self._sid(s, proxy, waiter, 0, st) if dr > 0 else -1)
-            self._add(acc, task, proxy, 1, dp, s, self._sid(s, proxy, waiter, 1, st) if dp > 0 else -1)
-        if exact:
-            st.states = states
+        draws = max(4, min(self.max_tasks, self.budget_ns // max(1, 2 * st.draw_ns)))
+        rand = self._rng.random
+        # what this tick accounts: (reference, scale numerator, scale denominator)
+        if st.panel is None:  # the previous tick described every task
+            account = [(ref, 1, 1) for ref in reg + others]
         else:
-            # the draws are a uniform random sample: together they carry the tick's task time
+            account = [(ref, st.panel_n * k, len(st.panel)) for ref, k in _multiplicities(st.panel)]
+            if len(created) <= draws:
+                account += [(ref, 1, 1) for ref in created]
+            else:  # many new tasks: a draw of them (with replacement), for their time since creation
+                picks = [created[int(rand() * len(created))] for _ in range(draws)]
+                account += [(ref, len(created) * k, draws) for ref, k in _multiplicities(picks)]
+        states, acc, seen = st.states, {}, {}
+        t_visits = _monotonic_ns()
+        for ref, num, den in account:
+            task = _pending(ref, loop, running)
+            if task is not None:
+                seen[task] = self._visit(task, states.get(task), st, now, prev_tick, acc, num, den)
+        # what the next tick accounts
+        if n <= self.max_tasks:
+            st.panel = None
+            for ref in reg + others:
+                task = _pending(ref, loop, running)
+                if task is not None and task not in seen:
+                    seen[task] = self._visit(task, states.get(task), st, now, prev_tick, None, 0, 1)
+            keep = seen
+        else:  # a uniform draw (with replacement: cheap, unbiased once scaled)
             self._subsampled_ticks += 1
-            per_draw = (_monotonic_ns() - t_draws) // len(chosen)
-            st.draw_ns = per_draw if not st.draw_ns else (3 * st.draw_ns + per_draw) // 4
-            for cell in acc.values():
-                cell[1] = cell[1] * n // len(chosen)
-            st.inexact_at = now
-            if now - st.pruned_at > RESCAN_NS:  # forget tasks not seen lately
-                st.pruned_at = now
-                st.states = {t: s for t, s in old.items() if now - s.last < RESCAN_NS and not t.done()}
+            nreg = len(reg)
+            st.panel = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(draws))]
+            st.panel_n = n
+            keep = {}
+            for ref in st.panel:
+                task = _pending(ref, loop, running)
+                if task is not None and task not in keep:
+                    s = seen.get(task)
+                    keep[task] = s if s is not None else self._visit(task, states.get(task), st, now, prev_tick,
+                                                                     None, 0, 1)
+            visits = len(seen) + len(keep)
+            if visits:
+                per = (_monotonic_ns() - t_visits) // visits
+                st.draw_ns = per if not st.draw_ns else (3 * st.draw_ns + per) // 4
+        st.states = keep
+        st.mark = len(st.reg)
         rel = now - self._start_mono
         for (stack, lid, parked), (count, weight) in acc.items():
             if weight > 0:
                 self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
+
+    def _visit(self, task, s: "_TaskState | None", st: _LoopState, now: int, prev_tick: int, acc: dict | None,
+               num: int, den: int) -> "_TaskState":
+        """Describe ``task`` now (its step timing, and its stacks if it awaits something
+        new) and, given ``acc``, account its time since its previous description, times
+        num/den, into ``acc``.  Returns its state."""
+        floor = self._start_mono
+        coro = task.get_coro()
+        proxy = coro if type(coro) is _TaskCoro else None
+        if s is None:  # (a task not ours, first seen while accounting: the tick's period)
+            s = _TaskState(0 if proxy is not None else (max(prev_tick, floor) if acc is not None else now))
+        waiter = task._fut_waiter
+        # a task that has not resumed still waits on the same future: same stacks
+        if waiter is None or waiter is not s.key:
+            if st.prefix is None or now - st.prefix_at > RESCAN_NS:
+                p0 = _monotonic_ns()
+                st.prefix, st.prefix_at = self._prefix(), now
+                st.chains = {}
+                st.prefix_ns = _monotonic_ns() - p0
+            s.key = waiter
+            before, s.stacks = s.stacks, [_UNSET, _UNSET, _UNSET]
+            s.lid = -1
+            if proxy is not None and proxy._w >= 0:
+                # both, while the chain is there: the next tick may charge this
+                # suspension's rest (its park, its wait to run) after it resumed
+                self._stack_of(proxy, waiter, 1, st, s.stacks)
+        else:
+            before = s.stacks
+        if proxy is None:
+            # not ours: the time since its previous description, in the state it is in now
+            parked = waiter is not None and not waiter.done()
+            weight = now - max(s.last, floor)
+            s.last = now
+            if acc is not None and weight > 0:
+                self._add(acc, task, coro, int(parked), weight * num // den, s,
+                          self._sid(s, coro, waiter, int(parked), st))
+            return s
+        # ours: its step timing splits its suspended time since its previous description
+        # (the time it ran meanwhile is the engine's to sample) into its wait to start,
+        # ready and park, each charged at its own stack
+        t0 = proxy._t0
+        w, r, p = proxy._times(now)
+        started = t0 + w  # when its first step began (now, if not yet)
+        dw = started - max(t0 + s.w, floor)
+        dr, dp = r - s.r, p - s.p
+        span = now - max(started, floor)
+        if dr + dp > span:  # (time before the session started)
+            span, both = max(span, 0), dr + dp
+            dr, dp = dr * span // both, dp * span // both
+        if acc is not None and proxy._e != s.e and before[0] != _UNSET:
+            # it resumed since its previous description: the current suspension (since
+            # its last step ended) is charged here, the rest at the stacks described
+            # then (the suspension it was in then went on for part of it; suspensions
+            # that began and ended in between were drawn at their end: _short)
+            cur = now - abs(proxy._e)
+            if proxy._e < 0:
+                now_r, now_p = min(dr, cur), 0
+            else:
+                now_r, now_p = 0, min(dp, cur)
+            self._add(acc, task, proxy, 0, (dr - now_r) * num // den, s, before[0])
+            self._add(acc, task, proxy, 1, (dp - now_p) * num // den, s, before[1])
+            dr, dp = now_r, now_p
+        s.w, s.r, s.p, s.last, s.e = w, r, p, now, proxy._e
+        if acc is not None:
+            for variant, d in ((2, dw), (0, dr), (1, dp)):
+                if d > 0:
+                    self._add(acc, task, proxy, variant, d * num // den, s, self._sid(s, proxy, waiter, variant, st))
+        return s
+
+    def _short(self, proxy: _TaskCoro, batch: int, e: int, resumed: int, weight: int) -> None:
+        """Rows for a suspension no tick saw, drawn at its end (_short_suspension): it
+        stands for ``weight`` ns of such suspensions, split as its own time was between
+        park (until the batch that resumes it began) and ready; on the loop's thread,
+        before the task's step, so its await chain is still there."""
+        tracker = self._tracker
+        loop = asyncio._get_running_loop()
+        st = tracker.loops.get(loop) if tracker is not None and loop is not None else None
+        if st is None or not self._running:
+            return
+        start = max(e, self._start_mono)
+        full, span = resumed - e, resumed - start
+        if span <= 0:
+            return
+        ready = min(resumed - batch, span) if batch > e else 0
+        park_w, ready_w = weight * (span - ready) // full, weight * ready // full
+        try:
+            with self._lock:
+                if st.prefix is None:
+                    st.prefix, st.prefix_at, st.chains = self._prefix(), resumed, {}
+                thread, rel = self._twin(st), resumed - self._start_mono
+                stacks = [_UNSET, _UNSET, _UNSET]
+                self._stack_of(proxy, None, 1, st, stacks)  # (one walk for both)
+                for parked, w in ((True, park_w), (False, ready_w)):
+                    if w > 0 and stacks[parked] >= 0:
+                        self._rows.append((stacks[parked], thread, proxy._lid, parked, rel, 1, w))
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's task
+            msg = f"{type(exc).__name__}: {exc}"[:200]
+            if msg in self._errors or len(self._errors) < 5:
+                self._errors[msg] = self._errors.get(msg, 0) + 1
 
     def _sid(self, s: _TaskState, coro, waiter, variant: int, st: _LoopState) -> int:
         """The task's stack for ``variant`` (0 ready, 1 parked, 2 not started), computed

@@ -131,13 +131,20 @@ def current() -> LabelSet:
 class _Slot:
     """One thread's published label id, plus its cached native mirrors (views)."""
 
-    __slots__ = ("id", "views", "gen", "view", "batch")
+    __slots__ = ("id", "views", "gen", "view", "batch", "tick", "left", "rate", "shorts")
 
     def __init__(self):
         self.id = 0
-        # when the event loop on this thread began its current batch of callbacks (its
-        # selector returned; set only while asyncio tasks are sampled): asyncio_support
+        # asyncio_support's task sampling on this thread's event loop (set only while it
+        # samples): when the loop began its current batch of callbacks (its selector
+        # returned), when the sampler's last tick ran, and the length sampling of
+        # suspensions no tick saw (suspended ns left to the next draw, ns per draw, draws
+        # since the last tick)
         self.batch = 0
+        self.tick = 0
+        self.left = 0
+        self.rate = 10_000_000
+        self.shorts = 0
         self.views: tuple = ()
         self.gen = -1  # _gen when ``views`` was computed
         # the fast path (hot loops store into it directly): the one view when it is the
