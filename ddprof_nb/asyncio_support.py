@@ -39,7 +39,8 @@ Three pieces, usable beside any engine:
    tick describes a uniform draw of them (with replacement), which the next tick
    accounts (each drawn task's time between the two, as above) scaled by pending then /
    drawn, plus the tasks created in between (a draw of them when many): unbiased,
-   bounded cost.
+   bounded cost.  A task that ended since a tick described it is accounted up to its
+   end (its proxy stops its times then).
    Samples go to a synthetic thread ``"<loop thread name> (asyncio tasks)"`` with the
    loop thread's tid, so the loop thread's own wall time stays its own.  Tasks whose
    await chain holds only loop / kernel machinery (ipykernel's idle dispatch tasks) are
@@ -55,9 +56,11 @@ Invariants: nothing here changes what the program computes; every patch is undon
 stop (a task wrapped while profiling keeps its proxy, which then only forwards); the
 sampler never raises into the loop (errors are counted and reported in the notes).
 
-Limits: a task's suspended time after the last tick that described it is lost when
-it ends before the next one (as a thread's last stretch is; 10-15 % of the time of
-requests that await 5 ms and end between 10 ms ticks); a future completed late because the loop was
+Limits: a task that ends between two ticks is accounted up to its end by the next
+tick only if something still holds it then (``gather`` does; a fire-and-forget task
+freed at its end loses its time since the last tick that described it, as a thread's
+last stretch is lost); a task that begins and ends between two ticks shows its awaits
+but not its wait to start; a future completed late because the loop was
 busy (a sleep's timer run late) is park until the batch that wakes the task, as is a
 woken task's wait on loops without a selector of their own (uvloop, proactor); loops
 that are not ``BaseEventLoop``s (uvloop)
@@ -146,7 +149,7 @@ class _TaskCoro(collections.abc.Coroutine):
     (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
     task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
 
-    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w")
+    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w", "_end")
 
     # Step timing (while wall/park are sampled), read by the task sampler's ticks, which
     # run between steps.  A task's life is: waiting to start (in the loop's ready queue),
@@ -178,6 +181,7 @@ class _TaskCoro(collections.abc.Coroutine):
         self._e = -t0
         self._r = 0  # ready time of bare yields, ended suspensions
         self._w = -1  # the wait before the first step (-1: not started)
+        self._end = 0  # when its last step ended (0: not ended): its times stop there
 
     def send(self, value):
         if _tracker is None:  # profiling ended: only forward
@@ -221,6 +225,8 @@ class _TaskCoro(collections.abc.Coroutine):
                     view[0] = prev
                 elif _lab._mirrored:
                     _push(slot, prev)
+            if timing:
+                self._ended(resumed)
             raise
         lid = slot.id  # labels() blocks inside the step may have changed it: keep theirs
         self._lid = lid
@@ -261,6 +267,8 @@ class _TaskCoro(collections.abc.Coroutine):
             result = self._coro.throw(*args)
         except BaseException:
             self._finish(slot, prev)
+            if timing:
+                self._ended(resumed)
             raise
         self._lid = slot.id
         _lab._set(slot, prev)
@@ -271,7 +279,10 @@ class _TaskCoro(collections.abc.Coroutine):
         return result
 
     def _times(self, now: int) -> tuple[int, int, int]:
-        """(start wait, ready, park) so far, in ns, at ``now`` (between steps)."""
+        """(start wait, ready, park) so far, in ns, at ``now`` (between steps; at its
+        end for a task that ended)."""
+        if self._end:
+            now = self._end
         suspended = now + self._q
         if self._w < 0:
             return suspended, 0, 0
@@ -323,6 +334,13 @@ class _TaskCoro(collections.abc.Coroutine):
         lid = self._lid = bits | low
         return lid
 
+    def _ended(self, resumed: int) -> None:
+        """Its last step ended: its times stop now (the next tick accounts the rest of
+        its time since a tick last described it, which was lost before)."""
+        end = _monotonic_ns()
+        self._q += resumed - end
+        self._e = self._end = end
+
     def _finish(self, slot, prev: int) -> None:
         """The task ended inside ``throw``: restore the slot."""
         if slot.id != prev:
@@ -342,13 +360,16 @@ def _multiplicities(refs: list) -> list:
     return [(ref, k) for ref, k in out.values()]
 
 
-def _pending(ref, loop, running):
-    """The task behind ``ref`` if it is pending on ``loop`` and not the one running."""
+def _pending(ref, loop, running, ended: bool = False):
+    """The task behind ``ref`` if it is pending on ``loop`` and not the one running
+    (``ended``: or ended, its step timing stopped)."""
     task = ref()
     if task is None or task is running:
         return None
     try:
-        if task.get_loop() is not loop or task.done():
+        if task.get_loop() is not loop:
+            return None
+        if task.done() and not (ended and type(coro := task.get_coro()) is _TaskCoro and coro._end):
             return None
     except Exception:  # noqa: BLE001 - not a task after all
         return None
@@ -887,7 +908,7 @@ class TaskSampler:
             st.others = [w for w in (_foreign_pending(r, loop) for r in _registry_refs(self._registries))
                          if w is not None]
             st.others_at = now + max(RESCAN_NS, 200 * (_monotonic_ns() - now))
-        created = st.reg[st.mark:]  # registered since the previous tick
+        described, created = st.reg[:st.mark], st.reg[st.mark:]  # registered before / since the previous tick
         if len(st.reg) > st.compact_at:  # amortized O(1) per task created
             st.reg = [r for r in st.reg if (t := r()) is not None and not t.done()]
             st.compact_at = max(256, 2 * len(st.reg))
@@ -900,20 +921,26 @@ class TaskSampler:
         rand = self._rng.random
         # what this tick accounts: (reference, scale numerator, scale denominator)
         if st.panel is None:  # the previous tick described every task
-            account = [(ref, 1, 1) for ref in reg + others]
+            account = [(ref, 1, 1) for ref in described + others]
         else:
             account = [(ref, st.panel_n * k, len(st.panel)) for ref, k in _multiplicities(st.panel)]
-            if len(created) <= draws:
-                account += [(ref, 1, 1) for ref in created]
-            else:  # many new tasks: a draw of them (with replacement), for their time since creation
-                picks = [created[int(rand() * len(created))] for _ in range(draws)]
-                account += [(ref, len(created) * k, draws) for ref, k in _multiplicities(picks)]
+        if len(created) <= draws or n <= self.max_tasks:
+            account += [(ref, 1, 1) for ref in created]
+        else:  # many new tasks: a draw of them (with replacement), for their time since creation
+            picks = [created[int(rand() * len(created))] for _ in range(draws)]
+            account += [(ref, len(created) * k, draws) for ref, k in _multiplicities(picks)]
         states, acc, seen = st.states, {}, {}
         t_visits = _monotonic_ns()
         for ref, num, den in account:
-            task = _pending(ref, loop, running)
-            if task is not None:
-                seen[task] = self._visit(task, states.get(task), st, now, prev_tick, acc, num, den)
+            task = _pending(ref, loop, running, ended=True)
+            if task is None:
+                continue
+            s = states.get(task)
+            if task.done():  # ended since a tick described it: its time from then to its end
+                if s is not None:
+                    self._visit(task, s, st, now, prev_tick, acc, num, den)
+                continue
+            seen[task] = self._visit(task, s, st, now, prev_tick, acc, num, den)
         # what the next tick accounts
         if n <= self.max_tasks:
             st.panel = None
@@ -966,7 +993,7 @@ class TaskSampler:
             s.key = waiter
             before, s.stacks = s.stacks, [_UNSET, _UNSET, _UNSET]
             s.lid = -1
-            if proxy is not None and proxy._w >= 0:
+            if proxy is not None and proxy._w >= 0 and not proxy._end:
                 # both, while the chain is there: the next tick may charge this
                 # suspension's rest (its park, its wait to run) after it resumed
                 self._stack_of(proxy, waiter, 1, st, s.stacks)
@@ -985,11 +1012,12 @@ class TaskSampler:
         # (the time it ran meanwhile is the engine's to sample) into its wait to start,
         # ready and park, each charged at its own stack
         t0 = proxy._t0
-        w, r, p = proxy._times(now)
+        at = proxy._end or now  # (a task that ended: its times stopped then)
+        w, r, p = proxy._times(at)
         started = t0 + w  # when its first step began (now, if not yet)
         dw = started - max(t0 + s.w, floor)
         dr, dp = r - s.r, p - s.p
-        span = now - max(started, floor)
+        span = at - max(started, floor)
         if dr + dp > span:  # (time before the session started)
             span, both = max(span, 0), dr + dp
             dr, dp = dr * span // both, dp * span // both
@@ -998,7 +1026,7 @@ class TaskSampler:
             # its last step ended) is charged here, the rest at the stacks described
             # then (the suspension it was in then went on for part of it; suspensions
             # that began and ended in between were drawn at their end: _short)
-            cur = now - abs(proxy._e)
+            cur = at - abs(proxy._e)  # (0 for a task that ended)
             if proxy._e < 0:
                 now_r, now_p = min(dr, cur), 0
             else:
@@ -1006,7 +1034,7 @@ class TaskSampler:
             self._add(acc, task, proxy, 0, (dr - now_r) * num // den, s, before[0])
             self._add(acc, task, proxy, 1, (dp - now_p) * num // den, s, before[1])
             dr, dp = now_r, now_p
-        s.w, s.r, s.p, s.last, s.e = w, r, p, now, proxy._e
+        s.w, s.r, s.p, s.last, s.e = w, r, p, at, proxy._e
         if acc is not None:
             for variant, d in ((2, dw), (0, dr), (1, dp)):
                 if d > 0:

@@ -547,8 +547,8 @@ def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
     assert per_tick_us < 3000, note
 
 
-@pytest.mark.parametrize("max_tasks", [10_000, 32], ids=["every-task", "subsampled"])
-def test_short_awaits_between_ticks_are_charged_to_their_own_await(max_tasks):
+@pytest.mark.parametrize("max_tasks,budget", [(10_000, 0.003), (100, 0.05)], ids=["every-task", "subsampled"])
+def test_short_awaits_between_ticks_are_charged_to_their_own_await(max_tasks, budget):
     # GIVEN 400 requests queueing for 8 slots, each then awaiting a future completed 5 ms
     # later (shorter than the 10 ms between two task-sampler ticks: most of these awaits
     # begin and end between two ticks) and computing 0.3 ms; each measures its await
@@ -572,17 +572,22 @@ def test_short_awaits_between_ticks_are_charged_to_their_own_await(max_tasks):
 
         await asyncio.gather(*(request() for _ in range(400)))
 
-    with take("python", events=("wall", "park"), interval="10ms", max_tasks_per_tick=max_tasks) as t:
+    # (subsampled: 100 of the ~400 pending tasks a tick, so that the 2 % of them awaiting
+    # the future are drawn often enough for a test; 32, the default, gave 0.63-1.78 x)
+    with take("python", events=("wall", "park"), interval="10ms", max_tasks_per_tick=max_tasks,
+              tick_budget=budget) as t:
         asyncio.run(main())
     park = by(t.profile, EventType.PARK, lambda s: s.stack[-1].name)
-    # THEN the park at the future adds up to the requests' own measure (the ticks charged
-    # such awaits to the await they saw before, the semaphore: 0.08-0.12 x of the truth,
-    # or with many tasks, to the await a task was in at a tick: 0.2-2.8 x; now such
-    # awaits are drawn at their end: 0.86-0.90 x and 0.77-1.06 x seen; a task's time
-    # after the last tick that saw it is lost)
+    # THEN the park at the future adds up to the requests' own measure (park lasts until
+    # the batch that resumes the task: a little more).  The ticks charged such awaits to
+    # the await they saw before, the semaphore, or lost them when the request then
+    # ended: 0.08-0.12 x of the truth; subsampled, to the await a task was in at a tick:
+    # 0.78-1.71 x.  Now they are drawn at their end, and a request that ended since a
+    # tick described it is accounted up to its end: 1.00-1.04 x and 0.87-1.14 x seen.
     truth = sum(spans)
     assert len(spans) == 400 and truth > 1.9, truth
-    assert 0.65 * truth < park.get("[asyncio.Future]", 0) / 1e9 < 1.3 * truth, (truth, park)
+    lo, hi = (0.93, 1.15) if max_tasks > 400 else (0.7, 1.35)
+    assert lo * truth < park.get("[asyncio.Future]", 0) / 1e9 < hi * truth, (truth, park)
 
 
 # -- a loop that is already running (a notebook cell with top-level await) -------------------
