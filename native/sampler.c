@@ -796,11 +796,16 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         /* The thread runs on while we read it: if its label changed during the walk (this
          * thread was preempted between the two reads, and an asyncio task's step ended
          * meanwhile), label and frames are of different moments (the idle loop under the
-         * task's labels): read both again, so they are of one. */
-        for (int again = 0; !torn && again < 2; again++) {
+         * task's labels): read both again, so they are of one; a thread that changes
+         * labels faster than we can walk it (under ASan) gets a torn read. */
+        for (int tries = 0; !torn; tries++) {
             uint64_t now_label = label_of(s);
             if (now_label == rec->label_id)
                 break;
+            if (tries == 2) {
+                torn = 1;
+                break;
+            }
             rec->label_id = now_label;
             torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
         }
