@@ -791,13 +791,14 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         rec->event = DDP_EVENT_WALL;
         rec->state = (uint8_t)thread_state_of(s, dwall, cpu_now);
         rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
-        rec->label_id = label;
+        /* The thread runs on while we read it, so its label is read right before its
+         * frames (not before the state above, whose /proc read can take 50 us), and again
+         * after them: if it changed (this thread was preempted during the walk, and an
+         * asyncio task's step ended meanwhile), label and frames are of different moments
+         * (the idle loop under the task's labels): read both again, so they are of one;
+         * a thread that changes labels faster than we can walk it (ASan) is a torn read. */
+        rec->label_id = label_of(s);
         int torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
-        /* The thread runs on while we read it: if its label changed during the walk (this
-         * thread was preempted between the two reads, and an asyncio task's step ended
-         * meanwhile), label and frames are of different moments (the idle loop under the
-         * task's labels): read both again, so they are of one; a thread that changes
-         * labels faster than we can walk it (under ASan) gets a torn read. */
         for (int tries = 0; !torn; tries++) {
             uint64_t now_label = label_of(s);
             if (now_label == rec->label_id)

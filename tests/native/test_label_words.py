@@ -99,12 +99,13 @@ def test_labels_after_fork_name_the_child_thread():
 def test_a_wall_samples_label_and_frames_are_of_one_moment():
     # GIVEN a thread switching labels, each label around its own function, each block
     #       lasting ~20 stack walks (~6 us here; longer where walks are slower: ASan).
-    #       The wall thread reads a running thread's label, then its frames: a switch in
-    #       between paired one label with the other's frames: 4-8 % of these samples in
-    #       three runs one day, 0.71-0.86 % in three the next (and, under load, the idle
-    #       asyncio loop with a task's labels: a CI flake); 0.00-0.09 % in three runs
-    #       since, but 1.1 % once in CI beside other jobs (all of them samples with no
-    #       label inside a function: cause not found, so the limit is 2 %)
+    #       The wall thread read a running thread's label, then its state (a /proc read
+    #       when the thread seems off CPU: up to ~50 us), then its frames: a switch in
+    #       between paired one label with another moment's frames (4-8 % of these samples
+    #       in three runs one day, 0.7-0.9 % in three the next, and under load the idle
+    #       asyncio loop with a task's labels, a CI flake).  Reading the label again after
+    #       the walk left 0.6-0.9 % beside 3 CPU hogs (1.1 % in CI), reading it right
+    #       before the walk 0.0-0.1 % (three runs beside 3 hogs)
     r = run_script(
         """
         from ddprof_nb._binding import ffi, lib
@@ -154,4 +155,4 @@ def test_a_wall_samples_label_and_frames_are_of_one_moment():
     # label of the function it shows (a label changed during the walk: read both again;
     # one that keeps changing: a torn read, its time carried to the next sample)
     assert right > 1000, r
-    assert wrong <= 0.02 * right, r
+    assert wrong <= 0.01 * right, r
