@@ -193,7 +193,7 @@ class _TaskCoro(collections.abc.Coroutine):
         slot = _slots.get(ident)
         if slot is None:
             slot = _new_slot(ident)
-        if timing:
+        if timing:  # (_resumes, inlined: a call per step costs more than these lines)
             e = self._e
             if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
                 self._r += resumed + e
@@ -251,16 +251,7 @@ class _TaskCoro(collections.abc.Coroutine):
         resumed = _monotonic_ns()
         slot = _lab._slot_here()
         if timing:
-            e = self._e
-            if e < 0:
-                self._r += resumed + e
-            elif e > slot.tick:
-                span = resumed - e
-                self._q -= span
-                left = slot.left - span
-                slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
-            elif slot.batch > e:
-                self._r += resumed - slot.batch
+            self._resumes(slot, resumed)
         prev = slot.id
         _lab._set(slot, self._lid if self._lid >= 0 else self._first_step())
         try:
@@ -333,6 +324,19 @@ class _TaskCoro(collections.abc.Coroutine):
             _last_labels = (ls, low)
         lid = self._lid = bits | low
         return lid
+
+    def _resumes(self, slot, resumed: int) -> None:
+        """Its suspension ends now: its ready time, or (one no tick saw) its draw."""
+        e = self._e
+        if e < 0:
+            self._r += resumed + e
+        elif e > slot.tick:
+            span = resumed - e
+            self._q -= span
+            left = slot.left - span
+            slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
+        elif slot.batch > e:
+            self._r += resumed - slot.batch
 
     def _ended(self, resumed: int) -> None:
         """Its last step ended: its times stop now (the next tick accounts the rest of
