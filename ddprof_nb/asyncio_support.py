@@ -89,6 +89,7 @@ from typing import Iterable
 import numpy as np
 
 from . import labeling as _lab
+from ._steptypes import STEP_BASE as _STEP_BASE
 from .errors import ProfilerBusyError
 from .events import EventType, FrameKind
 from .labeling import _current, _new_slot, _push, _slots, label_id
@@ -143,105 +144,13 @@ def engine_config(config, engine_supported: Iterable[EventType] = ()):
 # =====================================================================================
 # 1. labels follow the running task
 # =====================================================================================
-class _TaskCoro(collections.abc.Coroutine):
-    """A task's coroutine, wrapped: each step publishes the task's label id on the thread
-    running it and restores the previous id when the step ends.  Every other attribute
-    (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped coroutine's, so a
-    task's repr, ``get_stack()`` and ``get_coro()`` introspection look the same."""
+class _TaskCoroMethods(collections.abc.Coroutine):
+    """What the two task steppers (``_PyTaskCoro``, ``_CTaskCoro``) share: every attribute
+    but the step itself (``cr_frame``, ``cr_await``, ``__qualname__`` ...) is the wrapped
+    coroutine's, so a task's repr, ``get_stack()`` and ``get_coro()`` introspection look
+    the same; ``throw`` (rare) and the helpers a step calls back are Python."""
 
-    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w", "_end")
-
-    # Step timing (while wall/park are sampled), read by the task sampler's ticks, which
-    # run between steps.  A task's life is: waiting to start (in the loop's ready queue),
-    # then steps separated by suspensions.  A suspension on a future is park until the
-    # future completes; runnable time is ready (wall, not park: a thread waiting for the
-    # GIL is not parked either): the wait before the first step, a bare yield's
-    # (``asyncio.sleep(0)``), and the wait between the future's completion and the step
-    # it wakes.  That completion is not seen (a done callback per await would cost
-    # more than the step); the step runs in the loop's next batch of callbacks, so the
-    # batch's start (its selector returning, hooked by the sampler: ``slot.batch``)
-    # bounds it: the rest of the completing batch stays in park, the wait behind the
-    # waking batch's earlier callbacks is ready.
-    # A suspension that began after the sampler's last tick on this thread and ends
-    # before the next (a 5 ms database call between two 10 ms ticks) is seen by no tick:
-    # the ticks would charge it to the await they saw before (or, for a task that ends,
-    # lose it).  So its time is kept out of the ticks' account, and suspensions like it
-    # are drawn by length at their end, while their await chain is still there
-    # (_short_suspension): a Poisson-like draw every ``slot.rate`` ns of such time.
-    def __init__(self, coro, t0: int):
-        self._coro = coro
-        self._t0 = t0  # creation (0 unless timing)
-        self._lid = -1  # published id at the last suspension; -1 before the first step
-        # suspended time so far (start wait, park and ready) = now + _q while suspended
-        # (q = -creation - time run)
-        self._q = -t0
-        self._task = None  # the task, from its creation to its first step (for its name)
-        # when the current suspension began: the last step's end (creation before the
-        # first step), negated when it is ready (not started yet, or a bare yield)
-        self._e = -t0
-        self._r = 0  # ready time of bare yields, ended suspensions
-        self._w = -1  # the wait before the first step (-1: not started)
-        self._end = 0  # when its last step ended (0: not ended): its times stop there
-
-    def send(self, value):
-        if _tracker is None:  # profiling ended: only forward
-            return self._coro.send(value)
-        timing = _timing
-        if timing:
-            resumed = _monotonic_ns()
-        ident = _get_ident()
-        slot = _slots.get(ident)
-        if slot is None:
-            slot = _new_slot(ident)
-        if timing:  # (_resumes, inlined: a call per step costs more than these lines)
-            e = self._e
-            if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
-                self._r += resumed + e
-            elif e > slot.tick:  # a suspension no tick saw: out of the ticks' account, drawn by length
-                span = resumed - e
-                self._q -= span
-                left = slot.left - span
-                slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
-            elif slot.batch > e:  # woken: ready since its batch began
-                self._r += resumed - slot.batch
-        prev = slot.id
-        lid = self._lid
-        if lid < 0:
-            lid = self._first_step()
-        if lid != prev:  # labeling._set, inlined (a store into the native word's view)
-            slot.id = lid
-            view = slot.view
-            if view is not None:
-                view[0] = lid
-            elif _lab._mirrored:
-                _push(slot, lid)
-        try:
-            result = self._coro.send(value)  # no bound method kept: one GC-tracked object less per task
-        except BaseException:  # the task returned (StopIteration) or raised
-            if slot.id != prev:  # labeling._set, inlined
-                slot.id = prev
-                view = slot.view
-                if view is not None:
-                    view[0] = prev
-                elif _lab._mirrored:
-                    _push(slot, prev)
-            if timing:
-                self._ended(resumed)
-            raise
-        lid = slot.id  # labels() blocks inside the step may have changed it: keep theirs
-        self._lid = lid
-        if lid != prev:
-            slot.id = prev
-            view = slot.view
-            if view is not None:
-                view[0] = prev
-            elif _lab._mirrored:
-                _push(slot, prev)
-        if timing:
-            end = _monotonic_ns()
-            self._q += resumed - end  # minus the time this step ran
-            self._e = -end if result is None else end  # a bare yield: runnable again at once
-        return result
+    __slots__ = ()
 
     def throw(self, typ, val=None, tb=None):
         args = (typ,) if val is None and tb is None else (typ, val, tb)
@@ -349,6 +258,120 @@ class _TaskCoro(collections.abc.Coroutine):
         """The task ended inside ``throw``: restore the slot."""
         if slot.id != prev:
             _lab._set(slot, prev)
+
+
+class _PyTaskCoro(_TaskCoroMethods):
+    """A task's coroutine, wrapped (the pure-Python stepper: without the native module, and
+    in tests beside the C one): each step publishes the task's label id on the thread
+    running it and restores the previous id when the step ends.  ``native/aiostep.c``'s
+    StepBase does the same in C (``_CTaskCoro``): change both together."""
+
+    __slots__ = ("_coro", "_lid", "_q", "_t0", "_task", "_e", "_r", "_w", "_end")
+
+    # Step timing (while wall/park are sampled), read by the task sampler's ticks, which
+    # run between steps.  A task's life is: waiting to start (in the loop's ready queue),
+    # then steps separated by suspensions.  A suspension on a future is park until the
+    # future completes; runnable time is ready (wall, not park: a thread waiting for the
+    # GIL is not parked either): the wait before the first step, a bare yield's
+    # (``asyncio.sleep(0)``), and the wait between the future's completion and the step
+    # it wakes.  That completion is not seen (a done callback per await would cost
+    # more than the step); the step runs in the loop's next batch of callbacks, so the
+    # batch's start (its selector returning, hooked by the sampler: ``slot.batch``)
+    # bounds it: the rest of the completing batch stays in park, the wait behind the
+    # waking batch's earlier callbacks is ready.
+    # A suspension that began after the sampler's last tick on this thread and ends
+    # before the next (a 5 ms database call between two 10 ms ticks) is seen by no tick:
+    # the ticks would charge it to the await they saw before (or, for a task that ends,
+    # lose it).  So its time is kept out of the ticks' account, and suspensions like it
+    # are drawn by length at their end, while their await chain is still there
+    # (_short_suspension): a Poisson-like draw every ``slot.rate`` ns of such time.
+    def __init__(self, coro, t0: int):
+        self._coro = coro
+        self._t0 = t0  # creation (0 unless timing)
+        self._lid = -1  # published id at the last suspension; -1 before the first step
+        # suspended time so far (start wait, park and ready) = now + _q while suspended
+        # (q = -creation - time run)
+        self._q = -t0
+        self._task = None  # the task, from its creation to its first step (for its name)
+        # when the current suspension began: the last step's end (creation before the
+        # first step), negated when it is ready (not started yet, or a bare yield)
+        self._e = -t0
+        self._r = 0  # ready time of bare yields, ended suspensions
+        self._w = -1  # the wait before the first step (-1: not started)
+        self._end = 0  # when its last step ended (0: not ended): its times stop there
+
+    def send(self, value):
+        if _tracker is None:  # profiling ended: only forward
+            return self._coro.send(value)
+        timing = _timing
+        if timing:
+            resumed = _monotonic_ns()
+        ident = _get_ident()
+        slot = _slots.get(ident)
+        if slot is None:
+            slot = _new_slot(ident)
+        if timing:  # (_resumes, inlined: a call per step costs more than these lines)
+            e = self._e
+            if e < 0:  # a ready suspension ends: not park (the first: _first_step moves it to _w)
+                self._r += resumed + e
+            elif e > slot.tick:  # a suspension no tick saw: out of the ticks' account, drawn by length
+                span = resumed - e
+                self._q -= span
+                left = slot.left - span
+                slot.left = left if left > 0 else _short_suspension(self, slot, e, resumed, left)
+            elif slot.batch > e:  # woken: ready since its batch began
+                self._r += resumed - slot.batch
+        prev = slot.id
+        lid = self._lid
+        if lid < 0:
+            lid = self._first_step()
+        if lid != prev:  # labeling._set, inlined (a store into the native word's view)
+            slot.id = lid
+            view = slot.view
+            if view is not None:
+                view[0] = lid
+            elif _lab._mirrored:
+                _push(slot, lid)
+        try:
+            result = self._coro.send(value)  # no bound method kept: one GC-tracked object less per task
+        except BaseException:  # the task returned (StopIteration) or raised
+            if slot.id != prev:  # labeling._set, inlined
+                slot.id = prev
+                view = slot.view
+                if view is not None:
+                    view[0] = prev
+                elif _lab._mirrored:
+                    _push(slot, prev)
+            if timing:
+                self._ended(resumed)
+            raise
+        lid = slot.id  # labels() blocks inside the step may have changed it: keep theirs
+        self._lid = lid
+        if lid != prev:
+            slot.id = prev
+            view = slot.view
+            if view is not None:
+                view[0] = prev
+            elif _lab._mirrored:
+                _push(slot, prev)
+        if timing:
+            end = _monotonic_ns()
+            self._q += resumed - end  # minus the time this step ran
+            self._e = -end if result is None else end  # a bare yield: runnable again at once
+        return result
+
+if _STEP_BASE is not None:
+    class _CTaskCoro(_STEP_BASE, _TaskCoroMethods):
+        """The task stepper in C (``native/aiostep.c``): ``send``, also the ``am_send`` slot
+        that asyncio's C Task steps through (no StopIteration when a task returns), and the
+        fields of ``_PyTaskCoro`` as C members."""
+
+        __slots__ = ()
+
+    _STEP_BASE._bind(globals(), _lab.__dict__)
+    _TaskCoro = _CTaskCoro
+else:
+    _TaskCoro = _PyTaskCoro
 
 
 def _multiplicities(refs: list) -> list:
@@ -1351,7 +1374,8 @@ def _file_kind(filename: str) -> int:
 
 
 # frame classes for folding
-_F_OTHER, _F_LOOP, _F_DRIVER, _F_SELECT, _F_ENTRY, _F_DROP, _F_OWN = range(7)
+_F_OTHER, _F_LOOP, _F_DRIVER, _F_SELECT, _F_ENTRY, _F_DROP, _F_OWN, _F_ENTRY_BEFORE = range(8)
+_STEP_RUNNERS = {"Handle._run", "Task.__step", "Task.__step_run_and_handle_result"}
 _LOOP_MODULES = {"base_events", "events", "runners", "selector_events", "unix_events", "proactor_events",
                  "windows_events", "base_subprocess"}
 _DRIVERS = {"BaseEventLoop.run_forever", "BaseEventLoop._run_once", "BaseEventLoop.run_until_complete",
@@ -1366,7 +1390,7 @@ def _frame_class(f: Frame) -> int:
         return _F_ENTRY if f == TASK_MARK else _F_OTHER
     fn = f.filename
     if _THIS_FILE.search(fn):
-        if f.name in ("_TaskCoro.send", "_TaskCoro.throw"):
+        if f.name in ("_PyTaskCoro.send", "_TaskCoroMethods.throw", "_TaskCoro.send", "_TaskCoro.throw"):
             return _F_ENTRY
         if f.name.startswith("TaskSampler."):
             return _F_OWN
@@ -1384,14 +1408,33 @@ def _frame_class(f: Frame) -> int:
     return _F_OTHER
 
 
+def _implicit_entries(frames: tuple[Frame, ...], classes: list[int]) -> set[int]:
+    """Where a task's coroutine begins with no stepper frame above it: the C stepper
+    (``_CTaskCoro``) runs between asyncio's C Task and the coroutine, so its first frame
+    sits right under the loop's callback runner (``Handle._run``; ``Task.__step`` for
+    asyncio's Python Task) or, for an eager start, under the profiler's create_task
+    wrapper."""
+    out = set()
+    for i in range(1, len(frames)):
+        if classes[i] == _F_OTHER:
+            above, c = frames[i - 1].name, classes[i - 1]
+            if (c == _F_DRIVER and above in _STEP_RUNNERS) or (c == _F_DROP and above == "BaseEventLoop.create_task"):
+                out.add(i)
+    return out
+
+
 def _fold(frames: tuple[Frame, ...], classes: list[int], task: str | None, keep_loop: bool,
           task_frames: str) -> tuple[Frame, ...]:
     out: list[Frame] = []
     n = len(frames)
-    last_entry = max((i for i, c in enumerate(classes) if c == _F_ENTRY), default=-1)
+    # implicit entries only when the sample is of a task step (labelled with its task)
+    implicit = _implicit_entries(frames, classes) if task is not None else set()
+    last_entry = max([i for i, c in enumerate(classes) if c == _F_ENTRY] + list(implicit), default=-1)
     i = 0
     while i < n:
         c = classes[i]
+        if i in implicit:
+            c = _F_ENTRY_BEFORE
         if c in (_F_LOOP, _F_DRIVER, _F_SELECT) and not keep_loop:
             j = i
             folds = False
@@ -1409,13 +1452,15 @@ def _fold(frames: tuple[Frame, ...], classes: list[int], task: str | None, keep_
                     out.append(IDLE_FRAME)
             i = j
             continue
-        if c == _F_ENTRY:
+        if c in (_F_ENTRY, _F_ENTRY_BEFORE):
             if task_frames != "none":
                 name = task if i == last_entry else None
                 if name is None or (task_frames == "named" and (_AUTO_NAME.match(name) or name == OTHER_TASKS)):
                     out.append(Frame("[task]", kind=FrameKind.THREAD))
                 else:
                     out.append(Frame(f"[task {name}]", kind=FrameKind.THREAD))
+            if c == _F_ENTRY_BEFORE:  # the marker goes before the coroutine's own frame
+                out.append(frames[i])
         elif c == _F_OWN:
             out.append(SAMPLER_FRAME)
             break

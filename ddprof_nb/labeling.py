@@ -56,6 +56,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
 
+from ._steptypes import SLOT_BASE
 from .model import EMPTY_LABELS, LabelSet
 
 __all__ = [
@@ -128,10 +129,13 @@ def current() -> LabelSet:
 
 
 # -- per-thread published ids -----------------------------------------------------------
-class _Slot:
-    """One thread's published label id, plus its cached native mirrors (views)."""
+class _Slot(SLOT_BASE or object):
+    """One thread's published label id, plus its cached native mirrors (views).  With the
+    native module, the C task stepper's SlotBase holds the words a task step reads and
+    writes (id, view, batch, tick, left, rate, shorts) as C fields."""
 
-    __slots__ = ("id", "views", "gen", "view", "batch", "tick", "left", "rate", "shorts")
+    __slots__ = ("views", "gen") if SLOT_BASE else ("id", "views", "gen", "view", "batch", "tick", "left", "rate",
+                                                     "shorts")
 
     def __init__(self):
         self.id = 0

@@ -271,6 +271,11 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out);
 int ddp_alloc_test_get_allocator(int domain, uint64_t *out5);
 int ddp_alloc_test_foreign(int on);
 /* ---- end allocations ---- */
+/* ---- asyncio task stepper (aiostep.c) ----------------------------------------------------------
+ * Builds the C types SlotBase and StepBase and sets them as attributes of ddprof_nb._native
+ * (cffi declares no Python types): 0, or -1 with the error printed. */
+int ddp_aio_types(void);
+/* ---- end asyncio task stepper ---- */
 /* cdef-end */
 
 #endif /* DDPROF_H */

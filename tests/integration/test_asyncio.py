@@ -39,6 +39,21 @@ def _native_param():
 ENGINES = ["python", _native_param()]
 
 
+def _c_stepper_param():
+    if A._STEP_BASE is None:
+        return pytest.param("c", marks=pytest.mark.skip(reason="no C task stepper: the native module did not load"))
+    return "c"
+
+
+@pytest.fixture(autouse=True, params=[_c_stepper_param(), "py"], ids=lambda p: f"{p}-stepper")
+def stepper(request, monkeypatch):
+    """Every test runs with each task stepper: the C one (native/aiostep.c, the default when
+    the native module loads) and the pure-Python one, which must behave the same."""
+    if request.param == "py":
+        monkeypatch.setattr(A, "_TaskCoro", A._PyTaskCoro)
+    return request.param
+
+
 def engine_class(name):
     if name == "python":
         return PythonEngine
