@@ -10,8 +10,10 @@ Three pieces, usable beside any engine:
    so child tasks inherit them, and ``labels()`` blocks inside the task add to them)
    plus ``task=<name>``, carried as the task bits of the published id
    (``labeling.task_bits``: no LabelSet is built per task), which threads the task
-   starts or submits work to inherit too.  Cost: a Python-level call, two slot stores
-   and, while wall/park are sampled, two clock reads per step (benchmarks/bench_asyncio.py).
+   starts or submits work to inherit too.  The proxy's step is C where the native
+   module loads (``native/aiostep.c``: ``_CTaskCoro``, which asyncio's C Task steps
+   through its ``am_send`` slot), else Python (``_PyTaskCoro``).  Cost per step: two
+   slot stores and, while wall/park are sampled, two clock reads (benchmarks/bench_asyncio.py).
    Tasks that existed before profiling started cannot be wrapped: the engines' samples
    of their steps carry no ``task`` label (the task sampler below still names them).
 
@@ -49,8 +51,9 @@ Three pieces, usable beside any engine:
 3. **Folding the loop** (``fold_loop_frames``): a Profile transform that folds the event
    loop's machinery (asyncio's run/run_forever/_run_once/Handle._run/Task.__step,
    selectors, tornado/ipykernel/IPython loop runners) into one ``[asyncio loop]`` frame,
-   replaces each task entry (our proxy's ``send``) by ``[task <name>]`` and drops the
-   profiler's own wrapper frames.
+   marks each task entry (the Python proxy's ``send`` frame; with the C proxy, which
+   has no frame, the coroutine's first frame under the loop's callback runner) with
+   ``[task <name>]`` and drops the profiler's own wrapper frames.
 
 Invariants: nothing here changes what the program computes; every patch is undone at
 stop (a task wrapped while profiling keeps its proxy, which then only forwards); the
@@ -1479,8 +1482,10 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
       ``Handle._run``, ``Task.__step``, selectors, and the tornado/ipykernel/IPython
       loop runners) becomes one ``[asyncio loop]`` frame, followed by ``[idle]`` when the
       loop was waiting in its selector (``keep_loop=True`` keeps those frames as they are).
-    - Each task entry (the profiler's task proxy, or the task sampler's marker) becomes
-      ``[task <name>]`` from the sample's ``task`` label.  ``task_frames``: ``"named"``
+    - Each task entry (the Python task proxy's frame, the task sampler's marker, or,
+      in a sample labelled with a task, a coroutine's first frame right under the loop's
+      callback runner, where the C proxy leaves no frame) gets a ``[task <name>]`` frame
+      from the sample's ``task`` label.  ``task_frames``: ``"named"``
       (default) writes names given by the program and a bare ``[task]`` for asyncio's
       automatic ``Task-<n>`` names (unique counters that would split every flame graph
       into slivers; the exact name stays in the ``task`` label); ``"all"`` writes every

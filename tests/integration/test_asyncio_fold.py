@@ -27,7 +27,7 @@ SCRIPT_LOOP = [
     F("BaseEventLoop._run_once", ASYNCIO + "base_events.py"),
 ]
 DISPATCH = [F("Handle._run", ASYNCIO + "events.py")]
-PROXY = [F("_TaskCoro.send", ME, 60)]
+PROXY = [F("_PyTaskCoro.send", ME, 60)]  # the Python stepper's frame (the C stepper has none)
 KERNEL_LOOP = [
     F("_run_module_as_main", LIB + "/runpy.py"),
     F("_run_code", LIB + "/runpy.py"),
@@ -68,6 +68,32 @@ def test_a_running_task_shows_loop_task_and_await_chain():
     assert stacks(folded) == {"<module> > [asyncio loop] > [task fetcher] > main > fetch > parse": 10}
     (loop_frame,) = [f for f in folded.frames if f.name == "[asyncio loop]"]
     assert loop_frame.kind is FrameKind.THREAD
+
+
+def test_the_c_steppers_tasks_get_their_marker_where_no_stepper_frame_sits():
+    # GIVEN the same stacks as the C stepper leaves them: the coroutine right under the
+    # loop's callback runner (Handle._run), or under the create_task wrapper (an eager
+    # start); a plain callback run by the loop outside any task; and a notebook's runner
+    # frames inside a task entered through the Python stepper
+    chain = [F("main"), F("fetch")]
+    wrapper = [F("main"), F("BaseEventLoop.create_task", ME, 400)]
+    kernel_task = [F("Kernel.dispatch_queue", "/venv/site-packages/ipykernel/kernelbase.py"), F("cell")]
+    p = build([
+        ("cpu", SCRIPT_LOOP + DISPATCH + chain, {"task": "fetcher"}, 10),
+        ("cpu", SCRIPT_LOOP + DISPATCH + wrapper + [F("child")], {"task": "kid"}, 3),
+        ("cpu", SCRIPT_LOOP + DISPATCH + [F("on_timer")], {}, 2),
+        ("cpu", SCRIPT_LOOP + DISPATCH + PROXY + kernel_task, {"task": "k"}, 4),
+    ])
+    # WHEN the loop is folded
+    folded = A.fold_loop_frames(p, task_frames="all")
+    # THEN a task's coroutine gets its [task] frame (the eager child the innermost, named
+    # one); a callback outside tasks and a runner's frames inside one get none
+    assert stacks(folded) == {
+        "<module> > [asyncio loop] > [task fetcher] > main > fetch": 10,
+        "<module> > [asyncio loop] > [task] > main > [task kid] > child": 3,
+        "<module> > [asyncio loop] > on_timer": 2,
+        "<module> > [asyncio loop] > [task k] > cell": 4,  # (runner frames in a task: dropped)
+    }
 
 
 def test_automatic_task_names_make_one_frame_but_stay_in_the_label():
