@@ -770,3 +770,41 @@ def test_task_names_are_capped_per_profile_and_renames_are_followed(monkeypatch)
     assert any("task=[other]" in n for n in t.profile.metadata.notes), t.profile.metadata.notes
     # AND a task renamed mid-way carries its new name from its next suspension on
     assert {"before", "after"} <= tasks, tasks
+
+
+def test_without_the_native_module_the_python_stepper_runs():
+    # GIVEN an interpreter where ddprof_nb._native cannot be imported (another platform,
+    # a build for another Python)
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["ddprof_nb._native"] = None  # import fails
+        import asyncio
+        import ddprof_nb
+        from ddprof_nb import EventType, asyncio_support as A, labeling as L
+        async def child():
+            await asyncio.sleep(0.01)
+            t = time.process_time()
+            while time.process_time() - t < 0.05:
+                pass
+        import time
+        async def main():
+            with ddprof_nb.labels(job="j"):
+                await asyncio.create_task(child(), name="kid")
+        with ddprof_nb.profile(events=("cpu", "wall"), interval="5ms") as p:
+            asyncio.run(main())
+        prof = p.profile
+        tasks = {s.labels.get("task") for s in prof.samples()}
+        jobs = {s.labels.get("job") for s in prof.samples() if s.labels.get("task") == "kid"}
+        print("RESULT", A._TaskCoro.__name__, L._Slot.__mro__[1].__name__, "kid" in tasks, jobs == {"j"})
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # WHEN a session profiles a labelled task THEN the Python stepper and slot ran, and
+    # the task's samples carry its name and its creator's labels
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-2000:]
+    assert line[0].split()[1:] == ["_PyTaskCoro", "object", "True", "True"], line
