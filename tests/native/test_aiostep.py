@@ -149,7 +149,7 @@ def test_hostile_state_raises_instead_of_crashing():
     assert r["push_raises"][:3] == ["raise", "OSError", "push"], r
     assert r["view_deleted"][:2] == ["stop", "1"], r  # no view: nothing to mirror into
     # foreign views: the generic store, `view[0] = id`, raising what it raises in Python
-    assert r["view_bytes"][0] == "raise", r  # a task's id does not fit a byte (3.11 ValueError, 3.12+ TypeError)
+    assert r["view_bytes"][:2] == ["raise", "ValueError"], r  # a task's id does not fit a byte
     assert r["view_readonly"][:2] == ["raise", "TypeError"], r
     assert r["view_str"][:2] == ["raise", "TypeError"], r
     for name in ("view_bytes", "view_readonly", "view_str"):
