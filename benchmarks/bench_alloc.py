@@ -1,6 +1,6 @@
 """Allocation sampling: accuracy (ALLOC split, LIVE share) and overhead beside tracemalloc and memray.
 
-    python benchmarks/bench_alloc.py [--quick] [--overhead-only] [--pairs N] [--rate 512KiB] [--callgrind [N]]
+    python benchmarks/bench_alloc.py [--quick] [--overhead-only] [--pairs N] [--slice S] [--rate 512KiB] [--callgrind [N]]
 
 Accuracy (strict bounds; tests/native/test_alloc.py has the loose ones):
   - two functions allocating bytes objects in a 3:1 ratio, 2 GB in all (with pauses for the drain): ALLOC split within
@@ -9,14 +9,17 @@ Accuracy (strict bounds; tests/native/test_alloc.py has the loose ones):
     keeper holds >= 95% of LIVE and LIVE is within 3 standard deviations of 50 MB
     (~10% at the default rate: only ~90 of the 500 blocks are sampled).
 Overhead: an allocation-heavy workload (many small dicts, tuples and strings) cut into
-slices of ~0.1 s of CPU, timed in adjacent pairs in ONE process (one slice with a tool, one
+slices of ~0.5 s of CPU (--slice), timed in adjacent pairs in ONE process (one slice with a tool, one
 bare, order alternating), >= 30 pairs per tool (--pairs): pairs run in rounds of one pair per
 tool, tools in an order rotating across rounds, so all tools see the same spells of machine
 load.  Tools' start/stop lie outside the timed slice, and so does the cache eviction of the
 start (a gc.collect() between start and slice walks the heap back into the caches).  ddprof_nb's slices end with one drain
 inside the timing (the engine's background drain is turned off for them): the Python work its
-drain thread does every 0.1 s under the GIL is charged once per slice, to the workload thread,
-instead of being left to the untimed stop.  Reported per tool: the median ratio ± its standard
+drain thread does under the GIL is charged to the workload thread, instead of being left to the
+untimed stop.  One drain per slice is what the engine does: it drains once a second, or when its
+buffer is a quarter full, which this churn (~1,700 samples/s) fills every ~0.6 s (9 drains in a
+5 s run).  A drain after churn runs with cold caches (~0.55 ms after 0.1 s of it, 0.06 ms warm),
+so the 0.1 s slices used before charged it ~6 times as often as the engine runs it.  Reported per tool: the median ratio ± its standard
 error (0.93 x IQR / sqrt(pairs), as in bench_cpu.py) and the IQR, of wall time (the goal), of
 wall minus this thread's run-queue wait (what an idle machine would show), of the process's
 CPU time (all threads) and of the workload thread's CPU time.  The load average is printed
@@ -383,6 +386,8 @@ def main():
     ap.add_argument("--overhead-only", action="store_true", help="skip the accuracy checks")
     ap.add_argument("--pairs", type=int, default=40)
     ap.add_argument("--rate", default="512KiB")
+    ap.add_argument("--slice", type=float, default=0.5,
+                    help="seconds of CPU per slice; one drain ends each ddprof_nb slice (see the docstring)")
     ap.add_argument("--no-freeze", dest="freeze", action="store_false",
                     help="leave the heap unfrozen before the overhead slices (noisier: see main)")
     args = ap.parse_args()
@@ -398,10 +403,10 @@ def main():
         print(f"{'check':<{w}}  {'measured':>18}  {'truth':>16}  {'error':>10}  {'goal':>8}  ok")
         for check, measured, truth, err, goal, ok in rows:
             print(f"{check:<{w}}  {measured:>18}  {truth:>16}  {err:>10}  {goal:>8}  {'yes' if ok else 'NO'}")
-    n = calibrate()
+    n = calibrate(args.slice)
     if args.pairs < 30:
         ap.error("--pairs: at least 30 (the overhead goal is a median of >= 30 pairs)")
-    print(f"\noverhead: {args.pairs} pairs per tool of ~0.1 s CPU slices ({n} iterations of dict/tuple/str churn)")
+    print(f"\noverhead: {args.pairs} pairs per tool of ~{args.slice:g} s CPU slices ({n} iterations of dict/tuple/str churn)")
     tools = [DDProf(args.rate), DDProf(str(1 << 40), "ddprof_nb hook only"), Tracemalloc()]
     try:
         tools.append(Memray())
