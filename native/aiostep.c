@@ -116,6 +116,15 @@ static PyType_Spec slot_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, slot_slots,
 };
 
+/* The truth of a module global (missing: false); -1 on error. */
+static int is_set(PyObject *dict, PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, name);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return PyObject_IsTrue(v);
+}
+
 /* Store `lid` as the slot's published id and into its mirrors (labeling._set). */
 static int publish(SlotObject *slot, int64_t lid)
 {
@@ -137,10 +146,7 @@ static int publish(SlotObject *slot, int64_t lid)
         Py_XDECREF(zero);
         return rc;
     }
-    PyObject *mirrored = PyDict_GetItemWithError(lab_dict, s_mirrored);
-    if (mirrored == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    int on = PyObject_IsTrue(mirrored);
+    int on = is_set(lab_dict, s_mirrored);
     if (on <= 0)
         return on;
     PyObject *push = PyDict_GetItemWithError(lab_dict, s_push);
@@ -230,17 +236,6 @@ static void step_dealloc(StepObject *s)
     Py_DECREF(tp);
 }
 
-static int is_set(PyObject *dict, PyObject *name, int *out)
-{
-    PyObject *v = PyDict_GetItemWithError(dict, name);
-    if (v == NULL) {
-        *out = 0;
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    *out = v != Py_None && v != Py_False && (v == Py_True || PyObject_IsTrue(v) > 0);
-    return 0;
-}
-
 /* Call a Python helper returning an int (a label id, a countdown). */
 static int call_int(PyObject *fn, PyObject *args, int64_t *out)
 {
@@ -312,8 +307,8 @@ static PySendResult step_send(PyObject *op, PyObject *arg, PyObject **presult)
         return PYGEN_ERROR;
     if (tracker == NULL || tracker == Py_None) /* profiling ended: only forward */
         return PyIter_Send(self->coro, arg, presult);
-    int timing;
-    if (is_set(aio_dict, s_timing, &timing) < 0)
+    int timing = is_set(aio_dict, s_timing);
+    if (timing < 0)
         return PYGEN_ERROR;
     int64_t resumed = timing ? mono_ns() : 0;
     SlotObject *slot = slot_here();
