@@ -81,14 +81,17 @@ static int slot_clear(SlotObject *s)
     return 0;
 }
 
-static void slot_dealloc(SlotObject *s)
+/* Both types' dealloc: untrack, drop the references (`clear`), free, release the heap type. */
+static void dealloc_with(PyObject *o, int (*clear)(PyObject *))
 {
-    PyTypeObject *tp = Py_TYPE(s);
-    PyObject_GC_UnTrack(s);
-    slot_clear(s);
-    tp->tp_free((PyObject *)s);
+    PyTypeObject *tp = Py_TYPE(o);
+    PyObject_GC_UnTrack(o);
+    clear(o);
+    tp->tp_free(o);
     Py_DECREF(tp);
 }
+
+static void slot_dealloc(PyObject *s) { dealloc_with(s, (int (*)(PyObject *))slot_clear); }
 
 static PyMemberDef slot_members[] = {
     {"id", Py_T_LONGLONG, offsetof(SlotObject, id), 0, "published label id"},
@@ -227,14 +230,7 @@ static int step_clear(StepObject *s)
     return 0;
 }
 
-static void step_dealloc(StepObject *s)
-{
-    PyTypeObject *tp = Py_TYPE(s);
-    PyObject_GC_UnTrack(s);
-    step_clear(s);
-    tp->tp_free((PyObject *)s);
-    Py_DECREF(tp);
-}
+static void step_dealloc(PyObject *s) { dealloc_with(s, (int (*)(PyObject *))step_clear); }
 
 /* Call a Python helper returning an int (a label id, a countdown). */
 static int call_int(PyObject *fn, PyObject *args, int64_t *out)
