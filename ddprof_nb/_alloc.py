@@ -38,7 +38,7 @@ class AllocTracker:
 
         self.builder = builder
         self._Frame = Frame
-        self._rows: dict[int, tuple] = {}     # sample id -> (stack, thread, labels, t, count, bytes)
+        self._rows: dict[int, tuple] = {}     # sample id -> its row (id, stack, thread, labels, t, count, bytes)
         self._types: dict[int, str] = {}      # sample id -> type name (notes not yet used)
         self._held: list[tuple] = []          # ALLOC rows of this drain, waiting for their notes
         self._held_prev: list[tuple] = []     # ... of the previous drain: added next flush, typed or not
@@ -82,18 +82,17 @@ class AllocTracker:
             for row in rows:
                 aid, sid, th, lb, t, c, v = row
                 name = pop(aid, None)
-                rest = (th, lb, t, c, v)
                 if name is None:
                     if not last_chance:
                         keep.append(row)
                         continue
                     untyped += 1
-                    add((sid, *rest))
+                    add((sid, th, lb, t, c, v))
                 else:
                     typed += 1
                     st = typed_get((sid, name))
-                    add((typed_stack(sid, name) if st is None else st, *rest))
-                remember(aid, (sid, *rest))
+                    add((typed_stack(sid, name) if st is None else st, th, lb, t, c, v))
+                remember(aid, row)  # the row as held: LIVE at stop takes its stack, thread, labels, weights
         if out:  # one add_many per drain
             a = np.array(out, dtype=np.int64).reshape(-1, 6)
             self.builder.add_many(EventType.ALLOC, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:6])
@@ -170,7 +169,7 @@ class AllocTracker:
             if row is None:  # its ALLOC record was dropped, or came from an excluded thread
                 self.live_unmatched += 1
                 continue
-            sid, thread, labels, t, count, value = row
+            _id, sid, thread, labels, t, count, value = row
             name = ffi.string(rec.type_name).decode("utf-8", "replace") or None
             self.builder.add(EventType.LIVE, self._typed_stack(sid, name), thread, labels, t, count, value)
             self.live_rows += 1

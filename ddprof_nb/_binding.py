@@ -194,14 +194,17 @@ def _record_dtype(record_size: int) -> np.dtype:
                      "itemsize": record_size})
 
 
-def _header_struct() -> struct.Struct:
-    """The record header as a struct: unpack_from gives the tuple hdr.tolist() gives per record,
-    at ~1/2 of its cost (numpy's per-field conversion of a structured record is slow)."""
+def _header_struct(record_size: int = 0) -> struct.Struct:
+    """The record header as a struct: unpacking gives the tuple hdr.tolist() gives per record,
+    at ~1/2 of its cost (numpy's per-field conversion of a structured record is slow).  With
+    ``record_size``, padded to a whole record, so that iter_unpack walks a batch of records."""
     fmt, pos = "<", 0
     for name, _np, code in _HDR_FIELDS:
         off = ffi.offsetof("ddp_record", name)
         fmt += f"{off - pos}x{code}" if off > pos else code
         pos = off + struct.calcsize("<" + code)
+    if record_size > pos:
+        fmt += f"{record_size - pos}x"
     return struct.Struct(fmt)
 
 
@@ -341,7 +344,7 @@ class RecordConverter:
         self._labels: dict[tuple[int, int], int] = {}
         self._base_sets: dict[tuple[int, int], object] = {}  # (label set id, state) -> LabelSet
         self._events = {e.value: e for e in EventType}
-        self._unpack_header = _header_struct().unpack_from
+        self._records = None  # _header_struct(record_size), set by feed
         self._event_off = ffi.offsetof("ddp_record", "event")
         b = builder
         self._unknown = b.frame_id(Frame("[unknown]", kind=FrameKind.UNKNOWN))
@@ -515,12 +518,13 @@ class RecordConverter:
             return 0
         if self._dtype is None or self._dtype.itemsize != record_size:
             self._dtype = _record_dtype(record_size)
+            self._records = _header_struct(record_size)
         mv = ffi.buffer(buf, n * record_size)
-        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
         if n <= SMALL_BATCH or (self.alloc is not None and self._all_alloc(mv, n, record_size)):
             # ALLOC-only batches (~170 per 100 ms at the default rate) too: on a drain's cold caches
             # numpy's fixed costs exceed the loop's (drain of ~175 records: 0.69 -> 0.62 ms)
-            return self._feed_small(mv, hdr, record_size)
+            return self._feed_small(mv, record_size)
+        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
         ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
         self.skipped_invalid += n - int(np.count_nonzero(ok))
         # Each numpy call costs ~100 us on a drain wake (cold caches after 0.1 s asleep, bench_locks),
@@ -577,30 +581,31 @@ class RecordConverter:
         events = memoryview(mv)[self._event_off :: record_size].tobytes()
         return len(events) == n and events.count(EventType.ALLOC.value) == n
 
-    def _feed_small(self, mv, hdr, record_size: int) -> int:
-        """``feed`` for a small batch, record by record: the same rows, in the same order."""
-        n = len(hdr)
+    def _feed_small(self, mv, record_size: int) -> int:
+        """``feed`` for a small or an ALLOC-only batch, record by record: the same rows, in the
+        same order.  ALLOC rows are made here too, in the same loop (an alloc session's drain
+        sees ~1,700 of them a second on an allocation-heavy cell, under the GIL)."""
         hsize = ffi.sizeof("ddp_record")
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
         invalid = lib.DDP_REC_INVALID
         wall = EventType.WALL.value
         alloc_ev = EventType.ALLOC.value if self.alloc is not None else -1
         special_ev = {EventType.LOCK.value, EventType.PARK.value} if self.waits is not None else set()
-        exclude, start, by_hash = self.exclude, self.start_mono_ns, self._by_hash
+        exclude, start, by_hash, events = self.exclude, self.start_mono_ns, self._by_hash, self._events
+        threads, labels = self._threads, self._labels
         rows, allocs, special = [], [], []
-        unpack = self._unpack_header
-        for i in range(n):  # struct, not hdr.tolist(): 1.4k instead of 3.6k Ir per record
-            ev, state, flags, depth, tid, label_id, ts, count, value, aux, h = unpack(mv, i * record_size)
+        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  With the
+        # ALLOC rows made here (not in a second loop) and held as is, a warm feed + flush of an ALLOC
+        # batch went from 1.40 to 1.07 us per record
+        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in enumerate(
+                self._records.iter_unpack(mv)):
             if flags & invalid:  # torn reads: already counted as dropped in C
                 self.skipped_invalid += 1
                 continue
             if tid in exclude:
                 continue
-            if ev not in self._events:
+            if ev not in events:
                 EventType.from_id(ev)  # raises: never cast an unknown id
-            if ev == alloc_ev:
-                allocs.append((i, flags, depth, tid, label_id, ts, count, value, aux))
-                continue
             if ev in special_ev:  # the fields already read, for _feed_special
                 special.append((i, ev, state, flags, depth, tid, label_id, ts, count, value, aux))
                 continue
@@ -614,12 +619,21 @@ class RecordConverter:
                 sid = self._stack_id(fl, raw)
                 if cached is None and (fl, raw) in self._stacks:  # complete: pin it (as _stack_ids)
                     by_hash[h] = (fl, raw, sid)
-            rows.append((ev, sid, self._thread_id(tid), self._labels_id(label_id, state if ev == wall else 0, wall),
-                         max(ts - start, 0), count, value))
+            th = threads.get(tid)
+            if th is None:
+                th = self._thread_id(tid)
+            if ev == alloc_ev:  # held for its type leaf (_alloc.py), as (sample id, row)
+                lb = labels.get((label_id, 0))
+                if lb is None:
+                    lb = self._labels_id(label_id, 0, ev)
+                allocs.append((aux, sid, th, lb, ts - start if ts > start else 0, count, value))
+                continue
+            rows.append((ev, sid, th, self._labels_id(label_id, state if ev == wall else 0, wall),
+                         ts - start if ts > start else 0, count, value))
         self.builder.add_rows(rows)
         added = len(rows)
-        if allocs:  # held for their type leaf (_alloc.py), as in feed
-            self._feed_alloc(mv, allocs, record_size)
+        if allocs:
+            self.alloc.hold_many(allocs)
         if special:
             added += self._feed_special(mv, special, record_size)
         return added
