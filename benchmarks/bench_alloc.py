@@ -292,8 +292,10 @@ def cg_child(mode, n):
         run()
         _binding.lib.ddp_alloc_test_foreign(0)
     elif mode in ("hook", "hook-rare", "hook+drain"):
+        # no background drain at all (nor its early wakes for new code): the counted thread
+        # drains every record itself, and no GIL hand-off lands at a timing-dependent point
         e = NativeEngine(SamplerConfig.make(events=("alloc",), alloc_rate="512KiB" if mode != "hook-rare" else str(1 << 40)),
-                         drain_interval=1e6)
+                         drain_interval=1e6, drain_early=False, drain_new_code=False)
         e.start()
         warm = 0
         if mode == "hook+drain":  # drains outside the count resolve the code objects (once per session)

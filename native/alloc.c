@@ -12,19 +12,21 @@
  * Sampling.  A Poisson process over allocated bytes with mean gap R (config.alloc_rate),
  * as ddtrace's heap profiler and Go's runtime do: one countdown (per hook slot, under the
  * GIL) over all threads' bytes runs down an exponentially distributed number of bytes; the
- * allocation that crosses zero is sampled and a fresh gap is drawn from its end (memoryless,
+ * allocation that takes it below zero is sampled and a fresh gap is drawn from its end (memoryless,
  * so no carry-over is needed, and whichever thread allocates the probability is the same).
  * An allocation of size s is then sampled with probability
  * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
  * unbiased estimates of the allocations and bytes it stands for.  count is rounded
  * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
- * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 7 instructions per
- * malloc, 8 per free, +2.2% instructions on the churn benchmark, 1.2 of them any allocator
- * layer's): malloc/calloc/realloc subtract n from the slot's countdown at a constant
- * address and branch on its sign (a thread-local countdown also needed the GOT load of the
- * TLS offset before its load); free tests one byte of the live
- * filter; then a tail jump to the previous allocator, whose ctx and function sit at
- * constant addresses because each (domain, slot) layer has its own generated functions.
+ * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 3 instructions per
+ * malloc, 7 per free, +1.48% instructions on the churn benchmark, where a bare pass-through
+ * layer costs +1.20%): malloc/calloc/realloc subtract n from the slot's countdown at a
+ * constant address (one read-modify-write: the countdown fires below zero, so the sign flag
+ * of the subtraction is the test) and branch on its sign (a thread-local countdown also
+ * needed the GOT load of the TLS offset before its load); free tests one byte of the live
+ * filter; then a tail jump to the previous allocator, whose function sits at a constant
+ * address because each (domain, slot) layer has its own generated functions, with ctx passed
+ * on untouched (the layer installs the previous allocator's ctx as its own).
  * No stack frame, no atomics, no session test, no table lookup: a start sets the slot's
  * countdown.  A layer left under someone else's allocator keeps its own slot's countdown,
  * which its slow path parks at COUNTDOWN_IDLE, so it never counts bytes the active layer
@@ -163,10 +165,12 @@ static inline double uniform01(void) /* in (0, 1] */
     return ((double)(rng_next() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
+/* A gap of G bytes (exponential, mean R) as the countdown floor(G): the allocation that takes
+ * it below zero is the one whose bytes reach G. */
 static inline int64_t draw_gap(void)
 {
-    double g = -rate * log(uniform01());
-    return g < 1.0 ? 1 : g > 9e18 ? (int64_t)9e18 : (int64_t)g;
+    double g = -rate * log(uniform01()); /* >= 0 */
+    return g > 9e18 ? (int64_t)9e18 : (int64_t)g;
 }
 
 /* ---- known static types: no read needed ------------------------------------------------- */
@@ -425,7 +429,7 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
     int k = L->slot;
     if (smp.busy) {
         atomic_fetch_add_explicit(&ast.reentered, 1, memory_order_relaxed);
-        return; /* remaining stays <= 0: the next allocation comes back here */
+        return; /* remaining stays < 0: the next allocation comes back here */
     }
     if (k != atomic_load_explicit(&active_slot, memory_order_relaxed)) {
         /* a pass-through layer (stale under someone else's allocator): it never counts
@@ -439,7 +443,7 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
         unpark_countdown(k);
         if (smp.pending)
             pending_try();
-        if (smp.remaining[k] > 0 || !p)
+        if (smp.remaining[k] >= 0 || !p)
             goto out; /* still pending: parked again at out */
     } else if (!p) {
         smp.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
@@ -487,7 +491,7 @@ out:
  * allocator never counts the bytes the active layer above it already counted. */
 static inline __attribute__((always_inline)) int count_skip(int k, size_t n)
 {
-    return (smp.remaining[k] -= (int64_t)n) > 0;
+    return (smp.remaining[k] -= (int64_t)n) >= 0;
 }
 
 static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
@@ -528,40 +532,37 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
 }
 
 /* The hooks of layer (D, K).  Every branch ends in a tail call (no stack frame); the hot path
- * is a GOT load for the TLS block, a subtraction, one predictable branch and the jump to the
- * previous allocator through constant addresses.  Frees go to the live table whether or not
+ * is a subtraction at a constant address, one predictable branch and the jump to the previous
+ * allocator through a constant address, with ctx passed on untouched: the layer installs the
+ * previous allocator's ctx as its own (ddp_alloc_start).  Frees go to the live table whether or not
  * the layer is active: removing a freed pointer is always right (idempotent), and the filter
  * is empty outside sessions. */
 #define DDP_ALLOC_HOOKS(D, K)                                                                         \
     static void *h_malloc_##D##K(void *ctx, size_t n)                                                 \
     {                                                                                                 \
-        (void)ctx;                                                                                    \
         if (__builtin_expect(count_skip(K, n), 1))                                                    \
-            return layers[D][K].prev.malloc(layers[D][K].prev.ctx, n);                                \
+            return layers[D][K].prev.malloc(ctx, n);                                                  \
         return malloc_slow(&layers[D][K], n);                                                         \
     }                                                                                                 \
     static void *h_calloc_##D##K(void *ctx, size_t nelem, size_t elsize)                              \
     {                                                                                                 \
-        (void)ctx;                                                                                    \
         if (__builtin_expect(count_skip(K, nelem * elsize), 1))                                       \
-            return layers[D][K].prev.calloc(layers[D][K].prev.ctx, nelem, elsize);                    \
+            return layers[D][K].prev.calloc(ctx, nelem, elsize);                                      \
         return calloc_slow(&layers[D][K], nelem, elsize);                                             \
     }                                                                                                 \
     static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
     {                                                                                                 \
-        (void)ctx;                                                                                    \
         if (__builtin_expect(filter_hit((uintptr_t)old), 0))                                          \
             return realloc_slow(&layers[D][K], old, n, 0);                                            \
         if (__builtin_expect(count_skip(K, n), 1))                                                    \
-            return layers[D][K].prev.realloc(layers[D][K].prev.ctx, old, n);                          \
+            return layers[D][K].prev.realloc(ctx, old, n);                                            \
         return realloc_slow(&layers[D][K], old, n, 1);                                                \
     }                                                                                                 \
     static void h_free_##D##K(void *ctx, void *p)                                                     \
     {                                                                                                 \
-        (void)ctx;                                                                                    \
         if (__builtin_expect(filter_hit((uintptr_t)p), 0))                                            \
             return free_slow(&layers[D][K], p);                                                       \
-        layers[D][K].prev.free(layers[D][K].prev.ctx, p);                                             \
+        layers[D][K].prev.free(ctx, p);                                                               \
     }
 
 DDP_ALLOC_HOOKS(0, 0)
@@ -651,7 +652,9 @@ int ddp_alloc_start(const ddp_config *c)
             L->domain = d;
             L->slot = k;
             L->self = hook_fns[d][k];
-            L->self.ctx = L;
+            /* the previous allocator's ctx: the hooks find their layer at constant addresses, so
+             * ctx arrives in the register the previous allocator wants it in (one load less a call) */
+            L->self.ctx = L->prev.ctx;
             L->in_use = 1;
             PyMem_SetAllocator(domains[d], &L->self);
         }
