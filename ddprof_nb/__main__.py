@@ -37,15 +37,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
+    from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS
+
     p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
     sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
     rec = sub.add_parser(
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
               f"       {PROG} record [options] -m module [args ...]")
-    rec.add_argument("-e", "--events", default="cpu,wall", help="event types: cpu,wall,alloc,lock,park (default cpu,wall)")
-    rec.add_argument("-i", "--interval", default="10ms", help="sampling interval for cpu and wall (default 10ms)")
-    rec.add_argument("--alloc-rate", default="512KiB", help="mean bytes between allocation samples (default 512KiB)")
+    events = ",".join(e.label for e in DEFAULT_EVENTS)  # the defaults, as config.py has them
+    interval, alloc_rate = f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", f"{DEFAULT_ALLOC_RATE // 1024}KiB"
+    rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
+    rec.add_argument("-i", "--interval", default=interval, help=f"sampling interval for cpu and wall (default {interval})")
+    rec.add_argument("--alloc-rate", default=alloc_rate, help=f"mean bytes between allocation samples (default {alloc_rate})")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")

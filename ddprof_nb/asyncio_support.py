@@ -690,6 +690,7 @@ class TaskSampler:
         self._subsampled_ticks = 0
         self._errors: dict[str, int] = {}
         self._tick_ns = 0
+        self._tick_cpu_ns = 0  # the ticks' own CPU time: their wall time adds preemption and GIL waits
         self._empty_ctx = contextvars.Context()
         self._registries = _task_registries()
         self._mark = self._truncated = -1
@@ -857,7 +858,7 @@ class TaskSampler:
             st.handle = None
 
     def _safe_tick(self, st: _LoopState) -> None:
-        t0 = _monotonic_ns()
+        t0, c0 = _monotonic_ns(), time.thread_time_ns()
         try:
             with self._lock:
                 self._sample_loop(st, t0)
@@ -870,6 +871,7 @@ class TaskSampler:
         st.cost = (3 * st.cost + max(0, took - st.prefix_ns)) // 4
         st.prefix_ns = 0
         self._tick_ns += took
+        self._tick_cpu_ns += time.thread_time_ns() - c0
         self._ticks += 1
 
     def _prefix(self) -> list[int]:
@@ -1236,10 +1238,11 @@ class TaskSampler:
         notes = []
         if self.sampling:
             per_tick = self._tick_ns / max(1, self._ticks) / 1e3
+            per_tick_cpu = self._tick_cpu_ns / max(1, self._ticks) / 1e3
             notes.append(
                 f"asyncio: {self._ticks} task-sampler ticks over {len(tracker.loops)} loop(s) "
-                f"({self._ticks / secs:.0f}/s, {per_tick:.0f} us each); suspended tasks' "
-                f"wall{'/park' if self.want_park else ''} on the '(asyncio tasks)' thread(s), "
+                f"({self._ticks / secs:.0f}/s, {per_tick:.0f} us each, {per_tick_cpu:.0f} us of CPU); "
+                f"suspended tasks' wall{'/park' if self.want_park else ''} on the '(asyncio tasks)' thread(s), "
                 "labels state=await|ready")
             if self._subsampled_ticks:
                 notes.append(f"asyncio: {self._subsampled_ticks} tick(s) saw more pending tasks than their "

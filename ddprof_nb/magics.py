@@ -55,7 +55,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
 from . import aggregate, cells, summary
-from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
+from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
 from .model import Frame, Profile
 
@@ -122,7 +122,8 @@ class _Parser(MagicArgumentParser):
 
 def _sampler_options(p: "_Parser", statement: bool = False) -> None:
     p.add_argument("-e", "--events", action="append", default=None, metavar="EVENTS",
-                   help="event types, comma separated: cpu,wall,alloc,lock,park (default cpu,wall)")
+                   help="event types, comma separated: cpu,wall,alloc,lock,park "
+                        f"(default {','.join(e.label for e in DEFAULT_EVENTS)})")
     p.add_argument("-i", "--interval", default=None, metavar="INTERVAL",
                    help=f"sampling interval for cpu and wall, e.g. 10ms (default {DEFAULT_INTERVAL_NS // 1_000_000}ms)")
     p.add_argument("--alloc-rate", default=None, metavar="SIZE",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import re
 import sys
 import threading
 import time
@@ -555,11 +556,11 @@ def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
     assert 0.6 * sum(waits) < started < 1.4 * sum(waits), (started, sum(waits))
     assert any("random subset" in n for n in p.metadata.notes), p.metadata.notes
     # AND each tick stayed within its budget (200 us: a fraction of the interval) plus one
-    # task (~250 us here, on average with the once-a-second rescan of all tasks; wall
-    # time, which preemption beside CPU hogs inflates: 2.2 ms seen; describing every task
-    # would take tens of ms)
-    per_tick_us = float(note.split(" us each")[0].rsplit("(", 1)[1].split(", ")[1])
-    assert per_tick_us < 3000, note
+    # task (~250 us here, on average with the once-a-second rescan of all tasks; describing
+    # every task would take tens of ms).  Its CPU time: its wall time adds preemption and
+    # GIL waits, 2.2 ms seen beside CPU hogs, 14.9 ms in CI beside the notebook job
+    per_tick_cpu_us = float(re.search(r"(\d+) us of CPU", note).group(1))
+    assert per_tick_cpu_us < 3000, note
 
 
 @pytest.mark.parametrize("max_tasks,budget", [(10_000, 0.003), (100, 0.05)], ids=["every-task", "subsampled"])
