@@ -194,10 +194,10 @@ def _record_dtype(record_size: int) -> np.dtype:
                      "itemsize": record_size})
 
 
-def _header_struct(record_size: int = 0) -> struct.Struct:
-    """The record header as a struct: unpacking gives the tuple hdr.tolist() gives per record,
-    at ~1/2 of its cost (numpy's per-field conversion of a structured record is slow).  With
-    ``record_size``, padded to a whole record, so that iter_unpack walks a batch of records."""
+def _header_struct(record_size: int) -> struct.Struct:
+    """The record header as a struct, padded to ``record_size`` so that iter_unpack walks a
+    batch of records: it gives the tuple hdr.tolist() gives per record, at ~1/2 of its cost
+    (numpy's per-field conversion of a structured record is slow)."""
     fmt, pos = "<", 0
     for name, _np, code in _HDR_FIELDS:
         off = ffi.offsetof("ddp_record", name)
@@ -639,9 +639,9 @@ class RecordConverter:
         return added
 
     def _feed_alloc(self, mv, recs, record_size: int) -> None:
-        """ALLOC records, as (index, flags, depth, tid, label_id, ts, count, value, aux), to the AllocTracker.  A loop with inlined
-        look-ups: at the default rate the drain sees ~170 of them per 100 ms, under the GIL, where
-        numpy's per-call cost (small batches, cold caches) and per-record method calls each cost more."""
+        """ALLOC records of a big mixed batch (``feed``'s numpy path), as (index, flags, depth, tid,
+        label_id, ts, count, value, aux), to the AllocTracker.  Small and ALLOC-only batches, the
+        usual drain of an alloc session, make their ALLOC rows in ``_feed_small``'s loop instead."""
         hsize = ffi.sizeof("ddp_record")
         keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
         stacks, threads, labels = self._stacks, self._threads, self._labels
