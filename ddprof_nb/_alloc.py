@@ -181,4 +181,4 @@ class AllocTracker:
         _binding.lib.ddp_alloc_get_stats(s)
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "live_overflow", "notes_dropped", "typed", "untyped", "reentered",
-            "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns")}
+            "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns", "unlinked", "reclaimed")}

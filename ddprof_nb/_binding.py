@@ -850,7 +850,8 @@ class Session:
             "timer_failures", "threads_seen", "threads_overflow", "stale_signals", "faults", "handler_ns",
             "handler_calls", "wall_ticks", "wall_ns", "wall_records", "wall_unchanged", "graveyard_overflow",
             "read_mode", "segv_replaced",
-            "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns")}
+            "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
+            "parked_at_start", "leaked_bytes")}
         for name in ("samples", "dropped_full", "dropped_torn"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
@@ -862,7 +863,8 @@ def wait_stats() -> dict:
     lib.ddp_wait_get_stats(s)
     return {name: int(getattr(s, name)) for name in (
         "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
-        "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns")}
+        "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns",
+        "protect_failed", "passes", "edge_records")}
 
 
 def after_fork_child() -> None:

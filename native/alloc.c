@@ -63,6 +63,7 @@
  * candidate does not validate: the stack then ends at the allocating Python frame.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -128,6 +129,8 @@ static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, notes_dropped, typed, untyped, reentered, sample_ns, type_ns;
     int left_installed;
+    int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
+    int reclaimed;           /* layers found out of every chain at start and reused */
 } ast;
 
 /* Sampling state, one per process, protected by the GIL like the live table (both hooked
@@ -309,17 +312,21 @@ static int copy_type_name(uintptr_t type, char *dst)
     return 0;
 }
 
-/* A validated type object for the block (a live, initialised object), or 0. */
-static uintptr_t block_type(uintptr_t p, uint64_t size)
+/* A validated type object for the block (a live, initialised object), or 0.  `safe`: the
+ * block may have been freed without our seeing it (read through process_vm_readv). */
+static uintptr_t block_type(uintptr_t p, uint64_t size, int safe)
 {
     static const size_t offs[] = { 0, GC_HEAD_SIZE, GC_HEAD_SIZE + 2 * sizeof(void *) };
     uintptr_t head[(GC_HEAD_SIZE + 2 * sizeof(void *) + 2 * sizeof(void *)) / sizeof(uintptr_t)];
     size_t want = size < sizeof head ? (size_t)size : sizeof head;
     if (want < 2 * sizeof(void *))
         return 0;
-    /* A plain copy: the block is allocated (callers check the live table, which every free
-     * of the session updates, under the GIL); only its contents are untrusted. */
-    memcpy(head, (const void *)p, want);
+    /* A plain copy on the sampling path: the block is allocated (callers check the live table,
+     * which every free of the session updates, under the GIL); only its contents are untrusted. */
+    if (!safe)
+        memcpy(head, (const void *)p, want);
+    else if (ddp_safe_read(head, p, want, DDP_READ_SYSCALL) != 0)
+        return 0;
     for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
         size_t off = offs[k];
         if (off + 2 * sizeof(void *) > want)
@@ -387,7 +394,7 @@ static void pending_try(void)
         return;
     }
     int64_t t0 = ddp_now_ns();
-    uintptr_t type = block_type(p, smp.pending_size);
+    uintptr_t type = block_type(p, smp.pending_size, 0);
     atomic_fetch_add_explicit(&ast.type_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     if (!type) {
         if (--smp.pending_tries <= 0) {
@@ -422,9 +429,28 @@ static inline void unpark_countdown(int k)
     }
 }
 
+/* Reachability probe (with the GIL): while `probing`, a slow path only notes its layer's slot
+ * in probe_mask (reachable_layers). */
+static int probing;
+static unsigned probe_mask;
+
+static void slow_path_body(layer_t *L, void *p, size_t n);
+
 /* Slot k's countdown fired (or a type read is pending) for an allocation of n bytes at p
- * (NULL: the previous allocator failed), through layer L of slot k. */
+ * (NULL: the previous allocator failed), through layer L of slot k.  errno is the caller's
+ * allocator's to set: the sampling work (syscalls) must not change it. */
 static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_t n)
+{
+    if (probing) {
+        probe_mask |= 1u << L->slot;
+        return;
+    }
+    int e = errno;
+    slow_path_body(L, p, n);
+    errno = e;
+}
+
+static void slow_path_body(layer_t *L, void *p, size_t n)
 {
     int k = L->slot;
     if (smp.busy) {
@@ -590,6 +616,47 @@ static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
            a->free == b->free;
 }
 
+/* The slots whose layer a call into domain d's allocator reaches now (a bit per slot), with
+ * the GIL: every slot's countdown is forced below zero for one 1-byte allocation, and each
+ * slow path it reaches notes itself instead of sampling.  A layer someone took out of the
+ * chain (tracemalloc.stop() puts back what it saved, which may be older than ours) is then
+ * seen to be unreachable: no call can reach it, so its slot may serve again. */
+static unsigned reachable_layers(int d)
+{
+    int64_t saved[N_SLOTS];
+    memcpy(saved, smp.remaining, sizeof saved);
+    for (int k = 0; k < N_SLOTS; k++)
+        smp.remaining[k] = 0;
+    probing = 1;
+    probe_mask = 0;
+    void *p = d == DOM_MEM ? PyMem_Malloc(1) : PyObject_Malloc(1);
+    probing = 0;
+    memcpy(smp.remaining, saved, sizeof saved);
+    if (d == DOM_MEM)
+        PyMem_Free(p);
+    else
+        PyObject_Free(p);
+    return probe_mask;
+}
+
+/* Layers marked in use that no call reaches any more go back to the pool. */
+static void reclaim_unreachable(void)
+{
+    for (int d = 0; d < 2; d++) {
+        int any = 0;
+        for (int k = 0; k < N_SLOTS; k++)
+            any |= layers[d][k].in_use;
+        if (!any)
+            continue;
+        unsigned reach = reachable_layers(d);
+        for (int k = 0; k < N_SLOTS; k++)
+            if (layers[d][k].in_use && !(reach & (1u << k))) {
+                layers[d][k].in_use = 0;
+                ast.reclaimed++;
+            }
+    }
+}
+
 /* Slot k can serve a session when each domain's layer k is free or is what is installed now
  * (a pass-through that someone put back on top). */
 static int slot_usable(int k, const PyMemAllocatorEx cur[2], int *reused)
@@ -611,6 +678,8 @@ int ddp_alloc_start(const ddp_config *c)
     int64_t r = c->alloc_rate ? c->alloc_rate : 512 * 1024;
     if (r < 1 || r > ((int64_t)1 << 40))
         return DDP_EINVAL;
+    memset(&ast, 0, sizeof ast);
+    reclaim_unreachable();
     PyMemAllocatorEx cur[2];
     for (int d = 0; d < 2; d++)
         PyMem_GetAllocator(domains[d], &cur[d]);
@@ -638,7 +707,6 @@ int ddp_alloc_start(const ddp_config *c)
     pthread_mutex_lock(&notes_lock);
     notes_head = notes_len = 0;
     pthread_mutex_unlock(&notes_lock);
-    memset(&ast, 0, sizeof ast);
     atomic_store(&seq, 0);
     rate = (double)r;
     smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
@@ -664,7 +732,9 @@ int ddp_alloc_start(const ddp_config *c)
     return DDP_OK;
 }
 
-static void freeze_live(void)
+/* skip: domains whose hook was unlinked during the session (bit per domain): their entries
+ * may name blocks freed without our seeing it, so they are left out, unread. */
+static void freeze_live(unsigned skip)
 {
     free(frozen);
     frozen = NULL;
@@ -676,7 +746,7 @@ static void freeze_live(void)
         return;
     for (uint32_t i = 0; i < LIVE_CAP; i++) {
         live_t *e = &live[i];
-        if (!e->ptr)
+        if (!e->ptr || (skip & (1u << e->domain)))
             continue;
         ddp_alloc_info *o = &frozen[frozen_n++];
         o->id = e->id;
@@ -684,17 +754,19 @@ static void freeze_live(void)
         o->type_name[0] = 0;
         uintptr_t type = e->type;
         if (!type && e->domain == DOM_OBJ)
-            type = block_type(e->ptr, e->size); /* still allocated: the object is initialised */
+            type = block_type(e->ptr, e->size, 1); /* allocated (the object is initialised) unless a free went unseen */
         if (type && copy_type_name(type, o->type_name) != 0)
             o->type_name[0] = 0;
     }
 }
 
 /* With the GIL: stop sampling, put the previous allocators back when ours is still on top
- * (otherwise stay as a pass-through under whoever installed over us), freeze the live list. */
+ * (otherwise stay as a pass-through under whoever installed over us, or, when someone took
+ * ours out of the chain, free the layer), freeze the live list. */
 static void stop_gil(void)
 {
-    atomic_store(&active_slot, -1);
+    int k = atomic_exchange(&active_slot, -1);
+    unsigned skip = 0;
     for (int d = 0; d < 2; d++) {
         layer_t *L = top[d];
         if (!L)
@@ -704,12 +776,16 @@ static void stop_gil(void)
         if (same_allocator(&cur, &L->self)) {
             PyMem_SetAllocator(domains[d], &L->prev);
             L->in_use = 0;
-        } else {
+        } else if (k >= 0 && (reachable_layers(d) & (1u << k))) {
             ast.left_installed = 1;
+        } else {
+            L->in_use = 0; /* out of every chain: no call can reach it */
+            ast.unlinked |= 1 << d;
+            skip |= 1u << d;
         }
         top[d] = NULL;
     }
-    freeze_live();
+    freeze_live(skip);
     /* after the freeze the table is not read again before the next start (which clears it):
      * empty the prefilter so frees through a pass-through layer left installed stay on the
      * fast path */
@@ -815,6 +891,8 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->sample_ns = atomic_load(&ast.sample_ns);
     out->type_ns = atomic_load(&ast.type_ns);
     out->left_installed = ast.left_installed;
+    out->unlinked = ast.unlinked;
+    out->reclaimed = ast.reclaimed;
     int layers_in_use = 0;
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < N_SLOTS; i++)

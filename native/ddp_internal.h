@@ -21,19 +21,23 @@
  * pid, which fails with EFAULT instead of faulting, and needs no guard. */
 typedef struct {
     sigjmp_buf jb;
+    /* the range the guarded copy is reading now: only a fault inside it is recovered (a
+     * fault elsewhere in a guarded stretch is a real bug and must crash as usual) */
+    volatile uintptr_t lo, hi;
 } ddp_guard;
 
 extern DDP_TLS ddp_guard *volatile ddp_tls_guard;
 /* Arm/disarm a guard.  The compiler barrier keeps the guarded loads between the two
  * stores (without it, the arming store was seen as dead and dropped). */
 #define DDP_BARRIER() __asm__ __volatile__("" ::: "memory")
-#define DDP_GUARD_ARM(gp) do { ddp_tls_guard = (gp); DDP_BARRIER(); } while (0)
+#define DDP_GUARD_ARM(gp) do { (gp)->lo = (gp)->hi = 0; ddp_tls_guard = (gp); DDP_BARRIER(); } while (0)
 #define DDP_GUARD_SET(gp) do { DDP_BARRIER(); ddp_tls_guard = (gp); } while (0)
 extern _Atomic int ddp_read_mode_now;     /* DDP_READ_*; only ever moves to SYSCALL during a session */
 extern _Atomic int ddp_segv_replaced;
 extern _Atomic uint64_t ddp_fault_count;
 
 int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode);
+void ddp_guarded_copy(void *dst, uintptr_t src, size_t n); /* under an armed guard, no plausibility filter */
 int ddp_saferead_install(void);            /* 1 installed now, 0 already in place, -1 error */
 void ddp_saferead_uninstall(void);
 int ddp_saferead_check(void);              /* 1 when our handlers are still in place */
@@ -60,9 +64,10 @@ void ddp_ring_prefault(ddp_ring *r);        /* one thread at a time: ddp_ring_ne
 int ddp_py_init(void);
 void ddp_py_types_init(void);           /* type addresses only; no GIL needed */
 /* Walk the frame chain of the thread state `tstate` into out (leaf first).  Returns the
- * depth, or -1 for a torn/inconsistent chain.  Sets DDP_REC_TRUNCATED in *flags when
+ * depth, or -1 for a torn/inconsistent chain or (expect_tid > 0) a thread state that is no
+ * longer that thread's.  Sets DDP_REC_TRUNCATED in *flags when
  * more frames exist than max.  Must run under an armed guard in GUARDED mode. */
-int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *flags);
+int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int max, uint16_t *flags);
 /* 1 when the interpreter's GC is collecting and `tstate` holds the GIL. */
 int ddp_py_gc_on_thread(uintptr_t tstate, int mode);
 /* 1 when `tstate` holds the GIL. */
@@ -91,10 +96,17 @@ int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
  * when the event is not enabled or the caller is not a Python thread, DDP_ENOMEM when the
  * ring is full (counted as dropped). */
 int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux);
+/* The same for another (blocked) Python thread of the session, walked through safe reads. */
+int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t aux, int64_t ts);
 /* ---- lock/park (waits.c) ---- */
 uint32_t ddp_waits_events_mask(void);      /* the events waits.c produces */
 int ddp_waits_start(const ddp_config *cfg); /* patch the GOT slots (no GIL held), start recording */
 void ddp_waits_stop(void);                  /* stop recording, restore every slot exactly */
+int ddp_waits_emitting(void);               /* wrappers inside ddp_emit_own now */
+void ddp_waits_tick(void);                  /* wall thread: patch objects loaded since the last pass */
+int ddp_waits_inflight(int32_t tid);        /* 1: tid is in a wait a wrapper is recording */
+int ddp_waits_event_for(int kind);          /* the provisional event of a DDP_WAIT_* kind, -1 not wanted */
+void ddp_waits_count_edge(void);            /* one more wait recorded across the session's start */
 /* ---- end lock/park ---- */
 /* ---- allocations (alloc.c) ---- */
 int ddp_alloc_start(const ddp_config *cfg); /* with the GIL: install the PyMem hooks */

@@ -127,6 +127,9 @@ typedef struct {
     int32_t reserved;
     int64_t cpu_used_ns;         /* at stop: CPU the threads with a CPU timer used since first seen ... */
     int64_t cpu_sampled_ns;      /* ... and the CPU weight their samples carried */
+    int32_t prof_replaced;       /* 1: another tool's SIGPROF handler replaced ours; CPU sampling stopped then */
+    int32_t parked_at_start;     /* threads found blocked in a wait when the session started */
+    uint64_t leaked_bytes;       /* session buffers kept (not freed) because a producer was still inside */
 } ddp_stats;
 
 typedef struct {
@@ -224,6 +227,9 @@ typedef struct {
     uint64_t records, short_skipped, rate_dropped, emit_failed, calls;
     uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded;
     int64_t active_patches, threshold_ns;
+    uint64_t protect_failed;     /* slots left alone because mprotect refused */
+    uint64_t passes;             /* patch passes: one at start, one per tick that saw objects loaded */
+    uint64_t edge_records;       /* waits recorded for their part inside the session (blocked at start, or at stop) */
 } ddp_wait_stats;
 int ddp_wait_get_stats(ddp_wait_stats *out);
 /* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,
@@ -260,6 +266,8 @@ typedef struct {
     int32_t layers_in_use;
     uint64_t sample_ns;          /* time spent recording samples (stack walk + record) */
     uint64_t type_ns;            /* time spent reading types */
+    int32_t unlinked;            /* bit per domain (1 MEM, 2 OBJ): someone took our hook out of the chain during the session */
+    int32_t reclaimed;           /* layers found out of every chain (left by earlier sessions) and reused */
 } ddp_alloc_stats;
 
 int ddp_alloc_types_pop(ddp_alloc_info *out, int max);  /* type notes since the last call (takes the GIL) */

@@ -262,10 +262,15 @@ static int code_fp(const PyCodeObject *co, int mode, uint64_t *fp, uintptr_t *fn
 /* ---- the frame walk ------------------------------------------------------------------- */
 #define MEMO 8
 
-static int top_frame(uintptr_t tstate, int mode, uintptr_t *frame)
+static int top_frame(uintptr_t tstate, long expect_tid, int mode, uintptr_t *frame)
 {
     PyThreadState ts;
     if (ddp_safe_read(&ts, tstate, sizeof ts, mode) != 0)
+        return -1;
+    /* A thread state can be freed and its memory reused by another thread's (C threads
+     * cycling PyGILState_Ensure/Release) between the registry's look at it and this walk:
+     * then it names another thread, whose stack must not go on this one. */
+    if (expect_tid > 0 && (long)ts.native_thread_id != expect_tid)
         return -1;
 #if PY_VERSION_HEX >= 0x030D0000
     *frame = (uintptr_t)ts.current_frame;
@@ -281,13 +286,13 @@ static int top_frame(uintptr_t tstate, int mode, uintptr_t *frame)
     return 0;
 }
 
-int ddp_py_walk(uintptr_t tstate, int mode, ddp_frame *out, int max, uint16_t *flags)
+int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int max, uint16_t *flags)
 {
 #if !DDP_PY_SUPPORTED
     return -1;
 #else
     uintptr_t fptr, tortoise;
-    if (top_frame(tstate, mode, &fptr) != 0)
+    if (top_frame(tstate, expect_tid, mode, &fptr) != 0)
         return -1;
     tortoise = fptr;
     struct { uintptr_t code; uint64_t fp; } memo[MEMO];
@@ -755,6 +760,8 @@ int ddp_addr2line(const uint8_t *lt, int len, int firstlineno, int lasti)
             unsigned int v = 0, shift = 0;
             while (i < len) {
                 uint8_t c = lt[i++];
+                if (shift > 24)
+                    return firstlineno; /* over-long varint: malformed (a shift past 31 bits is undefined) */
                 v |= (unsigned)(c & 63) << shift;
                 shift += 6;
                 if (!(c & 64))

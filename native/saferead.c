@@ -51,12 +51,23 @@ static void raw_copy(void *dst, const void *src, size_t n)
 #define raw_copy memcpy
 #endif
 
+void ddp_guarded_copy(void *dst, uintptr_t src, size_t n)
+{
+    ddp_guard *g = ddp_tls_guard;
+    g->lo = src;
+    g->hi = src + n;
+    DDP_BARRIER();
+    raw_copy(dst, (const void *)src, n);  /* a fault here longjmps to the armed guard */
+    DDP_BARRIER();
+    g->lo = g->hi = 0;
+}
+
 int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode)
 {
     if (!plausible(src, n))
         return -1;
     if (mode == DDP_READ_GUARDED && ddp_tls_guard) {
-        raw_copy(dst, (const void *)src, n);  /* a fault here longjmps to the armed guard */
+        ddp_guarded_copy(dst, src, n);
         return 0;
     }
     struct iovec local = { dst, n }, remote = { (void *)src, n };
@@ -71,20 +82,21 @@ static void chain(struct sigaction *old, int sig, siginfo_t *si, void *uc)
             old->sa_sigaction(sig, si, uc);
             return;
         }
-    } else if (old->sa_handler == SIG_IGN) {
-        return;
-    } else if (old->sa_handler != SIG_DFL) {
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
         old->sa_handler(sig);
         return;
     }
-    /* Default action: put it back and let the faulting instruction fault again. */
+    /* Default action, for an ignored fault too (returning would re-run the faulting
+     * instruction forever; the kernel itself forces the default on an ignored fault): put
+     * it back and let the faulting instruction fault again. */
     signal(sig, SIG_DFL);
 }
 
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
     ddp_guard *g = ddp_tls_guard;
-    if (g) {
+    uintptr_t at = si ? (uintptr_t)si->si_addr : 0;
+    if (g && at >= g->lo && at < g->hi) {
         ddp_tls_guard = NULL;
         atomic_fetch_add_explicit(&ddp_fault_count, 1, memory_order_relaxed);
         siglongjmp(g->jb, 1);

@@ -65,8 +65,9 @@ typedef struct {
     _Atomic int32_t tid;
     _Atomic int32_t active;       /* sampled: has a thread state, not excluded, present */
     _Atomic uintptr_t tstate;
-    _Atomic int32_t lw_idx;       /* cached label word: index + 1 (0: none) ... */
-    _Atomic uint32_t lw_epoch;    /* ... valid while lw_epoch is the table's (label_of) */
+    /* cached label word, (epoch << 32) | (index + 1), valid while epoch is the table's
+     * (label_of): one word, as the CPU handler and the wall thread both refresh it */
+    _Atomic uint64_t lw_cache;
     _Atomic int32_t excluded;
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
@@ -85,6 +86,9 @@ typedef struct {
     int wpend;                    /* wlast not yet written: merged samples accumulate in its count/value */
     int64_t wpend_bucket;
     uintptr_t wlast_tstate;
+    ddp_record *park;             /* blocked in a wait when the session started: that wait's record */
+    int park_on;                  /* park holds a wait not over yet ... */
+    int64_t park_cpu, park_checked; /* ... as its CPU clock, unmoved at the last check, says */
 } slot_t;
 
 static _Atomic int state = ST_IDLE;
@@ -125,7 +129,13 @@ static struct {
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
     int64_t start_mono_ns, stop_mono_ns;
     int64_t cpu_used_ns, cpu_sampled_ns; /* at stop, threads with a CPU timer then */
+    _Atomic int32_t prof_replaced;       /* another SIGPROF handler replaced ours: CPU sampling stopped */
+    int32_t parked_at_start;             /* threads found blocked in a wait at the start */
 } st;
+/* 1: lock/park hooks are in place (ddp_start), the wall thread then looks for threads blocked
+ * since before (once, 2 after that) */
+static _Atomic int waits_ready;
+static uint64_t leaked_bytes; /* buffers kept at release for good: a producer had not left them */
 
 /* The calling thread's tid, cached per thread (a syscall per ALLOC sample otherwise); the
  * fork child's thread gets a new tid, so atfork_child forgets it.  tls_slot caches the
@@ -245,13 +255,13 @@ static uint64_t label_of(void *slot)
     slot_t *s = slot;
     int32_t tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
     uint32_t ep = atomic_load(&lw_epoch);
+    uint64_t c = atomic_load_explicit(&s->lw_cache, memory_order_relaxed);
     int32_t i;
-    if (atomic_load_explicit(&s->lw_epoch, memory_order_relaxed) == ep) {
-        i = atomic_load_explicit(&s->lw_idx, memory_order_relaxed) - 1;
+    if ((uint32_t)(c >> 32) == ep) {
+        i = (int32_t)(uint32_t)c - 1;
     } else { /* the table changed since this slot looked: look again (epoch read first) */
         i = lw_find(tid);
-        atomic_store_explicit(&s->lw_idx, i + 1, memory_order_relaxed);
-        atomic_store_explicit(&s->lw_epoch, ep, memory_order_relaxed);
+        atomic_store_explicit(&s->lw_cache, ((uint64_t)ep << 32) | (uint32_t)(i + 1), memory_order_relaxed);
     }
     if (i < 0 || i >= LW_MAX || atomic_load_explicit(&lwords[i].tid, memory_order_acquire) != tid)
         return 0;
@@ -324,7 +334,7 @@ static int is_excluded_cfg(int32_t tid)
 /* ---- timers ---------------------------------------------------------------------------- */
 static void timer_arm(slot_t *s)
 {
-    if (s->has_timer || s->timer_failed || !(cfg.events & (1u << DDP_EVENT_CPU)))
+    if (s->has_timer || s->timer_failed || !(cfg.events & (1u << DDP_EVENT_CPU)) || atomic_load(&st.prof_replaced))
         return;
     struct sigevent sev;
     memset(&sev, 0, sizeof sev);
@@ -448,6 +458,7 @@ static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
 /* Walk `tstate`'s frames into rec (depth, flags, stack_hash); 0 ok, -1 torn (flags INVALID). */
 static int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
 {
+    long tid = rec->tid;
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     volatile int depth = -1;
     volatile uint16_t flags = 0;
@@ -456,7 +467,7 @@ static int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
         if (sigsetjmp(g.jb, 0) == 0) {
             DDP_GUARD_ARM(&g);
             uint16_t f = 0;
-            int d = ddp_py_walk(tstate, mode, frames, cfg.max_depth, &f);
+            int d = ddp_py_walk(tstate, tid, mode, frames, cfg.max_depth, &f);
             if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
                 f |= DDP_REC_GC;
             flags = f;
@@ -467,7 +478,7 @@ static int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
         DDP_GUARD_SET(prev);
     } else {
         uint16_t f = 0;
-        int d = ddp_py_walk(tstate, mode, frames, cfg.max_depth, &f);
+        int d = ddp_py_walk(tstate, tid, mode, frames, cfg.max_depth, &f);
         if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
             f |= DDP_REC_GC;
         flags = f;
@@ -565,6 +576,26 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
+int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t aux, int64_t ts)
+{
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !slots || !ring)
+        return DDP_ENOTRUNNING;
+    if (event < 0 || event >= DDP_EVENT_COUNT || !(cfg.events & (1u << event)))
+        return DDP_EINVAL;
+    int idx = slot_lookup(tid);
+    if (idx < 0)
+        return DDP_EINVAL;
+    slot_t *s = &slots[idx];
+    uintptr_t tstate = atomic_load(&s->tstate);
+    if (!tstate || atomic_load(&s->excluded))
+        return DDP_EINVAL;
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
+        mode = DDP_READ_SYSCALL;
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts);
+    return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
+}
+
 static void on_sigprof(int sig, siginfo_t *si, void *uc)
 {
     (void)sig, (void)uc;
@@ -599,6 +630,25 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
 out:
     atomic_fetch_sub(&in_handler, 1);
     errno = saved_errno;
+}
+
+static int prof_is_ours(void)
+{
+    struct sigaction cur;
+    return sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigprof;
+}
+
+/* Someone replaced our SIGPROF handler during the session (a vmprof- or Scalene-style tool
+ * starting its own): our timers' signals would now land in their handler and skew their
+ * profile, so every CPU timer goes, and the CPU view ends here (said in the notes). */
+static void prof_check(void)
+{
+    if (!prof_installed || atomic_load(&st.prof_replaced) || prof_is_ours())
+        return;
+    atomic_store(&st.prof_replaced, 1);
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n && i < MAX_SLOTS; i++)
+        timer_disarm(&slots[i]);
 }
 
 /* ---- the wall sampler thread --------------------------------------------------------------- */
@@ -893,6 +943,127 @@ static void drain_poke(void)
     pthread_mutex_unlock(&drain_lock);
 }
 
+/* ---- waits that began before the session: threads blocked when it started ----------------
+ * A wait the hooks did not see begin (the thread was blocked before the slots were patched)
+ * still counts from the session's start: the thread's blocking syscall names the wait's
+ * kind, its frames (still while it is blocked) its stack, and its CPU clock, unmoved while
+ * it stays blocked, tells the tick it woke (charged half-way between the two last checks). */
+static int blocked_kind(int32_t tid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    if (end == buf)
+        return 0; /* "running" */
+    switch (nr) {
+    case SYS_futex: {
+        unsigned long long uaddr = strtoull(end, NULL, 16);
+        return gil_lo && uaddr >= gil_lo && uaddr < gil_hi ? DDP_WAIT_COND_TIMEDWAIT : DDP_WAIT_SEM_CLOCKWAIT;
+    }
+    case SYS_clock_nanosleep: return DDP_WAIT_CLOCK_NANOSLEEP;
+    case SYS_nanosleep: return DDP_WAIT_NANOSLEEP;
+    case SYS_pselect6: return DDP_WAIT_PSELECT;
+    case SYS_ppoll: return DDP_WAIT_PPOLL;
+    case SYS_epoll_pwait: return DDP_WAIT_EPOLL_PWAIT;
+    case SYS_recvfrom: return DDP_WAIT_RECVFROM;
+    case SYS_recvmsg: return DDP_WAIT_RECVMSG;
+    case SYS_accept4: return DDP_WAIT_ACCEPT4;
+#ifdef SYS_select
+    case SYS_select: return DDP_WAIT_SELECT;
+#endif
+#ifdef SYS_poll
+    case SYS_poll: return DDP_WAIT_POLL;
+#endif
+#ifdef SYS_epoll_wait
+    case SYS_epoll_wait: return DDP_WAIT_EPOLL_WAIT;
+#endif
+#ifdef SYS_accept
+    case SYS_accept: return DDP_WAIT_ACCEPT;
+#endif
+    default: return 0;
+    }
+}
+
+static void park_scan(int64_t now)
+{
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n && i < MAX_SLOTS; i++) {
+        slot_t *s = &slots[i];
+        int32_t tid = atomic_load(&s->tid);
+        uintptr_t tstate = atomic_load(&s->tstate);
+        if (!atomic_load(&s->active) || atomic_load(&s->excluded) || !tstate || ddp_waits_inflight(tid))
+            continue;
+        int64_t cpu = thread_cpu_ns(s); /* first: a wake after it shows at the next tick */
+        int kind = blocked_kind(tid);
+        int ev = kind ? ddp_waits_event_for(kind) : -1;
+        if (ev < 0 || cpu < 0)
+            continue;
+        if (!s->park && !(s->park = malloc(rec_size)))
+            continue;
+        ddp_record *rec = s->park;
+        memset(rec, 0, sizeof *rec);
+        rec->event = (uint8_t)ev;
+        rec->state = DDP_STATE_OFFCPU;
+        rec->tid = tid;
+        rec->label_id = label_of(s);
+        rec->count = 1;
+        rec->aux = (uint64_t)kind;
+        if (walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0)
+            continue;
+        s->park_on = 1;
+        s->park_cpu = cpu;
+        s->park_checked = now;
+        st.parked_at_start++;
+    }
+}
+
+static void park_emit(slot_t *s, int64_t end)
+{
+    s->park_on = 0;
+    ddp_record *p = s->park;
+    if (end <= st.start_mono_ns)
+        return;
+    p->value = end - st.start_mono_ns;
+    p->ts_ns = end;
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&st.dropped_full[p->event], 1, memory_order_relaxed);
+        return;
+    }
+    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+    ddp_ring_publish(ring, ticket);
+    atomic_fetch_add_explicit(&st.samples[p->event], 1, memory_order_relaxed);
+    ddp_waits_count_edge();
+}
+
+/* Each tick (and at the end, `final`): which threads blocked since the start have woken. */
+static void park_tick(int64_t now, int final)
+{
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n && i < MAX_SLOTS; i++) {
+        slot_t *s = &slots[i];
+        if (!s->park_on)
+            continue;
+        int64_t cpu = thread_cpu_ns(s);
+        if (cpu != s->park_cpu) /* it ran (or exited) since the last check: it woke in between */
+            park_emit(s, s->park_checked + (now - s->park_checked) / 2);
+        else if (final)
+            park_emit(s, now);
+        else
+            s->park_checked = now;
+    }
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
@@ -939,9 +1110,19 @@ static void *sampler_main(void *arg)
             else
                 ddp_saferead_check();
         }
+        prof_check(); /* one sigaction syscall */
         registry_tick(b, ++gen, t0);
         if (cfg.events & (1u << DDP_EVENT_WALL))
             wall_tick(&cursor, &scratch);
+        if (atomic_load(&waits_ready)) {
+            ddp_waits_tick(); /* objects loaded since the last look get their waits hooked */
+            if (atomic_load(&waits_ready) == 1) {
+                park_scan(t0);
+                atomic_store(&waits_ready, 2);
+            } else {
+                park_tick(t0, 0);
+            }
+        }
         drain_poke();
         ddp_ring_prefault(ring); /* pages ahead of the producers, off their path (ring.c) */
         int64_t t1 = ddp_now_ns();
@@ -954,21 +1135,42 @@ static void *sampler_main(void *arg)
     }
     pthread_mutex_unlock(&wake_lock);
     wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
+    park_tick(ddp_now_ns(), 1);        /* and every wait still going on since the start */
     free(b);
     free(scratch);
     return NULL;
 }
 
 /* ---- sessions ------------------------------------------------------------------------------- */
-static void free_session(void)
+/* Producers that may still be inside the ring or a slot: a signal handler, a wait wrapper's
+ * emit.  Stop waits for them (bounded); release frees only when none is left. */
+static int producers_inside(void) { return atomic_load(&in_handler) || ddp_waits_emitting(); }
+
+static void free_session(int wait_producers)
 {
+    /* A producer still inside (a thread stopped by a debugger or the cgroup freezer in the
+     * handler, or preempted for longer than stop waited) would write into freed memory:
+     * the buffers are then kept for good (counted) rather than freed under it. */
+    for (int spins = 0; wait_producers && producers_inside() && spins < 1000; spins++) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    if (wait_producers && producers_inside()) {
+        leaked_bytes += (ring ? ddp_ring_capacity(ring) * rec_size : 0) + MAX_SLOTS * sizeof(slot_t);
+        ring = NULL;
+        slots = NULL;
+        rec_size = 0;
+        return;
+    }
     /* (a new session maps a fresh ring: creating one writes nothing, see ring.c, and the
      * memory goes back to the system between sessions) */
     ddp_ring_free(ring);
     ring = NULL;
     int n = atomic_load(&nslots);
-    for (int i = 0; slots && i < n && i < MAX_SLOTS; i++)
+    for (int i = 0; slots && i < n && i < MAX_SLOTS; i++) {
         free(slots[i].wlast);
+        free(slots[i].park);
+    }
     free(slots);
     slots = NULL;
     rec_size = 0;
@@ -1007,7 +1209,7 @@ static void atfork_child(void)
     sampler_started = 0;
     /* Our copies of the buffers: no other thread exists here to use them (and malloc is
      * usable in a fork child of a threaded glibc process), so give the memory back. */
-    free_session();
+    free_session(0);
     atomic_store(&in_handler, 0);
     my_pid = getpid();
     atomic_store(&state, ST_IDLE);
@@ -1068,6 +1270,7 @@ int ddp_start(const ddp_config *c)
     if (!rng_state)
         rng_state = 1;
     memset(&st, 0, sizeof st);
+    atomic_store(&waits_ready, 0);
     pthread_once(&drain_once, drain_cond_init); /* never destroyed: a drain may still be leaving a wait */
     pthread_mutex_lock(&drain_lock);
     drain_stop = 0;
@@ -1087,7 +1290,8 @@ int ddp_start(const ddp_config *c)
     if (want_cpu) {
         struct sigaction cur;
         sigaction(SIGPROF, NULL, &cur);
-        int custom = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL
+        /* (our own handler, put back by a tool that saved it while we ran, is no one else's) */
+        int custom = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL && cur.sa_sigaction != on_sigprof
                                                  : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
         if (custom) {
             rc = DDP_ESIGNAL;
@@ -1166,15 +1370,15 @@ int ddp_start(const ddp_config *c)
         g = PyGILState_Ensure();
         ddp_py_watcher_stop();
         PyGILState_Release(g);
-        free_session();
+        free_session(1);
         atomic_store(&state, ST_IDLE);
         return DDP_ESYS;
     }
     sampler_started = 1;
     atomic_store(&state, ST_RUNNING);
     /* ---- lock/park: patch GOT slots now, without the GIL (dl_iterate_phdr takes the loader lock) */
-    if (cfg.events & ddp_waits_events_mask())
-        ddp_waits_start(&cfg);
+    if ((cfg.events & ddp_waits_events_mask()) && ddp_waits_start(&cfg) == DDP_OK)
+        atomic_store(&waits_ready, 1);
     /* ---- end lock/park ---- */
     return DDP_OK;
 
@@ -1186,7 +1390,7 @@ fail_gil:
     }
     ddp_saferead_uninstall();
     PyGILState_Release(g);
-    free_session();
+    free_session(1);
     atomic_store(&state, ST_IDLE);
     return rc;
 }
@@ -1232,14 +1436,20 @@ int ddp_stop(void)
         atomic_store(&slots[i].active, 0);
     }
     if (prof_installed) {
-        /* SIG_IGN discards SIGPROFs still queued for any thread, so restoring a SIG_DFL
-         * disposition can never let a late timer signal kill the process. */
-        struct sigaction ign;
-        memset(&ign, 0, sizeof ign);
-        ign.sa_handler = SIG_IGN;
-        sigemptyset(&ign.sa_mask);
-        sigaction(SIGPROF, &ign, NULL);
-        sigaction(SIGPROF, &old_prof, NULL);
+        if (prof_is_ours()) {
+            /* SIG_IGN discards SIGPROFs still queued for any thread, so restoring a SIG_DFL
+             * disposition can never let a late timer signal kill the process. */
+            struct sigaction ign;
+            memset(&ign, 0, sizeof ign);
+            ign.sa_handler = SIG_IGN;
+            sigemptyset(&ign.sa_mask);
+            sigaction(SIGPROF, &ign, NULL);
+            sigaction(SIGPROF, &old_prof, NULL);
+        } else {
+            /* Another tool installed its SIGPROF handler over ours: it stays (what we saved
+             * would take SIGPROF from it, and its timer's next signal could kill the process). */
+            atomic_store(&st.prof_replaced, 1);
+        }
         prof_installed = 0;
     }
     for (int spins = 0; atomic_load(&in_handler) && spins < 1000000; spins++)
@@ -1261,7 +1471,7 @@ void ddp_release(void)
     }
     ddp_py_graveyard_clear();
     if (atomic_load(&state) == ST_STOPPED) {
-        free_session();
+        free_session(1);
         atomic_store(&state, ST_IDLE);
     }
 }
@@ -1366,6 +1576,9 @@ int ddp_get_stats(ddp_stats *out)
     out->cpu_used_ns = st.cpu_used_ns;
     out->cpu_sampled_ns = st.cpu_sampled_ns;
     out->timer_errno = atomic_load(&st.timer_errno);
+    out->prof_replaced = atomic_load(&st.prof_replaced);
+    out->parked_at_start = st.parked_at_start;
+    out->leaked_bytes = leaked_bytes;
     return DDP_OK;
 }
 
@@ -1436,12 +1649,12 @@ int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_
             ddp_saferead_check_segv(); /* the handler does this per sample too */
             if (sigsetjmp(g.jb, 0) == 0) {
                 DDP_GUARD_ARM(&g);
-                depth = ddp_py_walk(tstate, read_mode, frames, max_depth, &flags);
+                depth = ddp_py_walk(tstate, 0, read_mode, frames, max_depth, &flags);
                 ddp_py_gc_on_thread(tstate, read_mode);
             }
             DDP_GUARD_SET(prev);
         } else {
-            depth = ddp_py_walk(tstate, read_mode, frames, max_depth, &flags);
+            depth = ddp_py_walk(tstate, 0, read_mode, frames, max_depth, &flags);
             ddp_py_gc_on_thread(tstate, read_mode);
         }
     }
@@ -1469,8 +1682,8 @@ int ddp_test_safe_read(uint64_t addr, int read_mode)
         ddp_guard g, *prev = ddp_tls_guard;
         if (sigsetjmp(g.jb, 0) == 0) {
             DDP_GUARD_ARM(&g);
-            /* plain load, no plausibility filter: exercise the fault path itself */
-            memcpy(buf, (const void *)(uintptr_t)addr, sizeof buf);
+            /* no plausibility filter: exercise the fault path itself */
+            ddp_guarded_copy(buf, (uintptr_t)addr, sizeof buf);
             rc = 0;
         } else {
             rc = -1;

@@ -18,8 +18,16 @@
  *    in objects still loaded; a slot someone re-patched meanwhile is left and counted;
  *  - a fork child restores the slots at once (pthread_atfork) and records nothing;
  *  - wrappers call the original, keep its return value and errno, and record only while a
- *    session with the event is active and the caller is a Python thread.
- * Objects loaded after start (dlopen, a later `import select`) are not patched.
+ *    session with the event is active and the caller is a Python thread;
+ *  - no loader function is ever called from inside dl_iterate_phdr (see "ELF walking").
+ * Objects loaded during a session (dlopen, a later `import select`) are patched at the wall
+ * thread's next tick.
+ *
+ * Waits across the session's edges count for their part inside it: a wait in flight at
+ * stop is recorded by stop, from its start to the stop, with the waiting thread's stack
+ * (the in-flight table below); a thread already blocked when the session started (not in
+ * a wrapper: the slot was not patched yet) is found by the wall thread (sampler.c,
+ * parked_at_start) and recorded from the start to when it wakes.
  *
  * Cost control: a wait shorter than the threshold T is recorded with probability d/T and
  * weight T (value) and an unbiased stochastic count, so totals stay unbiased.  Records per
@@ -50,6 +58,7 @@
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <Python.h>
@@ -66,9 +75,11 @@ typedef struct {
     uintptr_t slot;
     uintptr_t original;
     uintptr_t wrapper;
-    uintptr_t obj_base;
+    uintptr_t obj_base, obj_dyn; /* the object it belongs to */
     uintptr_t relro_lo, relro_hi;
     int kind;
+    int seen;                    /* the last scan that found its object loaded */
+    int restored;
 } patch_t;
 
 static patch_t patches[MAX_PATCHES];
@@ -88,8 +99,8 @@ static _Atomic int64_t w_teff;      /* effective short-wait threshold (>= w_thre
 static int w_atfork_done;
 
 static struct {
-    _Atomic uint64_t records, short_skipped, rate_dropped, emit_failed, calls;
-    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded;
+    _Atomic uint64_t records, short_skipped, rate_dropped, emit_failed, calls, edge_records;
+    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed, passes;
 } ws;
 
 static DDP_TLS uint64_t w_rng;
@@ -192,6 +203,88 @@ static void window_kept(int64_t t1, int64_t teff)
     atomic_store_explicit(&w_teff, (int64_t)nt, memory_order_relaxed);
 }
 
+/* ---- waits in flight: one entry per Python thread that waited in a wrapper --------------
+ * Static storage (never freed: a wrapper may sit blocked across any number of sessions),
+ * claimed once per thread; t0 != 0 while the thread is in a recorded wait of session `gen`.
+ * Whoever swaps t0 to 0 first records the wait: the wrapper when it returns, or stop
+ * (wait_flush_inflight) for a wait still going on then. */
+#define INFLIGHT_MAX 4096
+typedef struct {
+    _Atomic int32_t tid;
+    _Atomic int32_t kind;
+    _Atomic int64_t t0;
+    _Atomic uint64_t gen;
+} inflight_t;
+static inflight_t inflight[INFLIGHT_MAX];
+static _Atomic int32_t inflight_hi;
+static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
+static DDP_TLS inflight_t *w_inflight;
+static DDP_TLS int32_t w_tid; /* this thread's tid, cached (a fork child's thread forgets it) */
+
+static inflight_t *inflight_claim(int32_t tid)
+{
+    pthread_mutex_lock(&inflight_lock);
+    inflight_t *e = NULL;
+    int n = atomic_load(&inflight_hi);
+    for (int pass = 0; pass < 2 && !e; pass++) {
+        for (int i = 0; i < n && !e; i++) {
+            int32_t zero = 0;
+            if (atomic_compare_exchange_strong(&inflight[i].tid, &zero, tid))
+                e = &inflight[i];
+        }
+        if (!e && n < INFLIGHT_MAX) {
+            e = &inflight[n];
+            atomic_store(&e->tid, tid);
+            atomic_store(&inflight_hi, n + 1);
+        }
+        if (!e && pass == 0) /* full: entries of threads gone from the process are free again */
+            for (int i = 0; i < n; i++) {
+                int32_t t = atomic_load(&inflight[i].tid);
+                if (t > 0 && syscall(SYS_tgkill, getpid(), t, 0) != 0 && errno == ESRCH) {
+                    atomic_store(&inflight[i].t0, 0);
+                    atomic_store(&inflight[i].tid, 0);
+                }
+            }
+    }
+    pthread_mutex_unlock(&inflight_lock);
+    return e;
+}
+
+static inflight_t *inflight_mine(void)
+{
+    int32_t tid = w_tid;
+    if (!tid)
+        tid = w_tid = (int32_t)syscall(SYS_gettid);
+    if (w_inflight && atomic_load_explicit(&w_inflight->tid, memory_order_relaxed) == tid)
+        return w_inflight;
+    if (!ddp_py_current_tstate())
+        return NULL; /* only Python threads' waits are recorded */
+    return w_inflight = inflight_claim(tid);
+}
+
+static inflight_t *wait_begin(int kind, int64_t t0)
+{
+    inflight_t *e = inflight_mine();
+    if (e) {
+        atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
+        atomic_store_explicit(&e->gen, atomic_load_explicit(&w_gen, memory_order_relaxed), memory_order_relaxed);
+        atomic_store(&e->t0, t0);
+    }
+    return e;
+}
+
+static void wait_done(int kind, int64_t t0, int failed);
+
+static void wait_end(int kind, int64_t t0, int failed, inflight_t *e)
+{
+    if (e) {
+        uint64_t gen = atomic_load_explicit(&e->gen, memory_order_relaxed);
+        if (!atomic_exchange(&e->t0, 0) || gen != atomic_load(&w_gen))
+            return; /* recorded by stop already, or of a session that has ended */
+    }
+    wait_done(kind, t0, failed);
+}
+
 static void wait_done(int kind, int64_t t0, int failed)
 {
     int64_t t1 = ddp_now_ns();
@@ -250,9 +343,10 @@ static void wait_done(int kind, int64_t t0, int failed)
     if (!atomic_load_explicit(&w_on, memory_order_relaxed))          \
         return CALL;                                                 \
     int64_t t0 = ddp_now_ns();                                       \
+    inflight_t *w_fl_ = wait_begin(KIND, t0);                       \
     __typeof__(CALL) r = CALL;                                       \
     int e = errno;                                                   \
-    wait_done(KIND, t0, FAILED);                                     \
+    wait_end(KIND, t0, FAILED, w_fl_);                              \
     errno = e;                                                       \
     return r;
 
@@ -356,7 +450,19 @@ static const hook_t *hook_by_name(const char *name)
     return NULL;
 }
 
-/* ---- ELF walking ----------------------------------------------------------------------- */
+
+/* ---- ELF walking ----------------------------------------------------------------------- *
+ * Loader locks.  dl_iterate_phdr holds the loader's write lock while it calls us, and dlsym
+ * takes the loader's main lock, which dlopen holds while it waits for the write lock: a
+ * dlsym inside the callback deadlocks against any dlopen on another thread.  So a pass runs
+ * in three steps: collect the (symbol, version) pairs the unscanned objects import (inside
+ * the iteration, loads only), resolve them (outside it), patch (inside a second iteration:
+ * an object on the list cannot be unmapped under us, dlclose unmaps after unlisting).
+ * Restoring also runs inside an iteration, so it only ever writes into mapped objects.
+ * Objects loaded during a session are found by the wall thread's tick (ddp_waits_tick),
+ * from the loader's load counter: dlopen itself is not wrapped, because glibc's dlopen
+ * resolves relative names and $ORIGIN against its caller's address, which a wrapper
+ * would change for every caller. */
 #if defined(__x86_64__)
 #define R_JUMP_SLOT R_X86_64_JUMP_SLOT
 #define R_GLOB_DAT R_X86_64_GLOB_DAT
@@ -367,6 +473,9 @@ static const hook_t *hook_by_name(const char *name)
 #define DDP_WAITS_NO_ARCH 1
 #endif
 
+#define MAX_WANTS 96   /* distinct (symbol, version) imports of the hooked names */
+#define MAX_DONE 2048  /* objects scanned this session */
+
 typedef struct {
     uintptr_t base;
     const char *name;
@@ -375,26 +484,79 @@ typedef struct {
     const ElfW(Half) *versym;
     const ElfW(Verneed) *verneed;
     long verneednum;
+    uintptr_t dyn;              /* with base: the object's identity */
     uintptr_t lo, hi;           /* the object's mapped range (lazy PLT stubs point inside) */
     uintptr_t relro_lo, relro_hi;
     int is_libpython, is_socket;
+    int incomplete;             /* an import could not be resolved yet: scan it again later */
 } obj_t;
 
-typedef void (*slot_cb)(obj_t *o, uintptr_t slot, const hook_t *h, void *ctx);
+typedef struct {
+    int hook;                   /* index in hooks[] */
+    char ver[32];               /* "" when unversioned */
+    void *target;               /* what the loader resolves it to */
+    int resolved;
+} want_t;
+
+enum { SCAN_COLLECT, SCAN_PATCH, SCAN_LIST, SCAN_RESTORE };
 
 typedef struct {
-    int mode;          /* 0 patch, 1 list, 2 collect bases */
+    int mode;
     uintptr_t self_base, libpython_base;
-    /* list mode */
+    want_t *wants;
+    int nwants;
+    /* SCAN_LIST */
     uint64_t *addr, *val;
     int32_t *kind;
     int cap, n;
-    /* collect bases */
-    uintptr_t *bases;
-    int nbases, capbases;
 } scan_ctx;
 
+static struct { uintptr_t base, dyn; int seen; } done[MAX_DONE];
+static int ndone;                   /* under patch_lock */
+static int pass_no;                 /* numbers the collect iterations (patch_t.seen, done[].seen) */
+static unsigned long long seen_adds; /* the loader's load counter when the last pass began */
+static uintptr_t self_base_cache, libpython_base_cache;
+static int bases_known;
+
 static uintptr_t fix(uintptr_t base, uintptr_t p) { return p < base ? p + base : p; }
+
+static void mark_present(uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < npatches; i++)
+        if (patches[i].obj_base == base && patches[i].obj_dyn == dyn)
+            patches[i].seen = pass_no;
+    for (int i = 0; i < ndone; i++)
+        if (done[i].base == base && done[i].dyn == dyn)
+            done[i].seen = pass_no;
+}
+
+/* Forget the patches and scans of objects unloaded since (dlclose): a library loaded again,
+ * perhaps at the same address, is then scanned afresh, and stop never writes into it on
+ * behalf of the old one. */
+static void drop_unloaded(void)
+{
+    int k = 0;
+    for (int i = 0; i < npatches; i++) {
+        if (patches[i].seen == pass_no)
+            patches[k++] = patches[i];
+        else
+            ws.restore_unloaded++;
+    }
+    npatches = k;
+    k = 0;
+    for (int i = 0; i < ndone; i++)
+        if (done[i].seen == pass_no)
+            done[k++] = done[i];
+    ndone = k;
+}
+
+static int is_done(uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < ndone; i++)
+        if (done[i].base == base && done[i].dyn == dyn)
+            return 1;
+    return 0;
+}
 
 static const char *sym_version(obj_t *o, size_t symidx)
 {
@@ -420,16 +582,76 @@ static const char *sym_version(obj_t *o, size_t symidx)
     return NULL;
 }
 
-static void write_slot(uintptr_t slot, uintptr_t lo, uintptr_t hi, uintptr_t val)
+static want_t *want_find(scan_ctx *c, int hook, const char *ver)
 {
-    long pg = sysconf(_SC_PAGESIZE);
-    int relro = slot >= lo && slot < hi;
-    uintptr_t page = slot & ~(uintptr_t)(pg - 1);
-    if (relro)
-        mprotect((void *)page, (size_t)pg, PROT_READ | PROT_WRITE);
-    __atomic_store_n((uintptr_t *)slot, val, __ATOMIC_SEQ_CST);
-    if (relro)
-        mprotect((void *)page, (size_t)pg, PROT_READ);
+    for (int i = 0; i < c->nwants; i++)
+        if (c->wants[i].hook == hook && strcmp(c->wants[i].ver, ver) == 0)
+            return &c->wants[i];
+    return NULL;
+}
+
+/* Store val into a GOT slot that still holds `expect`.  The loader made the pages of
+ * [align_down(relro_lo), align_down(relro_hi)) read-only (_dl_protect_relro): only such a
+ * page is made writable for the store and read-only again after it.  Any other page is
+ * writable as it is and its protection is never touched (with 16K/64K pages the RELRO's
+ * last page also holds .data, which must stay writable).  0 done, 1 the slot held
+ * something else, -1 mprotect refused. */
+static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t page = slot & ~(pg - 1);
+    int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
+    if (ro && mprotect((void *)page, pg, PROT_READ | PROT_WRITE) != 0)
+        return -1;
+    int ok = __atomic_compare_exchange_n((uintptr_t *)slot, &expect, val, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (ro)
+        mprotect((void *)page, pg, PROT_READ);
+    return ok ? 0 : 1;
+}
+
+static void patch_one(obj_t *o, uintptr_t slot, uintptr_t cur, unsigned type, size_t si, const hook_t *h,
+                      void *wrapper, int kind, scan_ctx *c)
+{
+    if (cur == (uintptr_t)wrapper)
+        return; /* ours already (an object scanned again) */
+    const char *ver = sym_version(o, si);
+    want_t *w = want_find(c, (int)(h - hooks), ver ? ver : "");
+    if (!w || !w->resolved) {
+        o->incomplete = 1; /* loaded between the passes with a new version: next pass */
+        return;
+    }
+    /* Patch only slots that resolve (by their symbol version) to the very function this
+     * module calls, and hold it or their own lazy PLT stub: anything else is someone else's. */
+    int lazy = cur >= o->lo && cur < o->hi && type == R_JUMP_SLOT;
+    if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy)) {
+        ws.slots_foreign++;
+        return;
+    }
+    if (npatches >= MAX_PATCHES) {
+        o->incomplete = 1;
+        return;
+    }
+    int rc = write_slot(slot, o->relro_lo, o->relro_hi, cur, (uintptr_t)wrapper);
+    if (rc < 0) {
+        ws.protect_failed++;
+        return;
+    }
+    if (rc > 0) { /* changed under us (lazy binding resolved it just now): next pass */
+        o->incomplete = 1;
+        return;
+    }
+    patch_t *p = &patches[npatches++];
+    memset(p, 0, sizeof *p);
+    p->seen = pass_no;
+    p->slot = slot;
+    p->original = cur;
+    p->wrapper = (uintptr_t)wrapper;
+    p->obj_base = o->base;
+    p->obj_dyn = o->dyn;
+    p->relro_lo = o->relro_lo;
+    p->relro_hi = o->relro_hi;
+    p->kind = kind;
+    ws.slots_patched++;
 }
 
 static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *c)
@@ -442,10 +664,9 @@ static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *
         size_t si = ELF64_R_SYM(rel[i].r_info);
         if (!si)
             continue;
-        const char *name = o->strtab + o->symtab[si].st_name;
         if (o->symtab[si].st_shndx != SHN_UNDEF)
             continue; /* defined here: not an import */
-        const hook_t *h = hook_by_name(name);
+        const hook_t *h = hook_by_name(o->strtab + o->symtab[si].st_name);
         if (!h)
             continue;
         if (h->where == WHERE_LIBPYTHON && !o->is_libpython)
@@ -458,68 +679,63 @@ static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *
         }
         uintptr_t slot = o->base + rel[i].r_offset;
         uintptr_t cur = __atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST);
-        if (c->mode == 1) {
+        if (c->mode == SCAN_LIST) {
             if (c->n < c->cap) {
                 c->addr[c->n] = slot;
                 c->val[c->n] = cur;
                 c->kind[c->n] = kind;
             }
             c->n++;
-            continue;
+        } else if (c->mode == SCAN_COLLECT) {
+            const char *ver = sym_version(o, si);
+            if (!ver)
+                ver = "";
+            if (cur != (uintptr_t)wrapper && !want_find(c, (int)(h - hooks), ver) && c->nwants < MAX_WANTS &&
+                strlen(ver) < sizeof c->wants[0].ver) {
+                want_t *w = &c->wants[c->nwants++];
+                memset(w, 0, sizeof *w);
+                w->hook = (int)(h - hooks);
+                strcpy(w->ver, ver);
+            }
+        } else {
+            patch_one(o, slot, cur, type, si, h, wrapper, kind, c);
         }
-        /* What should this slot resolve to?  Patch only our own target. */
-        const char *ver = sym_version(o, si);
-        void *target = ver ? dlvsym(RTLD_DEFAULT, name, ver) : dlsym(RTLD_DEFAULT, name);
-        if (target != h->real) {
-            ws.slots_foreign++;
-            continue;
-        }
-        int lazy = cur >= o->lo && cur < o->hi && type == R_JUMP_SLOT;
-        if (cur != (uintptr_t)h->real && !lazy) {
-            ws.slots_foreign++;
-            continue;
-        }
-        if (npatches >= MAX_PATCHES)
-            continue;
-        patch_t *p = &patches[npatches++];
-        p->slot = slot;
-        p->original = cur;
-        p->wrapper = (uintptr_t)wrapper;
-        p->obj_base = o->base;
-        p->relro_lo = o->relro_lo;
-        p->relro_hi = o->relro_hi;
-        p->kind = kind;
-        write_slot(slot, o->relro_lo, o->relro_hi, (uintptr_t)wrapper);
-        ws.slots_patched++;
     }
 }
 
+static void restore_object(uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < npatches; i++) {
+        patch_t *p = &patches[i];
+        if (p->restored || p->obj_base != base || p->obj_dyn != dyn)
+            continue;
+        p->restored = 1;
+        /* only a slot still holding our wrapper: one someone re-patched since stays theirs */
+        int rc = write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
+        if (rc > 0)
+            ws.restore_mismatch++;
+        else if (rc < 0)
+            ws.protect_failed++;
+    }
+}
+
+/* Called by dl_iterate_phdr with the loader's write lock held: loads and stores only (no
+ * dlsym, dladdr, dlopen or anything else that takes a loader lock). */
 static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
 {
     (void)size;
     scan_ctx *c = ctx;
     uintptr_t base = info->dlpi_addr;
     const char *name = info->dlpi_name ? info->dlpi_name : "";
-    if (c->mode == 2) {
-        if (c->nbases < c->capbases)
-            c->bases[c->nbases++] = base;
-        return 0;
-    }
-    if (base == c->self_base && base)
-        return 0;
-    if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
-        strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
-        return 0;
     obj_t o;
     memset(&o, 0, sizeof o);
     o.base = base;
     o.name = name;
     o.lo = UINTPTR_MAX;
-    const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
+            o.dyn = base + ph->p_vaddr;
         else if (ph->p_type == PT_GNU_RELRO) {
             o.relro_lo = base + ph->p_vaddr;
             o.relro_hi = o.relro_lo + ph->p_memsz;
@@ -531,12 +747,25 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
                 o.hi = hi;
         }
     }
-    if (!dyn)
+    if (!o.dyn)
+        return 0;
+    if (c->mode == SCAN_RESTORE) {
+        restore_object(base, o.dyn);
+        return 0;
+    }
+    if (base == c->self_base && base)
+        return 0;
+    if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
+        strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
+        return 0;
+    if (c->mode == SCAN_COLLECT) /* still loaded: its patches and done entry stay (drop_unloaded) */
+        mark_present(base, o.dyn);
+    if ((c->mode == SCAN_COLLECT || c->mode == SCAN_PATCH) && is_done(base, o.dyn))
         return 0;
     uintptr_t jmprel = 0, rela = 0;
     size_t pltrelsz = 0, relasz = 0;
     long pltrel = 0;
-    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)o.dyn; d->d_tag != DT_NULL; d++) {
         switch (d->d_tag) {
         case DT_JMPREL: jmprel = fix(base, d->d_un.d_ptr); break;
         case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
@@ -554,75 +783,108 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
         return 0;
     o.is_libpython = base == c->libpython_base;
     o.is_socket = strstr(name, "/_socket.") != NULL;
-    if (c->mode == 0)
-        ws.objects++;
     if (jmprel && pltrel == DT_RELA)
         visit_rela(&o, (const ElfW(Rela) *)jmprel, pltrelsz, c);
     if (rela)
         visit_rela(&o, (const ElfW(Rela) *)rela, relasz, c); /* GLOB_DAT: -fno-plt builds */
+    if (c->mode == SCAN_PATCH && !o.incomplete && ndone < MAX_DONE) {
+        done[ndone].base = base;
+        done[ndone].dyn = o.dyn;
+        done[ndone].seen = pass_no;
+        ndone++;
+        ws.objects++;
+    }
     return 0;
 }
 
+/* Our own object's and libpython's load addresses, in dl_iterate_phdr's convention (outside
+ * any iteration: dladdr and dlopen take loader locks). */
 static void scan_init(scan_ctx *c, int mode)
 {
     memset(c, 0, sizeof *c);
     c->mode = mode;
-    Dl_info di;
-    if (dladdr((void *)w_sem_wait, &di))
-        c->self_base = (uintptr_t)di.dli_fbase;
-    if (dladdr((void *)PyEval_SaveThread, &di))
-        c->libpython_base = (uintptr_t)di.dli_fbase;
-    /* dl_iterate_phdr reports the executable with dlpi_addr 0 when it is not PIE: dladdr's
-     * fbase is then its load address, not 0.  Normalize to dlpi_addr's convention. */
-    if (c->libpython_base) {
-        Dl_info dm;
-        void *h = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
-        struct link_map *lm = NULL;
-        if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
-            for (; lm; lm = lm->l_next) {
-                if (dladdr((void *)lm->l_ld, &dm) && (uintptr_t)dm.dli_fbase == c->libpython_base) {
-                    c->libpython_base = lm->l_addr;
-                    break;
+    if (!bases_known) {
+        Dl_info di;
+        if (dladdr((void *)w_sem_wait, &di))
+            self_base_cache = (uintptr_t)di.dli_fbase;
+        if (dladdr((void *)PyEval_SaveThread, &di))
+            libpython_base_cache = (uintptr_t)di.dli_fbase;
+        /* dl_iterate_phdr reports the executable with dlpi_addr 0 when it is not PIE: dladdr's
+         * fbase is then its load address, not 0.  Normalize to dlpi_addr's convention. */
+        if (libpython_base_cache) {
+            Dl_info dm;
+            void *h = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+            struct link_map *lm = NULL;
+            if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
+                for (; lm; lm = lm->l_next) {
+                    if (dladdr((void *)lm->l_ld, &dm) && (uintptr_t)dm.dli_fbase == libpython_base_cache) {
+                        libpython_base_cache = lm->l_addr;
+                        break;
+                    }
                 }
             }
+            if (h)
+                dlclose(h);
         }
-        if (h)
-            dlclose(h);
+        bases_known = 1;
     }
+    c->self_base = self_base_cache;
+    c->libpython_base = libpython_base_cache;
+}
+
+static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+        *(unsigned long long *)ctx = info->dlpi_adds;
+    return 1; /* the counters are the same in every entry: the first one is enough */
+}
+
+static unsigned long long loader_adds(void)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(counters_cb, &adds);
+    return adds;
+}
+
+/* Hook every loaded object not scanned yet this session (patch_lock held). */
+static void patch_pass(void)
+{
+    want_t wants[MAX_WANTS];
+    scan_ctx c;
+    scan_init(&c, SCAN_COLLECT);
+    c.wants = wants;
+    seen_adds = loader_adds(); /* before the scan: an object loaded during it is seen next tick */
+    pass_no++;
+    dl_iterate_phdr(visit_object, &c);
+    drop_unloaded();
+    if (!c.nwants)
+        return;
+    for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
+        const char *name = hooks[wants[i].hook].name;
+        wants[i].target = wants[i].ver[0] ? dlvsym(RTLD_DEFAULT, name, wants[i].ver) : dlsym(RTLD_DEFAULT, name);
+        wants[i].resolved = 1;
+    }
+    c.mode = SCAN_PATCH;
+    dl_iterate_phdr(visit_object, &c);
 }
 
 static void restore_all(int check_loaded)
 {
-    uintptr_t bases[512];
-    scan_ctx c;
-    int nb = 0;
     if (check_loaded) {
+        scan_ctx c;
         memset(&c, 0, sizeof c);
-        c.mode = 2;
-        c.bases = bases;
-        c.capbases = 512;
+        c.mode = SCAN_RESTORE;
         dl_iterate_phdr(visit_object, &c);
-        nb = c.nbases;
-    }
-    for (int i = npatches - 1; i >= 0; i--) {
-        patch_t *p = &patches[i];
-        if (check_loaded && nb < 512) {
-            int found = 0;
-            for (int j = 0; j < nb && !found; j++)
-                found = bases[j] == p->obj_base;
-            if (!found) {
-                ws.restore_unloaded++;
-                continue;
-            }
-        }
-        uintptr_t cur = __atomic_load_n((uintptr_t *)p->slot, __ATOMIC_SEQ_CST);
-        if (cur != p->wrapper) {
-            ws.restore_mismatch++; /* someone patched it after us: leave theirs */
-            continue;
-        }
-        write_slot(p->slot, p->relro_lo, p->relro_hi, p->original);
+        for (int i = 0; i < npatches; i++)
+            if (!patches[i].restored)
+                ws.restore_unloaded++; /* its object is gone: nothing to put back */
+    } else { /* a fork child: one thread, every object as in the parent */
+        for (int i = 0; i < npatches; i++)
+            write_slot(patches[i].slot, patches[i].relro_lo, patches[i].relro_hi, patches[i].wrapper,
+                       patches[i].original);
     }
     npatches = 0;
+    ndone = 0;
 }
 
 static void atfork_child(void)
@@ -631,6 +893,15 @@ static void atfork_child(void)
     atomic_store(&w_on, 0);
     atomic_store(&w_emitting, 0);
     pthread_mutex_init(&patch_lock, NULL);
+    pthread_mutex_init(&inflight_lock, NULL);
+    w_tid = 0;
+    w_inflight = NULL;
+    int n = atomic_load(&inflight_hi); /* every other thread is gone: so are their waits */
+    for (int i = 0; i < n; i++) {
+        atomic_store(&inflight[i].t0, 0);
+        atomic_store(&inflight[i].tid, 0);
+    }
+    atomic_store(&inflight_hi, 0);
     if (npatches)
         restore_all(0);
 }
@@ -663,26 +934,78 @@ int ddp_waits_start(const ddp_config *cfg)
     atomic_store(&w_teff, w_threshold);
     atomic_fetch_add(&w_gen, 1); /* every thread's totals and carries start afresh */
     atomic_store(&w_on, 1);
-    if (npatches == 0) {
-        scan_ctx c;
-        scan_init(&c, 0);
-        dl_iterate_phdr(visit_object, &c);
-    }
+    patch_pass();
+    ws.passes++;
     pthread_mutex_unlock(&patch_lock);
     return DDP_OK;
 #endif
+}
+
+void ddp_waits_tick(void)
+{
+#ifndef DDP_WAITS_NO_ARCH
+    if (!atomic_load(&w_on) || loader_adds() == seen_adds)
+        return; /* nothing loaded since the last pass */
+    pthread_mutex_lock(&patch_lock);
+    if (atomic_load(&w_on)) {
+        patch_pass();
+        ws.passes++;
+    }
+    pthread_mutex_unlock(&patch_lock);
+#endif
+}
+
+/* Waits still going on at stop: recorded from their start to now, with the waiting thread's
+ * stack (it is blocked, so its frames hold still; a torn read drops the record, counted). */
+static void flush_inflight(void)
+{
+    int64_t now = ddp_now_ns();
+    uint64_t gen = atomic_load(&w_gen);
+    int n = atomic_load(&inflight_hi);
+    for (int i = 0; i < n && i < INFLIGHT_MAX; i++) {
+        inflight_t *e = &inflight[i];
+        if (!atomic_load(&e->t0) || atomic_load(&e->gen) != gen)
+            continue;
+        int32_t tid = atomic_load(&e->tid);
+        int kind = atomic_load(&e->kind);
+        int64_t t0 = atomic_exchange(&e->t0, 0);
+        int ev = provisional_event(kind);
+        if (!t0 || ev < 0 || now <= t0)
+            continue;
+        if (ddp_emit_for(tid, ev, 1, now - t0, (uint64_t)kind, now) == DDP_OK)
+            atomic_fetch_add_explicit(&ws.edge_records, 1, memory_order_relaxed);
+    }
 }
 
 void ddp_waits_stop(void)
 {
     pthread_mutex_lock(&patch_lock);
     atomic_store(&w_on, 0);
-    if (npatches)
+    if (npatches || ndone)
         restore_all(1);
     for (int spins = 0; atomic_load(&w_emitting) && spins < 10000000; spins++)
         sched_yield();
+    if (w_events)
+        flush_inflight();
+    w_events = 0;
     pthread_mutex_unlock(&patch_lock);
 }
+
+int ddp_waits_inflight(int32_t tid)
+{
+    uint64_t gen = atomic_load(&w_gen);
+    int n = atomic_load(&inflight_hi);
+    for (int i = 0; i < n && i < INFLIGHT_MAX; i++)
+        if (atomic_load(&inflight[i].tid) == tid && atomic_load(&inflight[i].t0) && atomic_load(&inflight[i].gen) == gen)
+            return 1;
+    return 0;
+}
+
+int ddp_waits_event_for(int kind) { return atomic_load(&w_on) ? provisional_event(kind) : -1; }
+
+void ddp_waits_count_edge(void) { atomic_fetch_add_explicit(&ws.edge_records, 1, memory_order_relaxed); }
+
+int ddp_waits_emitting(void) { return atomic_load(&w_emitting); }
 
 int ddp_wait_get_stats(ddp_wait_stats *out)
 {
@@ -701,6 +1024,9 @@ int ddp_wait_get_stats(ddp_wait_stats *out)
     out->restore_unloaded = ws.restore_unloaded;
     out->active_patches = npatches;
     out->threshold_ns = w_threshold;
+    out->protect_failed = ws.protect_failed;
+    out->passes = ws.passes;
+    out->edge_records = atomic_load(&ws.edge_records);
     return DDP_OK;
 }
 
@@ -712,7 +1038,7 @@ int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
     if (cap < 0 || (cap && (!addr || !val || !kind)))
         return DDP_EINVAL;
     scan_ctx c;
-    scan_init(&c, 1);
+    scan_init(&c, SCAN_LIST);
     c.addr = addr;
     c.val = val;
     c.kind = kind;

@@ -254,6 +254,10 @@ class NativeEngine(Engine):
                          "safe reads switched to process_vm_readv (slower, still safe)")
         elif stats["read_mode"] == 1:
             notes.append("safe reads: process_vm_readv")
+        if stats["prof_replaced"] and EventType.CPU in self.config.events:
+            notes.append("cpu: degraded: another tool installed its own SIGPROF handler during the session (a "
+                         "setitimer/vmprof-style profiler); CPU sampling stopped then so as not to feed it our timer "
+                         "signals, and its handler was left in place at stop")
         if stats["timer_failures"]:
             notes.append(_timer_note(stats["timer_failures"], stats.get("timer_errno", 0)))
         late = _late_signals_note(stats["cpu_used_ns"], stats["cpu_sampled_ns"], self.config.interval_ns)
@@ -304,9 +308,16 @@ class NativeEngine(Engine):
         notes = [
             f"lock/park: {w['slots_patched']} GOT slot(s) hooked in {w['objects']} loaded object(s); "
             f"{w['records']} wait(s) recorded; waits under {w['threshold_ns'] / 1e3:.0f} us sampled with "
-            f"p = d/T and weight T ({w['short_skipped']} skipped); modules loaded after start are not hooked; "
-            "lock creation sites are unknown (locks created before start are covered)"
+            f"p = d/T and weight T ({w['short_skipped']} skipped); objects loaded during the session were hooked "
+            f"at the sampler's next tick ({w['passes']} patch pass(es)); lock creation sites are unknown (locks "
+            "created before start are covered)"
         ]
+        if w["edge_records"]:
+            notes.append(f"lock/park: {w['edge_records']} wait(s) that began before the start or were still going on "
+                         "at stop counted for their part inside the session")
+        if w["protect_failed"]:
+            notes.append(f"lock/park: {w['protect_failed']} slot(s) left unhooked: their page's protection could not "
+                         "be changed")
         if w["rate_dropped"]:
             notes.append(f"lock/park: {w['rate_dropped']} wait(s) thinned out by the records-per-second limit "
                          "(kept waits weighted 1/p, and waits over the hard cap added to their thread's next record, "
@@ -365,4 +376,10 @@ def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
     if st["left_installed"]:
         notes.append("alloc: another allocator was installed over ours while profiling; ours stays in place as a "
                      "pass-through (no sampling) so theirs keeps working")
+    if st["unlinked"]:
+        which = " and ".join(name for bit, name in ((1, "PyMem"), (2, "PyObject")) if st["unlinked"] & bit)
+        notes.append(f"alloc: degraded: another tool unlinked our {which} allocator hook (took it out of the chain) during the "
+                     "session (tracemalloc.stop() puts back the allocator it saved, which can be older than ours): "
+                     "allocations after that were not sampled, and live omits that allocator's blocks (their frees "
+                     "went unseen)")
     return notes
