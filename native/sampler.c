@@ -89,6 +89,8 @@ typedef struct {
     ddp_record *park;             /* blocked in a wait when the session started: that wait's record */
     int park_on;                  /* park holds a wait not over yet ... */
     int64_t park_cpu, park_checked; /* ... as its CPU clock, unmoved at the last check, says */
+    int dead;                     /* its thread exited: the slot goes back to the pool once flushed */
+    int recycled;                 /* in the pool */
 } slot_t;
 
 static _Atomic int state = ST_IDLE;
@@ -98,8 +100,16 @@ static ddp_ring *ring;
 static size_t rec_size;
 static slot_t *slots;
 static _Atomic int32_t nslots;
-static _Atomic int32_t map_key[MAP_SIZE];
-static _Atomic int32_t map_val[MAP_SIZE]; /* slot index + 1; -1 overflow */
+/* tid -> slot: (tid << 32) | (slot index + 1) per cell, 0 empty; one word, so a reader never
+ * pairs one thread's tid with another's slot.  Inserts and deletes take map_lock; lookups
+ * do not (a delete's backward shift can hide an entry for a moment: callers that must not
+ * miss retry under the lock, slot_get_or_create). */
+static _Atomic uint64_t map_cell[MAP_SIZE];
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Slots of threads that exited, ready for new threads (under map_lock): a session outlives
+ * any number of short-lived threads, not only MAX_SLOTS of them. */
+static int32_t free_slot[MAX_SLOTS];
+static int nfree;
 static struct sigaction old_prof;
 static int prof_installed;
 static _Atomic int in_handler;
@@ -271,56 +281,119 @@ static uint64_t label_of(void *slot)
 /* ---- tid -> slot map (lock-free; used by the sampler thread and Python threads) -------- */
 static inline uint32_t tid_hash(int32_t tid) { return ((uint32_t)tid * 2654435761u) & (MAP_SIZE - 1); }
 
+static inline int32_t cell_tid(uint64_t c) { return (int32_t)(c >> 32); }
+static inline uint64_t make_cell(int32_t tid, int idx) { return ((uint64_t)(uint32_t)tid << 32) | (uint32_t)(idx + 1); }
+
 static int slot_lookup(int32_t tid)
 {
     uint32_t h = tid_hash(tid);
     for (int i = 0; i < MAP_SIZE; i++, h = (h + 1) & (MAP_SIZE - 1)) {
-        int32_t k = atomic_load(&map_key[h]);
-        if (k == 0)
+        uint64_t c = atomic_load(&map_cell[h]);
+        if (!c)
             return -1;
-        if (k == tid) {
-            int32_t v;
-            while ((v = atomic_load(&map_val[h])) == 0)
-                sched_yield(); /* being inserted by another thread (never a signal handler) */
-            return v > 0 ? v - 1 : -1;
-        }
+        if (cell_tid(c) == tid)
+            return (int)(uint32_t)c - 1;
     }
     return -1;
 }
 
+/* A fresh slot (a new index, else one of an exited thread), under map_lock. */
+static int slot_take(int32_t tid)
+{
+    int idx;
+    if (atomic_load(&nslots) < MAX_SLOTS)
+        idx = atomic_fetch_add(&nslots, 1);
+    else if (nfree > 0)
+        idx = free_slot[--nfree];
+    else
+        return -1;
+    slot_t *s = &slots[idx];
+    ddp_record *wlast = s->wlast, *park = s->park; /* buffers are kept for the next thread */
+    memset(s, 0, sizeof *s);
+    s->wlast = wlast;
+    s->park = park;
+    atomic_store(&s->tid, tid);
+    s->clock = ((~(clockid_t)tid) << 3) | 6; /* CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED */
+    atomic_fetch_add(&st.threads_seen, 1);
+    return idx;
+}
+
 static int slot_get_or_create(int32_t tid)
 {
+    int idx = slot_lookup(tid);
+    if (idx >= 0)
+        return idx;
+    pthread_mutex_lock(&map_lock);
     uint32_t h = tid_hash(tid);
+    idx = -1;
     for (int i = 0; i < MAP_SIZE; i++, h = (h + 1) & (MAP_SIZE - 1)) {
-        int32_t k = atomic_load(&map_key[h]);
-        if (k == 0) {
-            int32_t zero = 0;
-            if (atomic_compare_exchange_strong(&map_key[h], &zero, tid)) {
-                int32_t idx = atomic_fetch_add(&nslots, 1);
-                if (idx >= MAX_SLOTS) {
-                    atomic_fetch_add(&st.threads_overflow, 1);
-                    atomic_store(&map_val[h], -1);
-                    return -1;
-                }
-                slot_t *s = &slots[idx];
-                memset(s, 0, sizeof *s);
-                atomic_store(&s->tid, tid);
-                s->clock = ((~(clockid_t)tid) << 3) | 6; /* CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED */
-                atomic_fetch_add(&st.threads_seen, 1);
-                atomic_store(&map_val[h], idx + 1);
-                return idx;
-            }
-            k = atomic_load(&map_key[h]);
+        uint64_t c = atomic_load(&map_cell[h]);
+        if (c && cell_tid(c) == tid) {
+            idx = (int)(uint32_t)c - 1;
+            break;
         }
-        if (k == tid) {
-            int32_t v;
-            while ((v = atomic_load(&map_val[h])) == 0)
-                sched_yield();
-            return v > 0 ? v - 1 : -1;
+        if (!c) {
+            idx = slot_take(tid);
+            if (idx >= 0)
+                atomic_store(&map_cell[h], make_cell(tid, idx));
+            break;
         }
     }
-    atomic_fetch_add(&st.threads_overflow, 1);
-    return -1;
+    pthread_mutex_unlock(&map_lock);
+    if (idx < 0)
+        atomic_fetch_add(&st.threads_overflow, 1);
+    return idx;
+}
+
+/* The slot of a thread that exited goes back to the pool (wall thread only; under map_lock):
+ * its map cell is deleted by backward shift, so probe chains stay intact without tombstones.
+ * A late signal of its deleted timer cannot arrive (its thread is gone), and the handler
+ * checks the slot's tid anyway. */
+static void slot_recycle(int idx)
+{
+    slot_t *s = &slots[idx];
+    int32_t tid = atomic_load(&s->tid);
+    pthread_mutex_lock(&map_lock);
+    if (syscall(SYS_tgkill, my_pid, (int)tid, 0) == 0) { /* the kernel gave its tid to a new thread */
+        s->dead = 0;
+        pthread_mutex_unlock(&map_lock);
+        return;
+    }
+    uint32_t i = tid_hash(tid);
+    int found = 0;
+    for (int n = 0; n < MAP_SIZE; n++, i = (i + 1) & (MAP_SIZE - 1)) {
+        uint64_t c = atomic_load(&map_cell[i]);
+        if (!c)
+            break;
+        if (cell_tid(c) == tid && (int)(uint32_t)c - 1 == idx) {
+            found = 1;
+            break;
+        }
+    }
+    if (found && nfree < MAX_SLOTS) {
+        uint32_t j = i;
+        for (;;) {
+            atomic_store(&map_cell[i], 0);
+            uint64_t c;
+            for (;;) {
+                j = (j + 1) & (MAP_SIZE - 1);
+                c = atomic_load(&map_cell[j]);
+                if (!c)
+                    goto done;
+                uint32_t k = tid_hash(cell_tid(c));
+                /* move j into i unless its home k lies cyclically in (i, j] */
+                if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+                    continue;
+                break;
+            }
+            atomic_store(&map_cell[i], c);
+            i = j;
+        }
+    done:
+        s->recycled = 1;
+        free_slot[nfree++] = idx;
+    }
+    pthread_mutex_unlock(&map_lock);
 }
 
 static int is_excluded_cfg(int32_t tid)
@@ -418,6 +491,7 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
     if (atomic_load(&s->tstate) != tstate)
         atomic_store(&s->tstate, tstate);
     if (!atomic_load(&s->active)) {
+        s->dead = 0; /* (a tid the kernel gave to a new thread) */
         if (s->wpend)
             wall_flush(s);
         s->wfresh = 0; /* back after an absence: its frames are new */
@@ -549,7 +623,8 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
         return DDP_EINVAL; /* not a Python thread */
     uint32_t gen = atomic_load_explicit(&session_gen, memory_order_relaxed);
     int idx = tls_slot;
-    if (tls_gen != gen) {
+    /* (a cached slot is checked against our tid: an exited thread's slot serves another) */
+    if (tls_gen != gen || (idx >= 0 && atomic_load_explicit(&slots[idx].tid, memory_order_relaxed) != my_tid())) {
         idx = slot_get_or_create(my_tid());
         tls_slot = idx;
         tls_gen = gen;
@@ -738,7 +813,24 @@ static void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
         if (dead || s->absent >= 2) {
             atomic_store(&s->active, 0);
             timer_disarm(s);
+            s->dead = dead;
         }
+    }
+    /* Near full: slots that never became active (a thread seen only by its own records, e.g.
+     * an allocation, that exited before a scan found it) are checked too, a few per tick. */
+    static int sweep;
+    if (n >= MAX_SLOTS / 4 * 3 && nfree < 1024)
+        for (int k = 0; k < 512 && n; k++) {
+            slot_t *s = &slots[sweep++ % n];
+            if (!s->dead && !atomic_load(&s->active) && !atomic_load(&s->excluded) &&
+                syscall(SYS_tgkill, my_pid, (int)atomic_load(&s->tid), 0) != 0)
+                s->dead = 1;
+        }
+    /* Exited threads' slots, once nothing of theirs is pending, serve new threads. */
+    for (int i = 0; i < n; i++) {
+        slot_t *s = &slots[i];
+        if (s->dead && !s->recycled && !s->wpend && !s->park_on && !s->has_timer && !atomic_load(&s->active))
+            slot_recycle(i);
     }
 }
 
@@ -1308,10 +1400,9 @@ int ddp_start(const ddp_config *c)
         rc = DDP_ENOMEM;
         goto fail_gil;
     }
-    for (int i = 0; i < MAP_SIZE; i++) {
-        atomic_store(&map_key[i], 0);
-        atomic_store(&map_val[i], 0);
-    }
+    for (int i = 0; i < MAP_SIZE; i++)
+        atomic_store(&map_cell[i], 0);
+    nfree = 0;
     atomic_store(&nslots, 0);
     atomic_fetch_add(&session_gen, 1); /* every thread's cached slot is stale */
     atomic_store(&own_segv_checked_ns, INT64_MIN / 2);
