@@ -244,11 +244,12 @@ class Resolver:
     memory cannot crash us), checks its type and that its fingerprint — a hash of its
     qualname and filename *contents*, firstlineno and size, taken at sample time — still
     matches: a recycled address holding another function can therefore never lend its
-    name.  On 3.12+ a code watcher resolves sampled code objects as they die (the
-    graveyard), so samples of short-lived code keep their names; on 3.11 such frames
-    become ``[unknown]``.  Residual risk (3.11 and 3.12+ alike): a new code object at the
-    same address with the same qualname, filename, firstlineno and size but a different
-    body could give a sample a wrong *line* (never a wrong name).
+    name.  Sampled code objects that die before a drain (a module's ``<module>`` code once
+    its import ends, exec'd strings) are resolved as they die, into the graveyard: by a
+    code watcher on 3.12+, by a wrapper of ``PyCode_Type``'s dealloc on 3.11.  Residual
+    risk: a new code object at the same address with the same qualname, filename,
+    firstlineno and size but a different body could give a sample a wrong *line* (never a
+    wrong name).
     """
 
     def __init__(self):
@@ -280,7 +281,7 @@ class Resolver:
         )
 
     def absorb_graveyard(self) -> int:
-        """Move code objects that died while profiling (3.12+) into the cache."""
+        """Move code objects that died while profiling into the cache."""
         n = 0
         if not lib.ddp_graveyard_len:  # (a variable: no cffi call, no GIL handoff)
             return 0
@@ -716,7 +717,7 @@ class Session:
 
     BATCH = 1024
 
-    def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0,
+    def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0, agg_keys: int = 0,
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
                  alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0,
                  merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
@@ -742,6 +743,7 @@ class Session:
             mask |= 1 << EventType.parse(e).value
         cfg.events = mask
         cfg.ring_records = int(ring_records)
+        cfg.agg_keys = int(agg_keys)  # keys per native aggregate, 0 = default
         cfg.wall_threads_per_tick = int(wall_threads_per_tick)
         cfg.read_mode = READ_MODES[read_mode]
         cfg.n_exclude = len(exclude_tids)
@@ -851,8 +853,9 @@ class Session:
             "handler_calls", "wall_ticks", "wall_ns", "wall_records", "wall_unchanged", "graveyard_overflow",
             "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
-            "parked_at_start", "leaked_bytes")}
-        for name in ("samples", "dropped_full", "dropped_torn"):
+            "parked_at_start", "leaked_bytes", "agg_in", "agg_out", "agg_full", "agg_bytes",
+            "agg_folded")}
+        for name in ("samples", "dropped_full", "dropped_torn", "carried_full"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
 
@@ -865,6 +868,17 @@ def wait_stats() -> dict:
         "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
         "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns",
         "protect_failed", "passes", "edge_records")}
+
+
+def cpu_thread_totals() -> dict[int, tuple[int, int]]:
+    """After a session's stop, before its release: {tid: (CPU its clock says it used, CPU its
+    samples carried)} for each thread that had a CPU timer at stop."""
+    n = lib.ddp_cpu_thread_totals(ffi.NULL, ffi.NULL, ffi.NULL, 0)
+    if n <= 0:
+        return {}
+    tid, used, sampled = ffi.new("int32_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
+    n = min(n, lib.ddp_cpu_thread_totals(tid, used, sampled, n))
+    return {tid[i]: (used[i], sampled[i]) for i in range(n)}
 
 
 def after_fork_child() -> None:

@@ -349,8 +349,23 @@ def _inherited() -> tuple[LabelSet, int]:
     return _current.get(), (slot.id & ~LOW_MASK) if slot is not None else 0
 
 
+_start_hooks: list = []  # called with each thread once it runs (its native id is known then)
+
+
+def add_start_hook(hook) -> None:
+    """Call ``hook(thread)`` after every ``Thread.start`` (with the propagation patch
+    installed), e.g. to learn a short thread's name while it lives (idempotent)."""
+    if hook not in _start_hooks:
+        _start_hooks.append(hook)
+
+
 def _patched_start(original):
     def start(self):
+        started(self)
+        for hook in _start_hooks:
+            hook(self)
+
+    def started(self):
         ls, bits = _inherited()
         if (ls is not EMPTY_LABELS or bits) and not getattr(_tls, "pool", False):
             own = self.__dict__.get("run")  # an instance-level run (rare) is restored after

@@ -59,6 +59,19 @@ size_t ddp_ring_capacity(ddp_ring *r);
 #define DDP_RING_AHEAD 256                  /* cells kept prefaulted ahead of the producers */
 void ddp_ring_prefault(ddp_ring *r);        /* one thread at a time: ddp_ring_new, then the sampler thread */
 
+/* ---- aggregates (agg.c): records keyed by all a Profile keeps of them, counts summed -- */
+typedef struct ddp_agg ddp_agg;
+ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes);
+void ddp_agg_free(ddp_agg *a);
+void ddp_agg_reset(ddp_agg *a);
+/* Add r (its time bucket: `bucket`, -1 for none) into a: 0, or -1 when a is full. */
+int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_of)(int64_t ts));
+/* Copy up to max entries not read yet into buf, one per `stride` bytes; returns how many. */
+int ddp_agg_take(ddp_agg *a, void *buf, int max, size_t stride);
+uint32_t ddp_agg_keys(const ddp_agg *a);
+uint64_t ddp_agg_folded(const ddp_agg *a); /* records folded into their thread's last entry (full), ever */
+int ddp_agg_quarter_full(const ddp_agg *a);
+
 /* ---- interpreter access (pyframes.c) ------------------------------------------------- */
 /* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */
 int ddp_py_init(void);
@@ -78,8 +91,8 @@ void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi);
 typedef void (*ddp_thread_cb)(uintptr_t tstate, long tid, void *ctx);
 int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
 uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
-int ddp_py_watcher_start(void);            /* with the GIL; 3.12+ only */
-void ddp_py_watcher_stop(void);            /* with the GIL */
+int ddp_py_watcher_start(void);            /* with the GIL: record code deaths (3.12+ watcher, 3.11 dealloc wrapper) */
+void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them */
 void ddp_py_graveyard_clear(void);
 void ddp_py_after_fork_child(void);
 

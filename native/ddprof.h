@@ -101,6 +101,8 @@ typedef struct {
     /* ---- allocations (alloc.c) ---- */
     int64_t alloc_rate;          /* ALLOC: mean bytes between samples (Poisson); 0 = 512 KiB */
     /* ---- end allocations ---- */
+    int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
+    int32_t agg_reserved;
 } ddp_config;
 
 typedef struct {
@@ -130,6 +132,12 @@ typedef struct {
     int32_t prof_replaced;       /* 1: another tool's SIGPROF handler replaced ours; CPU sampling stopped then */
     int32_t parked_at_start;     /* threads found blocked in a wait when the session started */
     uint64_t leaked_bytes;       /* session buffers kept (not freed) because a producer was still inside */
+    uint64_t carried_full[8];    /* samples whose weight went to their thread's next sample: buffers full */
+    uint64_t agg_in;             /* records aggregated in native code ... */
+    uint64_t agg_out;            /* ... and the aggregated records the drain read */
+    uint64_t agg_full;           /* times records waited in the ring for a full aggregate */
+    uint64_t agg_bytes;          /* the aggregates' fixed size (keys and arena, both of them) */
+    uint64_t agg_folded;         /* records folded into their thread's last record: the aggregate was full */
 } ddp_stats;
 
 typedef struct {
@@ -147,6 +155,9 @@ int ddp_stop(void);                        /* stops timers, handler, sampler thr
 void ddp_release(void);                    /* frees buffers after the final drain; clears the code watcher */
 int ddp_running(void);
 int ddp_record_size(void);                 /* bytes per record incl. frames; 0 when no session */
+/* After ddp_stop, before ddp_release: per thread with a CPU timer then, the CPU its clock says
+ * it used since first seen and the CPU its samples carried.  Returns how many (may exceed cap). */
+int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap);
 int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */
 /* Block (without the GIL) until there is work for the drain: returns a DDP_WAKE_* mask (0 on
  * timeout), DDP_ENOTRUNNING once the session stops. */
@@ -176,10 +187,11 @@ int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info,
 /* Entries waiting in the graveyard: a variable, not a call, so the drain can look
  * without a cffi call (each call releases the GIL: a handoff to the profiled thread). */
 extern int ddp_graveyard_len;
-/* Next code object that died while profiling (3.12+ code watcher): 1 popped, 0 empty, 2 buffers too small. */
+/* Next code object that died while profiling (3.12+: code watcher; 3.11: PyCode_Type's dealloc, wrapped):
+ * 1 popped, 0 empty, 2 buffers too small. */
 int ddp_graveyard_pop(ddp_code_info *info, char *qualname, int qcap, char *filename, int fcap,
                       uint8_t *linetable, int lcap);
-int ddp_code_watcher_active(void);
+int ddp_code_watcher_active(void);         /* 1: code deaths are recorded now (session start to release) */
 /* Line of instruction `lasti` (code units) from a co_linetable (one format 3.11-3.15); firstlineno when none. */
 int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti);
 /* Test/benchmark helpers. */
@@ -195,6 +207,10 @@ int64_t ddp_merge_bucket(int64_t elapsed_ns, int64_t min_tick_ns, int32_t max_ti
  * a copy and returns what the check says (-1: no such field / nothing published). */
 int ddp_py_layout_problem(char *msg, int cap);
 int ddp_py_layout_selftest(int field, char *msg, int cap);
+/* Tests (3.11; -1 elsewhere): another tool's pass-through wrapper of PyCode_Type.tp_dealloc.
+ * op 1 wrap, 0 unwrap if on top, 2 put back the saved value blindly, 3 its calls so far,
+ * 4 the slot holds ours (1), the foreign one (2), something else (0).  Takes the GIL. */
+int64_t ddp_test_code_dealloc_foreign(int op);
 /* ---- end interpreter layout ---- */
 
 /* ---- lock/park: blocking waits hooked through GOT slots (waits.c) --------------------------

@@ -8,9 +8,10 @@
  * value before anything is read (ddp_py_layout_problem); a mismatch refuses the engine with
  * the field named, it never reads with a wrong layout.
  *
- * Every read of interpreter memory goes through ddp_safe_read into a local copy, and
- * fields are used from the copy: the walker never follows a pointer it has not copied,
- * and validates what it copied (types, bounds, owner, cycles).  Fields per version:
+ * Every read of interpreter memory goes through ddp_safe_read into a local copy (but those
+ * of a code object as it is freed, which is certainly intact: READ_LIVE), and fields are
+ * used from the copy: the walker never follows a pointer it has not copied, and validates
+ * what it copied (types, bounds, owner, cycles).  Fields per version:
  *                 3.11                     3.12              3.13            3.14 / 3.15
  *   top frame     tstate->cframe->current_frame  (same)      tstate->current_frame  (same)
  *   code          f_code                   f_code            f_executable    f_executable: a tagged
@@ -131,8 +132,9 @@ void ddp_bloom_clear(void)
 
 /* ---- code the drain has resolved: its "known" filter -------------------------------------
  * A sample that names code outside it makes the drain come soon (sampler.c, DDP_WAKE_CODE):
- * code can die, and on 3.11 (no watcher) it must be resolved while it lives.  Samples of
- * known code wait for the drain's interval.  A false positive (two pointers, one bit) only
+ * code can die, and where its death goes unrecorded (graveyard full, no code watcher free,
+ * the 3.11 dealloc wrapper taken out by another tool) only a look while it lives names
+ * it.  Samples of known code wait for the drain's interval.  A false positive (two pointers, one bit) only
  * delays that code's first drain to the interval.  It outlives sessions, as the process's
  * code cache does (_binding.py clears both together), so a notebook's next cell running
  * code resolved before does not bring the drain early. */
@@ -176,6 +178,21 @@ int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n)
 }
 
 /* ---- strings ------------------------------------------------------------------------- */
+/* READ_LIVE: plain copies, for objects the caller knows alive (a dying code object, read
+ * with the GIL before it is freed: it and what it references are intact).  A resolution then
+ * costs copies, not the ~12 process_vm_readv calls (~13 us) of a safe one. */
+#define READ_LIVE 2
+static inline int py_read(void *dst, uintptr_t src, size_t n, int mode)
+{
+    if (mode == READ_LIVE) {
+        if (src < 4096) /* a field left NULL: refuse, as a safe read would */
+            return -1;
+        memcpy(dst, (const void *)src, n);
+        return 0;
+    }
+    return ddp_safe_read(dst, src, n, mode);
+}
+
 typedef struct {
     int kind;          /* 1, 2, 4 */
     Py_ssize_t length; /* code points */
@@ -186,7 +203,7 @@ typedef struct {
 static int str_locate(uintptr_t s, int mode, str_ref *out)
 {
     PyASCIIObject a;
-    if (ddp_safe_read(&a, s, sizeof a, mode) != 0)
+    if (py_read(&a, s, sizeof a, mode) != 0)
         return -1;
     if ((uintptr_t)a.ob_base.ob_type != unicode_type)
         return -1;
@@ -201,7 +218,7 @@ static int str_locate(uintptr_t s, int mode, str_ref *out)
         out->data = s + (a.state.ascii ? sizeof(PyASCIIObject) : sizeof(PyCompactUnicodeObject));
     } else {
         PyUnicodeObject u;
-        if (ddp_safe_read(&u, s, sizeof u, mode) != 0 || !u.data.any)
+        if (py_read(&u, s, sizeof u, mode) != 0 || !u.data.any)
             return -1;
         out->data = (uintptr_t)u.data.any;
     }
@@ -227,7 +244,7 @@ static int str_hash(uintptr_t s, int mode, uint64_t *h)
     size_t n = (size_t)r.length * (size_t)r.kind;
     if (n > sizeof buf)
         n = sizeof buf;
-    if (n && ddp_safe_read(buf, r.data, n, mode) != 0)
+    if (n && py_read(buf, r.data, n, mode) != 0)
         return -1;
     uint64_t x = 0xCBF29CE484222325ULL ^ ((uint64_t)r.kind << 56) ^ (uint64_t)r.length;
     *h = fnv1a(buf, n, x * 0x100000001B3ULL);
@@ -366,6 +383,9 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
             *flags |= DDP_REC_TRUNCATED;
             break;
         }
+        /* Before the fingerprint's reads: a code object that dies while (or after) they run
+         * finds its bit set, so its death is recorded (a wall sample walks a running thread). */
+        ddp_bloom_set(cptr);
         uint64_t fp = 0;
         for (int i = 0; i < memo_n && i < MEMO; i++) /* memo_n counts past MEMO: slots wrap */
             if (memo[i].code == cptr) {
@@ -379,7 +399,6 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
             memo[memo_n % MEMO].fp = fp;
             memo_n++;
         }
-        ddp_bloom_set(cptr);
         note_if_new_code(cptr, fp);
         out[depth].code = cptr;
         out[depth].fp = fp;
@@ -629,7 +648,7 @@ static int str_utf8(uintptr_t s, int mode, char *dst, int cap, int *len)
     unsigned char *raw = malloc(nbytes ? nbytes : 1);
     if (!raw)
         return -1;
-    if (nbytes && ddp_safe_read(raw, r.data, nbytes, mode) != 0) {
+    if (nbytes && py_read(raw, r.data, nbytes, mode) != 0) {
         free(raw);
         return -1;
     }
@@ -672,7 +691,7 @@ static int str_utf8(uintptr_t s, int mode, char *dst, int cap, int *len)
 static int bytes_copy(uintptr_t b, int mode, uint8_t *dst, int cap, int *len)
 {
     PyBytesObject h;
-    if (ddp_safe_read(&h, b, offsetof(PyBytesObject, ob_sval), mode) != 0)
+    if (py_read(&h, b, offsetof(PyBytesObject, ob_sval), mode) != 0)
         return -1;
     if ((uintptr_t)h.ob_base.ob_base.ob_type != bytes_type)
         return -1;
@@ -680,19 +699,18 @@ static int bytes_copy(uintptr_t b, int mode, uint8_t *dst, int cap, int *len)
     if (n < 0 || n > (1 << 26))
         return -1;
     *len = (int)n;
-    if (n <= cap && n && ddp_safe_read(dst, b + offsetof(PyBytesObject, ob_sval), (size_t)n, mode) != 0)
+    if (n <= cap && n && py_read(dst, b + offsetof(PyBytesObject, ob_sval), (size_t)n, mode) != 0)
         return -1;
     return 0;
 }
 
 /* Resolve `code` if it is still the code object with fingerprint `fp` (fp 0: any). */
-static int resolve(uintptr_t code, uint64_t fp, ddp_code_info *info, char *q, int qcap, char *f, int fcap,
+static int resolve(uintptr_t code, uint64_t fp, int mode, ddp_code_info *info, char *q, int qcap, char *f, int fcap,
                    uint8_t *lt, int lcap)
 {
     char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
     PyCodeObject *co = (PyCodeObject *)cbuf;
-    int mode = DDP_READ_SYSCALL;
-    if (!code_type || ddp_safe_read(cbuf, code, CODE_HDR, mode) != 0)
+    if (!code_type || py_read(cbuf, code, CODE_HDR, mode) != 0)
         return DDP_EINVAL;
     if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type)
         return DDP_EINVAL;
@@ -711,7 +729,7 @@ static int resolve(uintptr_t code, uint64_t fp, ddp_code_info *info, char *q, in
     /* Re-check: everything copied belonged to the same code object (GIL held, so only a
      * concurrent free on another interpreter could change it; cheap insurance). */
     char cbuf2[sizeof(PyCodeObject)] __attribute__((aligned(16)));
-    if (ddp_safe_read(cbuf2, code, CODE_HDR, mode) != 0 || memcmp(cbuf + sizeof(PyObject), cbuf2 + sizeof(PyObject), CODE_HDR - sizeof(PyObject)) != 0)
+    if (py_read(cbuf2, code, CODE_HDR, mode) != 0 || memcmp(cbuf + sizeof(PyObject), cbuf2 + sizeof(PyObject), CODE_HDR - sizeof(PyObject)) != 0)
         return DDP_EINVAL;
     return 0;
 }
@@ -724,7 +742,7 @@ int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info, char *qual
     ddp_py_types_init();
     PyGILState_STATE g = PyGILState_Ensure();
     memset(info, 0, sizeof *info);
-    int rc = resolve((uintptr_t)code, fp, info, qualname, qcap, filename, fcap, linetable, lcap);
+    int rc = resolve((uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap, linetable, lcap);
     PyGILState_Release(g);
     return rc;
 }
@@ -786,7 +804,14 @@ int ddp_addr2line(const uint8_t *lt, int len, int firstlineno, int lasti)
     return line;
 }
 
-/* ---- code watcher and graveyard (3.12+) ---------------------------------------------- */
+/* ---- code deaths: the graveyard --------------------------------------------------------
+ * Samples keep code pointers; the drain names them later.  Code that dies in between (a
+ * module's <module> code once its import ends, exec'd strings, what pytest compiles and
+ * drops) is resolved just before it is freed, if samples may name it (the bloom filter),
+ * and kept here for the drain.  3.12+: a code watcher says when code dies.  3.11 has none:
+ * PyCode_Type's tp_dealloc is wrapped instead.  Deaths are recorded from session start to
+ * release (ddp_py_watcher_start/stop), so code dying after stop, before the final drain,
+ * keeps its name too. */
 typedef struct gy_entry {
     struct gy_entry *next;
     ddp_code_info info;
@@ -799,29 +824,29 @@ static gy_entry *gy_head, *gy_tail;
 int ddp_graveyard_len; /* entries; written under gy_lock, read by the drain without it (ddprof.h) */
 _Atomic uint64_t ddp_graveyard_overflow;
 #define GY_MAX 65536
-static int watcher_id = -1;
+static _Atomic int gy_armed; /* deaths are recorded (set with the GIL: watcher start/stop) */
 
-#if PY_VERSION_HEX >= 0x030C0000
-/* Runs with the GIL, just before a code object is freed: if samples may point at it,
- * resolve it now, while it is certainly valid, and keep the result for the drain. */
-static int on_code_event(PyCodeEvent event, PyCodeObject *co)
+/* With the GIL, while `co` is still intact: if samples may point at it, resolve it now and
+ * keep the result for the drain.  Code never sampled costs the two tests. */
+static void bury_if_sampled(PyCodeObject *co)
 {
-    if (event != PY_CODE_EVENT_DESTROY || !atomic_load(&ddp_session_active) || !ddp_bloom_test((uintptr_t)co))
-        return 0;
+    if (!atomic_load_explicit(&gy_armed, memory_order_relaxed) || !ddp_bloom_test((uintptr_t)co))
+        return;
     if (__atomic_load_n(&ddp_graveyard_len, __ATOMIC_RELAXED) >= GY_MAX) {
         atomic_fetch_add(&ddp_graveyard_overflow, 1);
-        return 0;
+        return;
     }
     gy_entry *e = calloc(1, sizeof *e);
     if (!e)
-        return 0;
+        return;
     int qcap = 256, fcap = 1024, lcap = 4096;
     for (int attempt = 0; attempt < 2; attempt++) {
         e->q = malloc(qcap);
         e->f = malloc(fcap);
         e->lt = malloc(lcap);
-        int rc = (e->q && e->f && e->lt) ? resolve((uintptr_t)co, 0, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap)
-                                         : DDP_ENOMEM;
+        int rc = DDP_ENOMEM;
+        if (e->q && e->f && e->lt)
+            rc = resolve((uintptr_t)co, 0, READ_LIVE, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap);
         if (rc == 1 && attempt == 0) {
             free(e->q), free(e->f), free(e->lt);
             qcap = e->info.qualname_len + 1, fcap = e->info.filename_len + 1, lcap = e->info.linetable_len + 1;
@@ -829,7 +854,7 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *co)
         }
         if (rc != 0) {
             free(e->q), free(e->f), free(e->lt), free(e);
-            return 0;
+            return;
         }
         break;
     }
@@ -842,13 +867,20 @@ static int on_code_event(PyCodeEvent event, PyCodeObject *co)
     gy_tail = e;
     __atomic_store_n(&ddp_graveyard_len, ddp_graveyard_len + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&gy_lock);
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int watcher_id = -1;
+
+static int on_code_event(PyCodeEvent event, PyCodeObject *co)
+{
+    if (event == PY_CODE_EVENT_DESTROY)
+        bury_if_sampled(co);
     return 0;
 }
-#endif
 
-int ddp_py_watcher_start(void)
+static int deaths_hook(void)
 {
-#if PY_VERSION_HEX >= 0x030C0000
     if (watcher_id < 0) {
         watcher_id = PyCode_AddWatcher(on_code_event);
         if (watcher_id < 0) {
@@ -857,23 +889,119 @@ int ddp_py_watcher_start(void)
         }
     }
     return 0;
-#else
-    return -1; /* 3.11 has no code watchers: the fingerprint alone guards names */
-#endif
 }
 
-void ddp_py_watcher_stop(void)
+static void deaths_unhook(void)
 {
-#if PY_VERSION_HEX >= 0x030C0000
     if (watcher_id >= 0) {
         if (PyCode_ClearWatcher(watcher_id) < 0)
             PyErr_Clear();
         watcher_id = -1;
     }
+}
+#else
+/* 3.11: PyCode_Type.tp_dealloc, wrapped.  Other tools may wrap the slot too, so the wrapper
+ * always calls what the slot held when it was installed, and is taken out at stop only while
+ * the slot still holds it: under another tool's wrapper it stays in, a pass-through (one
+ * flag test) until that tool puts it back on top.  It is never installed twice: a second
+ * copy in the chain would call itself through the other tool's wrapper, forever. */
+static destructor dealloc_next; /* the slot's value before ours */
+static int dealloc_wrapped;     /* ours is in the slot's chain (GIL) */
+
+static void code_dealloc_hook(PyObject *o)
+{
+    bury_if_sampled((PyCodeObject *)o);
+    dealloc_next(o);
+}
+
+static int deaths_hook(void)
+{
+    /* The slot holding exactly what ours calls means ours is out of the chain (another
+     * tool put back a value saved before ours went in): installing again is safe then. */
+    if (!dealloc_wrapped || PyCode_Type.tp_dealloc == dealloc_next) {
+        if (!PyCode_Type.tp_dealloc)
+            return -1;
+        dealloc_next = PyCode_Type.tp_dealloc;
+        PyCode_Type.tp_dealloc = code_dealloc_hook;
+        dealloc_wrapped = 1;
+    }
+    return 0;
+}
+
+static void deaths_unhook(void)
+{
+    if (dealloc_wrapped && PyCode_Type.tp_dealloc == code_dealloc_hook) {
+        PyCode_Type.tp_dealloc = dealloc_next;
+        dealloc_wrapped = 0;
+    }
+}
+#endif
+
+/* Tests: another tool's pass-through wrapper of PyCode_Type.tp_dealloc, as a profiler or
+ * debugger would install it (3.11 only; -1 elsewhere).  op 1: wrap the slot, saving its
+ * value; 0: unwrap if still on top; 2: put the saved value back whatever the slot holds
+ * (a careless tool); 3: the calls it has passed on; 4: the slot holds ours (1), the
+ * foreign one (2), another value (0). */
+#if PY_VERSION_HEX < 0x030C0000 && DDP_PY_SUPPORTED
+static destructor foreign_next;
+static _Atomic int64_t foreign_calls;
+static void foreign_dealloc(PyObject *o)
+{
+    atomic_fetch_add_explicit(&foreign_calls, 1, memory_order_relaxed);
+    foreign_next(o);
+}
+#endif
+
+int64_t ddp_test_code_dealloc_foreign(int op)
+{
+#if PY_VERSION_HEX < 0x030C0000 && DDP_PY_SUPPORTED
+    if (!Py_IsInitialized())
+        return -1;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int64_t rc = 0;
+    destructor now = PyCode_Type.tp_dealloc;
+    if (op == 1 && !foreign_next) {
+        foreign_next = now;
+        PyCode_Type.tp_dealloc = foreign_dealloc;
+    } else if ((op == 0 && now == foreign_dealloc) || (op == 2 && foreign_next)) {
+        PyCode_Type.tp_dealloc = foreign_next;
+        foreign_next = NULL;
+    } else if (op == 3) {
+        rc = atomic_load(&foreign_calls);
+    } else if (op == 4) {
+        rc = now == code_dealloc_hook ? 1 : now == foreign_dealloc ? 2 : 0;
+    } else {
+        rc = -1;
+    }
+    PyGILState_Release(g);
+    return rc;
+#else
+    (void)op;
+    return -1;
 #endif
 }
 
-int ddp_code_watcher_active(void) { return watcher_id >= 0; }
+int ddp_py_watcher_start(void)
+{
+#if DDP_PY_SUPPORTED
+    if (deaths_hook() != 0)
+        return -1;
+    atomic_store(&gy_armed, 1);
+    return 0;
+#else
+    return -1;
+#endif
+}
+
+void ddp_py_watcher_stop(void)
+{
+    atomic_store(&gy_armed, 0);
+#if DDP_PY_SUPPORTED
+    deaths_unhook();
+#endif
+}
+
+int ddp_code_watcher_active(void) { return atomic_load(&gy_armed); }
 
 int ddp_graveyard_pop(ddp_code_info *info, char *q, int qcap, char *f, int fcap, uint8_t *lt, int lcap)
 {
@@ -917,8 +1045,9 @@ void ddp_py_graveyard_clear(void)
 void ddp_py_after_fork_child(void)
 {
     /* The forking thread held the GIL; locks of other threads are gone: reinit ours.
-     * The watcher stays registered until the child's next start/release clears it; it
-     * is inert while no session is active. */
+     * The watcher (3.11: the dealloc wrapper) stays in until the child's next start/release
+     * takes it out; disarmed, it records nothing meanwhile. */
+    atomic_store(&gy_armed, 0);
     pthread_mutex_init(&gy_lock, NULL);
     gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
     __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);

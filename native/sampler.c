@@ -90,6 +90,7 @@ typedef struct {
     int park_on;                  /* park holds a wait not over yet ... */
     int64_t park_cpu, park_checked; /* ... as its CPU clock, unmoved at the last check, says */
     int dead;                     /* its thread exited: the slot goes back to the pool once flushed */
+    int64_t cpu_used_stop;        /* at stop: CPU its clock says it used since first seen (timer threads) */
     int recycled;                 /* in the pool */
 } slot_t;
 
@@ -128,12 +129,23 @@ static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
 static _Atomic int drain_waiting;
 static _Atomic int drain_new_thread;
 static int drain_stop; /* under drain_lock */
-/* The ring has one consumer at a time (ring.c): a wait's take and a drain from another
- * thread (the engine's drain thread and a caller's own drain) pop under this lock. */
-static pthread_mutex_t consume_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Records leave the ring into the active aggregate (agg.c): moved by the wall thread each
+ * tick and by every drain, under agg_lock (the ring's one consumer at a time).  The drain
+ * reads the other, retired aggregate; `held` is a record popped when the active one was full. */
+#define AGG_KEYS 65536             /* a second of 64 threads' wall samples is ~2,000 keys (32 ms ticks) */
+#define AGG_ARENA_BYTES (32u << 20) /* mapped, committed as written */
+static pthread_mutex_t agg_lock = PTHREAD_MUTEX_INITIALIZER;
+static ddp_agg *aggs[2];
+static int agg_active;
+static ddp_record *agg_held;
+static int agg_has_held;
+static _Atomic int agg_quarter; /* the active aggregate is a quarter full: a reason to wake the drain */
 
 static struct {
     _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
+    _Atomic uint64_t carried_full[8]; /* samples whose weight went to their thread's next one: buffers full */
+    uint64_t agg_in, agg_out;         /* records into the aggregates, aggregated records out */
+    uint64_t agg_full;                /* times the active aggregate was full when records waited */
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
     _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
@@ -460,7 +472,7 @@ static int64_t thread_cpu_ns(slot_t *s)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void wall_flush(slot_t *s);
+static int wall_flush(slot_t *s);
 
 /* A thread seen in the interpreter's list: make sure it has a slot, a timer, a state. */
 static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t now)
@@ -575,10 +587,8 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
 {
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(ring, &ticket);
-    if (!rec) {
-        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
-        return PROD_FULL;
-    }
+    if (!rec)
+        return PROD_FULL; /* (counted by the caller: dropped, or carried to a later sample) */
     rec->event = (uint8_t)event;
     rec->state = (uint8_t)tstate_kind;
     rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
@@ -648,6 +658,8 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
             atomic_store_explicit(&own_segv_checked_ns, now, memory_order_relaxed);
     }
     int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now);
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
@@ -668,6 +680,8 @@ int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t 
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
     int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts);
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&st.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
@@ -697,7 +711,10 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
     int64_t weight = cfg.interval_ns * (1 + overrun) + s->cpu_carry;
     int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
-    s->cpu_carry = r == PROD_TORN ? weight : 0;
+    /* a torn read or a full ring: the weight goes to this thread's next sample (totals stay exact) */
+    s->cpu_carry = r == PROD_TORN || r == PROD_FULL ? weight : 0;
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&st.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
     atomic_fetch_add_explicit(&st.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
@@ -855,21 +872,21 @@ static inline int64_t bucket_of(int64_t ts)
     return ddp_merge_bucket(ts - st.start_mono_ns, cfg.merge_tick_ns, cfg.merge_max_ticks);
 }
 
-/* Write a slot's pending WALL record (count samples) to the ring. */
-static void wall_flush(slot_t *s)
+/* Write a slot's pending WALL record (count samples) to the ring; 0 when the ring is full
+ * (the record stays pending: later samples of the thread add to it). */
+static int wall_flush(slot_t *s)
 {
     ddp_record *p = s->wlast;
-    s->wpend = 0;
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(ring, &ticket);
-    if (!rec) {
-        atomic_fetch_add_explicit(&st.dropped_full[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
-        return;
-    }
+    if (!rec)
+        return 0;
+    s->wpend = 0;
     memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
     ddp_ring_publish(ring, ticket);
     atomic_fetch_add_explicit(&st.samples[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
     atomic_fetch_add_explicit(&st.wall_records, 1, memory_order_relaxed);
+    return 1;
 }
 
 /* Test mode: the sample as its own record (aux 1), to check merged records against. */
@@ -960,13 +977,20 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     if (cfg.merge_shadow)
         wall_shadow(rec, dwall, now);
     int64_t bucket = bucket_of(now);
+    int fresh = 1; /* after this sample, wlast holds the thread's current stack */
     if (s->wpend && bucket >= 0 && s->wpend_bucket == bucket && (unchanged || same_sample(last, rec))) {
         last->count += 1;
         last->value += dwall;
         last->ts_ns = now;
+    } else if (s->wpend && !wall_flush(s)) {
+        /* the ring is full: this sample's time goes to the thread's pending record (its stack
+         * stands for both), so the thread's wall total stays exact */
+        last->count += 1;
+        last->value += dwall;
+        last->ts_ns = now;
+        atomic_fetch_add_explicit(&st.carried_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
+        fresh = unchanged; /* a new stack was walked and not kept: the pending one is not reusable */
     } else {
-        if (s->wpend)
-            wall_flush(s);
         if (!unchanged) {
             s->wlast = rec;
             *scratch = last;
@@ -980,7 +1004,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         if (bucket < 0)
             wall_flush(s); /* merging off */
     }
-    s->wfresh = 1;
+    s->wfresh = fresh;
     s->wlast_tstate = tstate;
     s->last_wall_ns = now;
     s->last_cpu_ns = cpu_now;
@@ -1005,6 +1029,43 @@ static void wall_tick(int *cursor, ddp_record **scratch)
     }
 }
 
+/* ---- aggregation (agg.c): records leave the ring without the GIL ------------------------------ */
+static int64_t bucket_fn(int64_t ts) { return bucket_of(ts); }
+
+/* Move the ring's records into the active aggregate (agg_lock held).  A full aggregate
+ * leaves them in the ring until the drain has read the other one. */
+static void agg_fill_locked(void)
+{
+    if (!ring || !aggs[0])
+        return;
+    ddp_agg *a = aggs[agg_active];
+    for (;;) {
+        if (!agg_has_held) {
+            if (!ddp_ring_pop(ring, agg_held))
+                break;
+            if (agg_held->flags & DDP_REC_INVALID)
+                continue; /* a torn read, counted as dropped when it was taken */
+            agg_has_held = 1;
+        }
+        /* (the merge test's shadow records stay one per sample: no time bucket) */
+        int64_t bucket = cfg.merge_shadow ? -1 : bucket_of(agg_held->ts_ns);
+        if (ddp_agg_add(a, agg_held, bucket, bucket_fn) != 0) {
+            st.agg_full++;
+            break;
+        }
+        agg_has_held = 0;
+        st.agg_in++;
+    }
+    atomic_store(&agg_quarter, ddp_agg_quarter_full(a));
+}
+
+static void agg_fill(void)
+{
+    pthread_mutex_lock(&agg_lock);
+    agg_fill_locked();
+    pthread_mutex_unlock(&agg_lock);
+}
+
 /* Samples of code the drain has not resolved wake it this long after its last wake at the
  * earliest: one wake per 0.1 s at most while new code keeps appearing, as often as the fixed
  * 0.1 s interval of before (3.11 has no code watcher: dying code must be resolved while it lives). */
@@ -1019,7 +1080,7 @@ static int drain_reasons(int consume)
     if (cfg.drain_new_code && atomic_load_explicit(&ddp_new_code_seen, memory_order_relaxed)
         && ddp_now_ns() - atomic_load(&last_drain_ns) >= DRAIN_NEW_CODE_NS)
         r |= DDP_WAKE_CODE;
-    if (cfg.drain_early && ring && ddp_ring_count(ring) >= ddp_ring_capacity(ring) / 4)
+    if (cfg.drain_early && ring && (ddp_ring_count(ring) >= ddp_ring_capacity(ring) / 4 || atomic_load(&agg_quarter)))
         r |= DDP_WAKE_RING;
     if (consume ? atomic_exchange(&drain_new_thread, 0) : atomic_load(&drain_new_thread))
         r |= DDP_WAKE_THREAD;
@@ -1215,6 +1276,7 @@ static void *sampler_main(void *arg)
                 park_tick(t0, 0);
             }
         }
+        agg_fill();
         drain_poke();
         ddp_ring_prefault(ring); /* pages ahead of the producers, off their path (ring.c) */
         int64_t t1 = ddp_now_ns();
@@ -1226,8 +1288,16 @@ static void *sampler_main(void *arg)
         pthread_mutex_lock(&wake_lock);
     }
     pthread_mutex_unlock(&wake_lock);
+    agg_fill();                        /* room in the ring for the last records */
     wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
     park_tick(ddp_now_ns(), 1);        /* and every wait still going on since the start */
+    agg_fill();
+    for (int i = 0; i < atomic_load(&nslots) && i < MAX_SLOTS; i++)
+        if (slots[i].wpend) { /* the ring stayed full: lost, and said */
+            atomic_fetch_add_explicit(&st.dropped_full[DDP_EVENT_WALL], (uint64_t)slots[i].wlast->count,
+                                      memory_order_relaxed);
+            slots[i].wpend = 0;
+        }
     free(b);
     free(scratch);
     return NULL;
@@ -1258,6 +1328,13 @@ static void free_session(int wait_producers)
      * memory goes back to the system between sessions) */
     ddp_ring_free(ring);
     ring = NULL;
+    for (int i = 0; i < 2; i++) {
+        ddp_agg_free(aggs[i]);
+        aggs[i] = NULL;
+    }
+    free(agg_held);
+    agg_held = NULL;
+    agg_has_held = 0;
     int n = atomic_load(&nslots);
     for (int i = 0; slots && i < n && i < MAX_SLOTS; i++) {
         free(slots[i].wlast);
@@ -1295,7 +1372,7 @@ static void atfork_child(void)
     ddp_alloc_after_fork_child(); /* allocations: hooks become pass-throughs */
     pthread_mutex_init(&wake_lock, NULL);
     pthread_mutex_init(&drain_lock, NULL); /* no drain waits in this child */
-    pthread_mutex_init(&consume_lock, NULL);
+    pthread_mutex_init(&agg_lock, NULL);
     drain_cond_init();
     atomic_store(&drain_waiting, 0);
     sampler_started = 0;
@@ -1336,7 +1413,7 @@ int ddp_start(const ddp_config *c)
     if (!c)
         return DDP_EINVAL;
     if (c->interval_ns < 100000 || c->interval_ns > 60000000000LL || c->max_depth < 1 || c->max_depth > 4096 ||
-        c->ring_records < 0 || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
+        c->ring_records < 0 || c->agg_keys < 0 || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
     uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL);
@@ -1396,7 +1473,13 @@ int ddp_start(const ddp_config *c)
         records = RING_BUDGET_BYTES / rec_size < 256 ? 256 : RING_BUDGET_BYTES / rec_size;
     ring = ddp_ring_new(records, rec_size);
     slots = calloc(MAX_SLOTS, sizeof(slot_t));
-    if (!ring || !slots) {
+    for (int i = 0; i < 2; i++)
+        aggs[i] = ddp_agg_new(cfg.agg_keys > 0 ? (uint32_t)cfg.agg_keys : AGG_KEYS, AGG_ARENA_BYTES);
+    agg_active = 0;
+    agg_held = malloc(rec_size);
+    agg_has_held = 0;
+    atomic_store(&agg_quarter, 0);
+    if (!ring || !slots || !aggs[0] || !aggs[1] || !agg_held) {
         rc = DDP_ENOMEM;
         goto fail_gil;
     }
@@ -1517,8 +1600,10 @@ int ddp_stop(void)
     for (int i = 0; slots && i < n; i++) {
         slot_t *s = &slots[i];
         int64_t now = s->has_timer && s->cpu_first_ns > 0 ? thread_cpu_ns(s) : -1;
+        s->cpu_used_stop = 0;
         if (now >= s->cpu_first_ns && s->cpu_first_ns > 0) {
-            st.cpu_used_ns += now - s->cpu_first_ns;
+            s->cpu_used_stop = now - s->cpu_first_ns;
+            st.cpu_used_ns += s->cpu_used_stop;
             st.cpu_sampled_ns += atomic_load_explicit(&s->cpu_sampled, memory_order_relaxed);
         }
     }
@@ -1567,6 +1652,27 @@ void ddp_release(void)
     }
 }
 
+int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap)
+{
+    if (cap < 0 || (cap && (!tid || !used || !sampled)))
+        return DDP_EINVAL;
+    if (atomic_load(&state) != ST_STOPPED || !slots)
+        return DDP_ENOTRUNNING;
+    int n = 0, ns = atomic_load(&nslots);
+    for (int i = 0; i < ns && i < MAX_SLOTS; i++) {
+        slot_t *s = &slots[i];
+        if (s->cpu_used_stop <= 0)
+            continue;
+        if (n < cap) {
+            tid[n] = atomic_load(&s->tid);
+            used[n] = s->cpu_used_stop;
+            sampled[n] = atomic_load(&s->cpu_sampled);
+        }
+        n++;
+    }
+    return n;
+}
+
 int ddp_record_size(void) { return ring ? (int)rec_size : 0; }
 
 int ddp_drain(void *buf, int max_records)
@@ -1576,18 +1682,36 @@ int ddp_drain(void *buf, int max_records)
         return DDP_ENOTRUNNING;
     if (!buf || max_records < 0)
         return DDP_EINVAL;
+    /* The retired aggregate is read out; once it is, the active one retires and a fresh one
+     * takes new records.  A call returns fewer than max_records only when both are empty. */
     int n = 0;
-    pthread_mutex_lock(&consume_lock);
-    while (n < max_records && ddp_ring_pop(ring, (char *)buf + (size_t)n * rec_size))
-        n++;
-    pthread_mutex_unlock(&consume_lock);
+    pthread_mutex_lock(&agg_lock);
+    agg_fill_locked();
+    while (n < max_records) {
+        ddp_agg *r = aggs[1 - agg_active];
+        n += ddp_agg_take(r, (char *)buf + (size_t)n * rec_size, max_records - n, rec_size);
+        if (n == max_records)
+            break;
+        if (!ddp_agg_keys(aggs[agg_active]) && !agg_has_held)
+            break;
+        ddp_agg_reset(r);
+        agg_active = 1 - agg_active;
+        agg_fill_locked();
+    }
+    st.agg_out += (uint64_t)n;
+    pthread_mutex_unlock(&agg_lock);
     return n;
 }
 
 int ddp_pending(void)
 {
     int s = atomic_load(&state);
-    return ring && (s == ST_RUNNING || s == ST_STOPPED) ? (int)ddp_ring_count(ring) : 0;
+    if (!ring || (s != ST_RUNNING && s != ST_STOPPED))
+        return 0;
+    pthread_mutex_lock(&agg_lock);
+    int n = (int)ddp_ring_count(ring) + (int)ddp_agg_keys(aggs[0]) + (int)ddp_agg_keys(aggs[1]);
+    pthread_mutex_unlock(&agg_lock);
+    return n;
 }
 
 int ddp_drain_wait(int64_t timeout_ns)
@@ -1669,6 +1793,14 @@ int ddp_get_stats(ddp_stats *out)
     out->timer_errno = atomic_load(&st.timer_errno);
     out->prof_replaced = atomic_load(&st.prof_replaced);
     out->parked_at_start = st.parked_at_start;
+    for (int i = 0; i < 8; i++)
+        out->carried_full[i] = atomic_load(&st.carried_full[i]);
+    out->agg_in = st.agg_in;
+    out->agg_out = st.agg_out;
+    out->agg_full = st.agg_full;
+    out->agg_folded = (aggs[0] ? ddp_agg_folded(aggs[0]) : 0) + (aggs[1] ? ddp_agg_folded(aggs[1]) : 0);
+    uint64_t keys = cfg.agg_keys > 0 ? (uint64_t)cfg.agg_keys : AGG_KEYS;
+    out->agg_bytes = 2 * ((uint64_t)AGG_ARENA_BYTES + 2 * keys * sizeof(uint32_t));
     out->leaked_bytes = leaked_bytes;
     return DDP_OK;
 }

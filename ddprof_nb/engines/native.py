@@ -20,6 +20,8 @@ import os
 import threading
 import time
 
+import numpy as np
+
 from .. import _binding
 from .. import labeling as _labels
 from .._alloc import AllocTracker
@@ -79,6 +81,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_child)
 
 
+def _name_started_thread(thread: threading.Thread) -> None:
+    engine, tid = _active, thread.native_id
+    if engine is not None and tid:
+        engine._names[tid] = thread.name
+
+
 class NativeEngine(Engine):
     """CPU and wall sampling of every Python thread, in native code (Linux, CPython 3.11-3.15, GIL builds)."""
 
@@ -87,15 +95,17 @@ class NativeEngine(Engine):
     supported_events |= {EventType.LOCK, EventType.PARK}  # lock/park: GOT-hooked waits (native/waits.c)
     supported_events |= {EventType.ALLOC}  # allocations (native/alloc.c); LIVE is produced at stop
 
-    def __init__(self, config: SamplerConfig, *, ring_records: int = 0, drain_interval: float | None = None,
+    def __init__(self, config: SamplerConfig, *, ring_records: int = 0, agg_keys: int = 0,
+                 drain_interval: float | None = None,
                  read_mode: str = "guarded", wall_threads_per_tick: int = 0,
                  wait_threshold_ns: int = 0, wait_max_rate: int = 0,
                  merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True):
-        """``ring_records``, ``read_mode``, ``wall_threads_per_tick``, ``drain_interval`` (max
+        """``ring_records``, ``agg_keys``, ``read_mode``, ``wall_threads_per_tick``, ``drain_interval`` (max
         seconds between drains), ``drain_early``, ``drain_new_code`` and ``merge_wall`` are
         tuning/test knobs."""
         super().__init__(config)
         self._ring_records = ring_records
+        self._agg_keys = agg_keys
         if drain_interval is None:
             drain_interval = DRAIN_INTERVAL
         self._drain_interval = drain_interval
@@ -136,7 +146,7 @@ class NativeEngine(Engine):
         self._drain_tid = self._thread.native_id
         session = _binding.Session(
             self.config.interval_ns, self.config.max_depth, self.config.events,
-            ring_records=self._ring_records, wall_threads_per_tick=self._wall_per_tick,
+            ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
             alloc_rate=self.config.alloc_rate, **self._session_knobs,
             **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
@@ -166,6 +176,11 @@ class NativeEngine(Engine):
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
         self._refresh_names()
+        # threads started from now on are named as they start: the drain names the threads
+        # it finds alive, but it needs the GIL, which beside dozens of busy threads it gets a
+        # few times a second, and a short thread is gone by then
+        _labels.add_start_hook(_name_started_thread)
+        _labels.install_propagation()
         _mirror_labels()
         _active = self
         self._go.set()
@@ -216,6 +231,7 @@ class NativeEngine(Engine):
             session.drain(self._converter, final=True)
             self._converter.name_threads()
             stats = session.stats()
+            stats["cpu_threads"] = _binding.cpu_thread_totals()
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
                 self._converter.alloc.flush(final=True)
                 self._converter.alloc.add_live()
@@ -271,6 +287,18 @@ class NativeEngine(Engine):
         full = sum(stats["dropped_full"].values())
         if full:
             notes.append(f"{full} sample(s) dropped: sample buffer full")
+        carried = sum(stats["carried_full"].values())
+        if carried:
+            notes.append(f"{carried} CPU/wall sample(s) found the sample buffer full: each one's time went to its "
+                         "thread's next sample (thread totals stay exact; their stacks are thinned)")
+        if stats["agg_in"]:
+            notes.append(f"native aggregation: {stats['agg_in']} records merged into {stats['agg_out']} before the "
+                         f"drain (fixed size {stats['agg_bytes'] / 2**20:.0f} MiB)"
+                         + (f"; full {stats['agg_full']} time(s), records waited in the ring" if stats["agg_full"] else ""))
+        if stats["agg_folded"]:
+            notes.append(f"degraded: {stats['agg_folded']} sample(s) found the native aggregate full (more distinct "
+                         "stacks than it holds before the drain came) and were added to their thread's previous "
+                         "record: thread and event totals stay exact, the split between stacks is thinned")
         if conv.unknown_frames:
             notes.append(f"{conv.unknown_frames} frame(s) could not be resolved (code freed before resolution): [unknown]")
         if stats["graveyard_overflow"]:
@@ -297,7 +325,9 @@ class NativeEngine(Engine):
         )
         builder = conv.builder
         builder.metadata = meta
-        return builder.build(end_ns=meta.end_ns)
+        profile = builder.build(end_ns=meta.end_ns)
+        note = _calibrate_cpu(profile, stats.get("cpu_threads") or {})
+        return profile.with_metadata(notes=meta.notes + (note,)) if note else profile
 
     # ---- lock/park ------------------------------------------------------------------------
     def _lockpark_notes(self) -> list[str]:
@@ -327,6 +357,36 @@ class NativeEngine(Engine):
         if w["restore_mismatch"]:
             notes.append(f"lock/park: {w['restore_mismatch']} slot(s) re-patched by someone else were left as found")
         return notes
+
+
+def _calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]]) -> str | None:
+    """Scale each thread's CPU samples so that they add up to what its own CPU clock says it
+    used during the session (in place; returns a note, or None when nothing was scaled).
+
+    A thread's CPU timer signals when the kernel finds its period used up, at a clock tick
+    the thread is running for: a thread that runs in short bursts between ticks (a worker
+    waking every few ms, a busy machine) is signalled late, and the CPU it used since its
+    last signal is never signalled at all at stop.  Its samples still say where its CPU
+    went; its clock says how much: the total comes from the clock, the split from the
+    samples (every sample of the thread weighted alike)."""
+    rows = profile.event == EventType.CPU.value
+    if not totals or not rows.any():
+        return None
+    factors = []
+    for index, thread in enumerate(profile.threads):
+        used = totals.get(thread.tid, (0, 0))[0]
+        sel = rows & (profile.thread == index)
+        recorded = int(profile.values[sel, 1].sum()) if used else 0
+        if recorded <= 0:
+            continue
+        k = used / recorded
+        profile.values[sel, 1] = np.rint(profile.values[sel, 1] * k).astype(np.int64)
+        factors.append(k)
+    if not factors:
+        return None
+    return (f"cpu: each thread's CPU total is its own CPU clock's ({len(factors)} thread(s); its samples, which "
+            f"split it between stacks, had accounted x{1 / max(factors):.2f} to x{1 / min(factors):.2f} of it: "
+            "timer signals come at clock ticks the thread runs for, and the last period before stop never signals)")
 
 
 def _late_signals_note(used_ns: int, sampled_ns: int, interval_ns: int) -> str | None:

@@ -255,22 +255,53 @@ def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
     assert r["kbd"] and r["raiser"] and r["cpu"] > 0.08e9  # raiser burnt 0.1 s; a tick may be lost
 
 
-def test_full_buffer_counts_drops_and_keeps_the_profile():
+def test_a_drain_that_never_comes_loses_nothing_the_native_aggregate_keeps_it():
+    # GIVEN a 16-record ring and a Python drain that never wakes during the session
     r = run_script(
         """
         e = engine(interval="1ms", ring_records=16, drain_interval=3600, drain_early=False,
-                   drain_new_code=False, merge_wall=False)
+                   drain_new_code=False)
         e.start()
+        t0 = time.thread_time()
         burn(0.3)
+        used = time.thread_time() - t0
         p = e.stop()
-        emit(dropped={k.label: v for k, v in p.metadata.dropped.items()}, rows=int(p.values[:, 0].sum()),
+        emit(dropped={k.label: v for k, v in p.metadata.dropped.items()}, cpu=p.total("cpu"), used=used,
              notes=p.metadata.notes)
         """
     )
-    # THEN drops are counted per event type and the 16 buffered samples survive
-    assert sum(r["dropped"].values()) > 10, r
-    assert 0 < r["rows"] <= 16
-    assert any("buffer full" in n for n in r["notes"])
+    # THEN the wall thread moved every record out of the ring into the aggregate: nothing is
+    # dropped, and the CPU the main thread burned is all there (a tick of it may be pending)
+    assert not r["dropped"], r
+    assert any("native aggregation" in n for n in r["notes"]), r["notes"]
+    assert r["cpu"] > 0.8 * r["used"] * 1e9, r
+
+
+def test_a_full_aggregate_thins_stacks_but_keeps_every_threads_totals():
+    # GIVEN a 16-record ring, aggregates of 16 keys (one record per sample: merge_wall off)
+    # and a Python drain that never wakes during the session
+    r = run_script(
+        """
+        e = engine(interval="1ms", ring_records=16, agg_keys=16, drain_interval=3600, drain_early=False,
+                   drain_new_code=False, merge_wall=False)
+        e.start()
+        t0, w0 = time.thread_time(), time.monotonic()
+        burn(0.3)
+        used, wall = time.thread_time() - t0, time.monotonic() - w0
+        p = e.stop()
+        main = threading.main_thread().native_id
+        walls = sum(s.values[1] for s in p.samples() if s.event is EventType.WALL and s.thread.tid == main)
+        emit(rows=len(p), cpu=p.total("cpu"), used=used, wall=wall, main_wall=walls, notes=p.metadata.notes)
+        """
+    )
+    # THEN few records are kept (16 keys and an eighth more for threads' first records, in
+    # each of the two aggregates), but the samples that found them full were added to their
+    # thread's last record: the CPU and the main thread's wall time stay whole (less what a
+    # last tick may hold), and the profile says the stacks were thinned
+    assert r["rows"] <= 2 * (16 + 2), r["rows"]
+    assert any("aggregate full" in n for n in r["notes"]), r["notes"]
+    assert r["cpu"] > 0.8 * r["used"] * 1e9, r
+    assert r["main_wall"] > 0.8 * r["wall"] * 1e9, r
 
 
 def test_replaced_fault_handler_degrades_to_syscall_reads():

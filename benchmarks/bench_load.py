@@ -1,0 +1,167 @@
+"""Nothing lost under load: many threads that want the GIL, beside a drain that needs it.
+
+    python benchmarks/bench_load.py [--seconds 10] [--rows NAME,...]
+
+Each row runs one workload for `--seconds` in one native session (cpu+wall at the row's
+interval; every worker thread lives from before the start to after the stop) and compares
+what the profile recorded with the threads' own clocks, read right before the start and
+right after the stop:
+
+- dropped: samples lost (buffer full, torn reads), from the profile's metadata;
+- thinned: samples whose time went to their thread's previous or next record because a
+  buffer was full (totals kept, the split between stacks thinned);
+- CPU: recorded CPU of the workers / the workers' CPU clocks (pthread_getcpuclockid);
+- wall: recorded wall of the workers / workers x the session's length;
+- split: the largest difference, in points, between a worker's share of the recorded CPU
+  and its share of the clocks' CPU;
+- drain CPU: the drain thread's CPU, and the time the native wall thread spent in its ticks
+  (sampling, and moving records into the aggregates), in % of the session;
+- RSS: the process's resident memory at the end, and its growth over the row.
+
+Goal (issue "Nothing lost under load"): every row 0 dropped; CPU and wall within 3 % of
+the clocks; split within 3 points.  Rows (the issue's table, then two more):
+
+    py8_10ms     8 pure-Python threads, 10 ms
+    py8_1ms      8 pure-Python threads, 1 ms
+    py64_10ms    64 pure-Python threads, 10 ms
+    sleep64      64 threads sleeping 5 ms in a loop + 1 burner, 10 ms
+    py32_1ms     32 pure-Python threads, 1 ms
+    py256_10ms   256 pure-Python threads, 10 ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+ROWS = {
+    "py8_10ms": (8, "10ms", "spin"),
+    "py8_1ms": (8, "1ms", "spin"),
+    "py64_10ms": (64, "10ms", "spin"),
+    "sleep64": (64, "10ms", "sleep"),
+    "py32_1ms": (32, "1ms", "spin"),
+    "py256_10ms": (256, "10ms", "spin"),
+}
+
+
+def _spin(stop: threading.Event, pause: threading.Event, paused: threading.Semaphore) -> None:
+    x = 0
+    while not pause.is_set():
+        x += 1
+    paused.release()
+    stop.wait()
+
+
+def _sleeper(stop: threading.Event, pause: threading.Event, paused: threading.Semaphore) -> None:
+    while not pause.is_set():
+        time.sleep(0.005)
+    paused.release()
+    stop.wait()
+
+
+def _cpu_of(thread: threading.Thread) -> float:
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_row(name: str, seconds: float) -> dict:
+    from ddprof_nb import _binding
+    from ddprof_nb.config import SamplerConfig
+    from ddprof_nb.engines.native import NativeEngine
+    from ddprof_nb.events import EventType
+
+    n, interval, kind = ROWS[name]
+    # workers run until `pause`, then block until `stop`: their CPU clocks are read once all
+    # of them block, before the session stops (the final drain then burns nobody's CPU clock)
+    stop, pause, paused = threading.Event(), threading.Event(), threading.Semaphore(0)
+    args = (stop, pause, paused)
+    workers = [threading.Thread(target=_spin if kind == "spin" else _sleeper, args=args, name=f"w{i}")
+               for i in range(n)]
+    if kind == "sleep":
+        workers.append(threading.Thread(target=_spin, args=args, name="burner"))
+    rss0 = _rss_mb()
+    for t in workers:
+        t.start()
+    engine = NativeEngine(SamplerConfig.make(events=("cpu", "wall"), interval=interval))
+    # (no file I/O in this thread while the workers run: each read gives up the GIL, and
+    # getting it back beside dozens of spinning threads takes up to a third of a second)
+    cpu0 = {t.native_id: _cpu_of(t) for t in workers}
+    engine.start()
+    drain = next(t for t in threading.enumerate() if t.name == "ddprof_nb-drain")
+    drain0 = _cpu_of(drain)
+    time.sleep(seconds)
+    pause.set()
+    for _ in workers:
+        paused.acquire()
+    cpu1 = {t.native_id: _cpu_of(t) for t in workers}
+    drain_cpu = _cpu_of(drain) - drain0
+    profile = engine.stop()
+    wall_busy = _binding.Session.stats()["wall_ns"] / 1e9
+    length = profile.metadata.duration_ns / 1e9
+    stop.set()
+    for t in workers:
+        t.join()
+    truth = {tid: cpu1[tid] - cpu0[tid] for tid in cpu0}
+    rec_cpu = dict.fromkeys(truth, 0)
+    rec_wall = dict.fromkeys(truth, 0)
+    for s in profile.samples():
+        if s.thread.tid in rec_cpu:
+            if s.event is EventType.CPU:
+                rec_cpu[s.thread.tid] += s.values[1] / 1e9
+            elif s.event is EventType.WALL:
+                rec_wall[s.thread.tid] += s.values[1] / 1e9
+    tot_truth, tot_cpu = sum(truth.values()), sum(rec_cpu.values())
+    split = max(abs(rec_cpu[t] / max(tot_cpu, 1e-9) - truth[t] / max(tot_truth, 1e-9)) for t in truth) * 100
+    thinned = 0
+    for note in profile.metadata.notes:
+        if "found the sample buffer full" in note or "found the native aggregate full" in note:
+            thinned += int(note.split()[0 if note[0].isdigit() else 1])
+    return {
+        "row": name, "threads": len(workers), "interval": interval,
+        "dropped": sum(profile.metadata.dropped.values()), "thinned": thinned,
+        "cpu": tot_cpu / max(tot_truth, 1e-9), "cpu_truth": tot_truth,
+        "wall": sum(rec_wall.values()) / (len(workers) * length), "split": split,
+        "drain": 100 * drain_cpu / length, "wallthread": 100 * wall_busy / length,
+        "rss": _rss_mb(), "rss_growth": _rss_mb() - rss0,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--rows", default=",".join(ROWS))
+    args = ap.parse_args(argv)
+    from ddprof_nb import _binding
+
+    reason = _binding.unavailable_reason()
+    if reason:
+        print(f"native engine unavailable: {reason}")
+        return 2
+    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
+          f"{args.seconds:.0f} s per row")
+    print()
+    print("| row | threads | interval | dropped | thinned | CPU rec/clocks | wall rec/(threads x s) | "
+          "split err (pt) | drain CPU | wall-thread busy | RSS MB (growth) | goals |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.rows.split(","):
+        r = run_row(name, args.seconds)
+        ok = r["dropped"] == 0 and abs(r["cpu"] - 1) <= 0.03 and abs(r["wall"] - 1) <= 0.03 and r["split"] <= 3
+        print(f"| {r['row']} | {r['threads']} | {r['interval']} | {r['dropped']} | {r['thinned']} | "
+              f"{r['cpu']:.3f} ({r['cpu_truth']:.1f} s) | {r['wall']:.3f} | {r['split']:.1f} | {r['drain']:.2f} % | "
+              f"{r['wallthread']:.2f} % | {r['rss']:.0f} ({r['rss_growth']:+.0f}) | {'met' if ok else 'MISSED'} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

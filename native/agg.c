@@ -1,0 +1,166 @@
+/* agg.c — records aggregated in native code, so that no sample waits for the GIL.
+ *
+ * Producers (the SIGPROF handler, the wall thread, the allocation and wait hooks) write
+ * records into the ring (ring.c), which is small and async-signal-safe.  Records leave the
+ * ring here, in ordinary threads and without the GIL: the wall thread moves them at every
+ * tick, the drain and stop move the rest.  Each record is added into an aggregate keyed by
+ * everything the Profile keeps of it: event, thread state, flags, thread, label set, frames,
+ * aux (an ALLOC record's id, a wait's kind) and the Profile's time tick at its time (the
+ * caller's bucket; ticks only coarsen as a profile grows, so records merged in one bucket
+ * share one final tick).  The Python drain, which needs the GIL, then converts one record
+ * per distinct key and tick instead of one per sample: beside dozens of threads that want
+ * the GIL it gets it a few times a second, and this is what keeps up with them.
+ *
+ * An aggregate is a byte arena of entries (a ddp_record header and its frames, in the
+ * order first seen) and an open-addressing index of arena offsets.  Its size is fixed when
+ * it is made.  One thread at a time uses an aggregate (the caller's lock).
+ *
+ * Full (more distinct keys before the drain came than it holds): a record of a new key is
+ * then folded into the last entry of its thread and event, count and value added, so every
+ * thread's totals stay exact and only the split of its time between stacks is thinned
+ * (counted).  A last eighth of keys and bytes is kept for the first entry of a thread and
+ * event that has none yet; past that, records wait in the ring.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "ddp_internal.h"
+
+#define LAST_SLOTS 4096      /* (thread, event) -> its last entry, direct-mapped */
+
+struct ddp_agg {
+    uint32_t *index;        /* arena offset / 8 + 1 per slot, 0 empty; `slots` (a power of two) */
+    uint32_t slots, keys, max_keys;
+    char *arena;
+    size_t arena_bytes, used;
+    size_t read;            /* arena offset of the next entry ddp_agg_take copies out */
+    uint32_t last[LAST_SLOTS]; /* arena offset / 8 + 1 of a thread's and event's last entry */
+    uint64_t folded;        /* records folded into their thread's last entry (full) */
+};
+
+static inline uint32_t last_slot(const ddp_record *r) { return ((uint32_t)r->tid * 2654435761u ^ r->event) & (LAST_SLOTS - 1); }
+
+static size_t entry_bytes(const ddp_record *r) { return sizeof(ddp_record) + (size_t)r->depth * sizeof(ddp_frame); }
+
+static uint64_t key_hash(const ddp_record *r, int64_t bucket)
+{
+    uint64_t h = r->stack_hash ^ ((uint64_t)r->event << 56) ^ ((uint64_t)r->state << 48) ^ ((uint64_t)r->flags << 32) ^
+                 (uint32_t)r->tid;
+    h ^= r->label_id * 0x9E3779B97F4A7C15ULL;
+    h ^= (uint64_t)bucket * 0xC2B2AE3D27D4EB4FULL;
+    h ^= r->aux * 0x165667B19E3779F9ULL;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+/* The bucket an entry was filed under is not stored: two records share a bucket when the
+ * entry's time and the record's map to the same one (the caller's bucket function). */
+static int same_key(const ddp_record *a, const ddp_record *b)
+{
+    return a->event == b->event && a->state == b->state && a->flags == b->flags && a->depth == b->depth &&
+           a->tid == b->tid && a->label_id == b->label_id && a->aux == b->aux && a->stack_hash == b->stack_hash &&
+           !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
+}
+
+ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes)
+{
+    ddp_agg *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    uint32_t slots = 64;
+    while (slots < (max_keys + max_keys / 8 + 1) * 2u)
+        slots <<= 1;
+    a->slots = slots;
+    a->max_keys = max_keys;
+    a->arena_bytes = arena_bytes;
+    a->index = calloc(slots, sizeof *a->index);
+    /* mmap'ed: pages are committed where entries are written, not up front */
+    a->arena = mmap(NULL, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!a->index || a->arena == MAP_FAILED || arena_bytes / 8 >= UINT32_MAX) {
+        if (a->arena != MAP_FAILED && a->arena)
+            munmap(a->arena, arena_bytes);
+        free(a->index);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void ddp_agg_free(ddp_agg *a)
+{
+    if (!a)
+        return;
+    munmap(a->arena, a->arena_bytes);
+    free(a->index);
+    free(a);
+}
+
+void ddp_agg_reset(ddp_agg *a)
+{
+    if (a->keys) {
+        memset(a->index, 0, a->slots * sizeof *a->index);
+        memset(a->last, 0, sizeof a->last);
+    }
+    a->keys = 0;
+    a->used = a->read = 0;
+}
+
+int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_of)(int64_t ts))
+{
+    uint32_t mask = a->slots - 1, i = (uint32_t)key_hash(r, bucket) & mask;
+    for (;;) {
+        uint32_t v = a->index[i];
+        if (!v)
+            break;
+        ddp_record *e = (ddp_record *)(a->arena + (size_t)(v - 1) * 8);
+        if (same_key(e, r) && (bucket < 0 ? e->ts_ns == r->ts_ns : bucket_of(e->ts_ns) == bucket)) {
+            e->count += r->count;
+            e->value += r->value;
+            if (r->ts_ns > e->ts_ns)
+                e->ts_ns = r->ts_ns;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    size_t need = entry_bytes(r);
+    uint32_t ls = last_slot(r), lv = a->last[ls];
+    ddp_record *last = lv ? (ddp_record *)(a->arena + (size_t)(lv - 1) * 8) : NULL;
+    if (last && (last->tid != r->tid || last->event != r->event))
+        last = NULL; /* another thread's: direct-mapped slots collide */
+    int full = a->keys >= a->max_keys || a->used + need > a->arena_bytes - a->arena_bytes / 8;
+    if (full && last && r->event != DDP_EVENT_ALLOC) { /* (an ALLOC record's id must stay its own) */
+        last->count += r->count;
+        last->value += r->value;
+        if (r->ts_ns > last->ts_ns)
+            last->ts_ns = r->ts_ns;
+        a->folded++;
+        return 0;
+    }
+    if (full && (a->keys >= a->max_keys + a->max_keys / 8 || a->used + need > a->arena_bytes))
+        return -1;
+    memcpy(a->arena + a->used, r, need);
+    a->index[i] = a->last[ls] = (uint32_t)(a->used / 8) + 1;
+    a->used += need; /* (entry sizes are multiples of 8) */
+    a->keys++;
+    return 0;
+}
+
+uint64_t ddp_agg_folded(const ddp_agg *a) { return a->folded; }
+
+int ddp_agg_take(ddp_agg *a, void *buf, int max, size_t stride)
+{
+    int n = 0;
+    while (n < max && a->read < a->used) {
+        const ddp_record *e = (const ddp_record *)(a->arena + a->read);
+        size_t len = entry_bytes(e);
+        memcpy((char *)buf + (size_t)n * stride, e, len);
+        a->read += len;
+        n++;
+    }
+    return n;
+}
+
+uint32_t ddp_agg_keys(const ddp_agg *a) { return a->keys; }
+int ddp_agg_quarter_full(const ddp_agg *a) { return a->keys >= a->max_keys / 4 || a->used >= a->arena_bytes / 4; }
