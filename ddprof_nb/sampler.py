@@ -8,6 +8,7 @@ use ``Sampler`` directly.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import threading
@@ -21,6 +22,19 @@ from .model import Frame, Profile
 
 _active_lock = threading.Lock()
 _active: "Sampler | None" = None
+
+
+def _after_fork_child() -> None:
+    """A fork child runs none of its parent's session (the engines forget it), and a fork
+    taken while another thread was inside start() or stop() leaves _active_lock held for
+    good: the child starts afresh, so it may profile itself."""
+    global _active_lock, _active
+    _active_lock = threading.Lock()
+    _active = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_child)
 
 
 def _engine_classes() -> dict:

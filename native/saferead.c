@@ -75,6 +75,8 @@ int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode)
     return got == (ssize_t)n ? 0 : -1;
 }
 
+static int is_ours(int sig);
+
 static void chain(struct sigaction *old, int sig, siginfo_t *si, void *uc)
 {
     if (old->sa_flags & SA_SIGINFO) {
@@ -101,6 +103,18 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add_explicit(&ddp_fault_count, 1, memory_order_relaxed);
         siglongjmp(g->jb, 1);
     }
+    /* Not ours.  The handler we chain to may itself chain back to us (a tool that saved ours
+     * while we ran, then had ours put back and saved again: faulthandler enable/disable
+     * around our sessions), and each return re-runs the faulting instruction: the same
+     * fault over and over on this thread is that loop, and ends in the default action. */
+    static DDP_TLS uintptr_t last_at;
+    static DDP_TLS int repeats;
+    repeats = at == last_at ? repeats + 1 : 1;
+    last_at = at;
+    if (repeats > 8) {
+        signal(sig, SIG_DFL);
+        return;
+    }
     chain(sig == SIGBUS ? &old_bus : &old_segv, sig, si, uc);
 }
 
@@ -114,10 +128,16 @@ int ddp_saferead_install(void)
     /* NODEFER: after the longjmp the fault signal must not stay blocked. */
     sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &old_segv) != 0)
+    /* A handler of ours already there was put back by a tool that saved it while we ran
+     * (faulthandler.enable() then disable() after our stop): what we chain to is still what
+     * we saved before, and saving ours as "the previous one" would make a real fault loop
+     * back into us forever. */
+    int segv = !is_ours(SIGSEGV), bus = !is_ours(SIGBUS);
+    if (segv && sigaction(SIGSEGV, &sa, &old_segv) != 0)
         return -1;
-    if (sigaction(SIGBUS, &sa, &old_bus) != 0) {
-        sigaction(SIGSEGV, &old_segv, NULL);
+    if (bus && sigaction(SIGBUS, &sa, &old_bus) != 0) {
+        if (segv)
+            sigaction(SIGSEGV, &old_segv, NULL);
         return -1;
     }
     installed = 1;

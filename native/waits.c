@@ -887,6 +887,12 @@ static void restore_all(int check_loaded)
     ndone = 0;
 }
 
+/* fork() waits until no thread of ours is inside the loader (patch_lock is held around every
+ * dl_iterate_phdr, dlsym and dladdr of this file): a loader lock copied held into the child
+ * would hang its first dlopen (an import of an extension module) forever. */
+static void atfork_prepare(void) { pthread_mutex_lock(&patch_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&patch_lock); }
+
 static void atfork_child(void)
 {
     /* The child records nothing and runs on the original functions. */
@@ -914,11 +920,11 @@ int ddp_waits_start(const ddp_config *cfg)
     (void)cfg;
     return DDP_EUNSUPPORTED;
 #else
-    pthread_mutex_lock(&patch_lock);
-    if (!w_atfork_done) {
-        pthread_atfork(NULL, NULL, atfork_child);
+    if (!w_atfork_done) { /* (before patch_lock: the prepare handler takes it) */
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         w_atfork_done = 1;
     }
+    pthread_mutex_lock(&patch_lock);
     memset(&ws, 0, sizeof ws);
     w_events = cfg->events & ddp_waits_events_mask();
     w_threshold = cfg->wait_threshold_ns > 0 ? cfg->wait_threshold_ns : DEFAULT_THRESHOLD_NS;
@@ -944,10 +950,10 @@ int ddp_waits_start(const ddp_config *cfg)
 void ddp_waits_tick(void)
 {
 #ifndef DDP_WAITS_NO_ARCH
-    if (!atomic_load(&w_on) || loader_adds() == seen_adds)
-        return; /* nothing loaded since the last pass */
+    if (!atomic_load(&w_on))
+        return;
     pthread_mutex_lock(&patch_lock);
-    if (atomic_load(&w_on)) {
+    if (atomic_load(&w_on) && loader_adds() != seen_adds) { /* objects were loaded since the last pass */
         patch_pass();
         ws.passes++;
     }
@@ -1038,12 +1044,14 @@ int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
     if (cap < 0 || (cap && (!addr || !val || !kind)))
         return DDP_EINVAL;
     scan_ctx c;
+    pthread_mutex_lock(&patch_lock);
     scan_init(&c, SCAN_LIST);
     c.addr = addr;
     c.val = val;
     c.kind = kind;
     c.cap = cap;
     dl_iterate_phdr(visit_object, &c);
+    pthread_mutex_unlock(&patch_lock);
     return c.n;
 #endif
 }

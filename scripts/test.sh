@@ -2,6 +2,8 @@
 # Set up everything the tests need on a fresh machine and run them all.
 #   bash scripts/test.sh            # the whole suite (what CI runs)
 #   PYTHONS="3.11" bash scripts/test.sh   # fewer interpreters while developing
+#   REPEAT=3 bash scripts/test.sh   # the pytest phases 3 times (after all installs; the
+#       sanitizer and chroot phases once), then every test that failed in any run, with its run
 # Each interpreter gets its own venv under .venvs/ with ddprof_nb installed (native
 # part compiled for that version).  3.11 runs everything; 3.12 and 3.13 run the parts
 # that depend on the interpreter (native, integration without the browser); the
@@ -22,6 +24,23 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
     command -v "python$v"
 }
 
+run_pytest() {  # the pytest phase of version $1 (its venv is ready)
+    local v=$1 targets
+    if [ "$v" = "3.11" ]; then
+        targets=(tests)
+    else
+        # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; the
+        # coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
+        targets=(tests/native tests/integration tests/coexist/test_coexist_repros.py
+                 tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow")
+    fi
+    "$ROOT/.venvs/$v/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}"
+}
+ready=()  # REPEAT: versions whose venv is ready, tested after all installs
+if [ -n "${REPEAT:-}" ] && ! [[ $REPEAT =~ ^[1-9][0-9]*$ ]]; then
+    echo "REPEAT must be a positive integer (got '$REPEAT')"; exit 2
+fi
+
 step "system packages"
 need=()
 command -v go >/dev/null 2>&1 || need+=(golang-go)
@@ -36,8 +55,8 @@ for v in $PYTHONS; do
     py=$(python_for "$v") || { echo "python $v not found"; failed+=("python$v-missing"); continue; }
     venv="$ROOT/.venvs/$v"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-    extras="dev"
-    [ "$v" = "3.11" ] && extras="dev,browser,bench,dask"
+    extras="dev,coexist"
+    [ "$v" = "3.11" ] && extras="dev,coexist,browser,bench,dask"
     if ! DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
         | grep -v "^WARNING: Location"; then :; fi
     "$venv/bin/python" -c "import ddprof_nb._native" || { failed+=("build-$v"); continue; }
@@ -48,17 +67,41 @@ for v in $PYTHONS; do
         "import ddprof_nb, ddprof_nb._binding as b; assert ddprof_nb.__file__.startswith('$target'), ddprof_nb.__file__; assert b.unavailable_reason() is None, b.unavailable_reason(); print('pip install . on', '$v', 'ok')"); then :
     else failed+=("pip-install-$v"); fi
     rm -rf "$target"
-    step "python $v: tests"
-    if [ "$v" = "3.11" ]; then
-        targets=(tests)
-    else
-        # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it)
-        targets=(tests/native tests/integration -m "not browser and not slow")
+    if [ -n "${REPEAT:-}" ]; then
+        ready+=("$v")
+        continue
     fi
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}"
+    step "python $v: tests"
+    run_pytest "$v"
     rc=$?
     [ $rc -eq 0 ] || failed+=("tests-$v(rc=$rc)")
 done
+
+if [ -n "${REPEAT:-}" ]; then
+    # Each run's failures are read from pytest's short summary (FAILED/ERROR lines).
+    logs=$(mktemp -d)
+    flaky=()
+    for ((run = 1; run <= REPEAT; run++)); do
+        for v in ${ready[@]+"${ready[@]}"}; do
+            step "run $run/$REPEAT: python $v: tests"
+            t0=$SECONDS
+            run_pytest "$v" 2>&1 | tee "$logs/run$run-$v.log"
+            rc=${PIPESTATUS[0]}
+            echo "run $run/$REPEAT python $v: pytest exit $rc in $((SECONDS - t0)) s"
+            [ $rc -eq 0 ] || failed+=("tests-$v-run$run(rc=$rc)")
+            n=${#flaky[@]}
+            while IFS= read -r line; do
+                flaky+=("run $run, python $v: $line")
+            done < <(grep -E '^(FAILED|ERROR) ' "$logs/run$run-$v.log" | cut -c1-300)
+            if [ $rc -ne 0 ] && [ ${#flaky[@]} -eq "$n" ]; then
+                flaky+=("run $run, python $v: pytest exit $rc without a FAILED/ERROR line (see its output)")
+            fi
+        done
+    done
+    rm -rf "$logs"
+    step "tests that failed in any of the $REPEAT runs"
+    if [ ${#flaky[@]} -gt 0 ]; then printf '%s\n' "${flaky[@]}"; else echo "none"; fi
+fi
 
 if [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]]; then
     step "native tests under ASan + UBSan (3.11)"

@@ -11,7 +11,7 @@ v=${SANITIZE_PYTHON:-3.11}
 py=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | sort -V | tail -1)")/bin/python3
 venv="$ROOT/.venvs/asan-$v"
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "$ROOT[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+"$venv/bin/pip" install -q --disable-pip-version-check "$ROOT[dev,coexist]" 2>&1 | grep -v "^WARNING: Location" || true
 # build from a clean copy: setuptools would otherwise reuse ./build's unsanitized objects
 src=$(mktemp -d)
 tar -C "$ROOT" --exclude=./build --exclude=./.venvs --exclude=./.git --exclude='*.so' --exclude='*.egg-info' -cf - . \
@@ -32,5 +32,7 @@ cd "$work"  # import ddprof_nb from the venv, not from the source tree
 # Lock/park tests are left out here: libasan interposes the very libc waits (sem_wait,
 # pthread_cond_wait, ...) whose GOT slots they hook, so their slots point at ASan's
 # interceptors and the hooks are (correctly) refused.  They run in the normal suites.
+# The coexistence suite runs too (its lock/park cells accept the refusal the profile notes),
+# the matrix for the set of every event only: each hook beside each other tool, in every order.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir="$ROOT" "$ROOT/tests/native" \
-    --ignore="$ROOT/tests/native/test_lockpark.py" "$@"
+    --ignore="$ROOT/tests/native/test_lockpark.py" "$ROOT/tests/coexist" -k "not test_beside or -all]" "$@"

@@ -15,8 +15,9 @@ binder/runtime.txt names) and shared by the notebook runs; nothing is cached bet
 sessions (pip runs with --no-cache-dir, as repo2docker does).
 
 ``repo2docker`` comes with the ``browser`` extra (CI's 3.11 venv has it); without it the
-Dockerfile check is skipped.  ``DDPROF_NB_BINDER_JOBS`` (default 2) notebooks run at a time,
-each within ``DDPROF_NB_NOTEBOOK_BUDGET_S`` (default 90 s for the whole run).
+Dockerfile check is skipped.  ``DDPROF_NB_BINDER_JOBS`` (default 2) notebooks run at a time;
+each run's time is printed, for people to judge (a shared machine makes any bound on it
+either loose or flaky; the 900 s subprocess timeout only stops a hung run).
 """
 
 from __future__ import annotations
@@ -146,8 +147,6 @@ def test_readme_binder_badge_opens_the_quickstart_of_this_repository():
 # Notebooks run this many at a time in the binder venv (each in its own process and kernel;
 # they share no files or ports).  1 = one after the other.
 JOBS = max(1, int(os.environ.get("DDPROF_NB_BINDER_JOBS", "2")))
-# per notebook, JOBS running at once on a 2-core machine; raise it on a busy machine
-BUDGET_S = float(os.environ.get("DDPROF_NB_NOTEBOOK_BUDGET_S", "90"))
 
 
 def _binder_key() -> str:
@@ -269,14 +268,14 @@ def test_notebook_runs_in_the_binder_venv(name, binder_runs):
     # WHEN the notebook runs headless in the binder venv
     r, out, seconds = binder_runs[name]
     log = f"{name} ({seconds:.0f} s):\n{(r.stdout + r.stderr)[-4000:]}"
+    # (the whole run's time, kernel start, imports and cells: a figure, not a gate)
+    print(f"\n[binder] {name}: {seconds:.0f} s")
     assert r.returncode == 0, log
     # THEN no cell raised and each profiled cell shows an explorer whose text summary names
     # the cell's hot function (notebook_expectations.py)
     check_outputs(f"{name} (binder venv)", nbformat.read(out / f"{name}.ipynb", as_version=4))
     # AND the report of its last profile was written and its top functions printed
     assert (out / f"{name}.report.html").stat().st_size > 10_000, log
-    # AND it finished within the budget (the whole run: kernel start, imports, cells)
-    assert seconds < BUDGET_S, f"{name}: {seconds:.0f} s (budget {BUDGET_S:.0f} s, DDPROF_NB_NOTEBOOK_BUDGET_S)"
     assert "HTML report of the last profile" in r.stdout and "top functions by" in r.stdout, log
 
 

@@ -1,0 +1,110 @@
+"""ddprof_nb beside other tools (issue 20): every tool x event set x start order x stop order.
+
+One interpreter per (tool, event set) runs the four order cells (ours/theirs first to start x
+ours/theirs first to stop), each followed by nothing else of ours, then a fresh session of
+ours alone (coexist_tools.run_matrix).  The cells share the interpreter while they pass (as
+tools come and go in one notebook kernel); after a failing cell the remaining ones run again
+in a new interpreter, so a crash or hang names its cell and hides none of the others.
+
+A cell passes when the process survives it (every interpreter runs under a timeout), ours
+either sampled the workload for every event of the set or was refused with a ProfilerError
+naming the other tool or resource (never "busy"), or says in a note that the other tool
+degraded that event (CPU samples while another SIGPROF handler is installed; lock/park
+unhookable under ASan), the other tool's own results are intact, it keeps working after our
+stop when it outlives our session, and a fresh session of ours alone samples afterwards.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from coexist_helpers import installed, run_snippet
+
+# (lock/park cells accept "no wait function could be hooked" under ASan: coexist_tools.SANITIZED)
+EVENT_SETS = ["cpu_wall", "alloc_live", pytest.param("lock_park", marks=pytest.mark.lockpark),
+              pytest.param("all", marks=pytest.mark.lockpark)]
+CELLS = ["start:ours-first/stop:ours-first", "start:ours-first/stop:theirs-first",
+         "start:theirs-first/stop:ours-first", "start:theirs-first/stop:theirs-first"]
+
+
+def _needs(module=None, min_py=None):
+    """The reason a tool cannot run here, or None."""
+    if min_py and sys.version_info < min_py:
+        return f"needs Python {'.'.join(map(str, min_py))}+"
+    if module and not installed(module):
+        return f"{module} is not installed (pip install -e .[coexist])"
+    return None
+
+
+# tool name in coexist_tools.TOOLS, extra environment, why it cannot run here (None: it can)
+TOOLS = {
+    "tracemalloc": ({}, None),
+    "cProfile": ({}, None),
+    "profile": ({}, None),
+    "sys.monitoring": ({}, _needs(min_py=(3, 12))),
+    "coverage-ctrace": ({"COVERAGE_CORE": "ctrace"}, _needs("coverage")),
+    "coverage-sysmon": ({"COVERAGE_CORE": "sysmon"}, _needs("coverage", (3, 12))),
+    "faulthandler": ({}, None),
+    "itimer_prof": ({}, None),
+    "itimer_real": ({}, None),
+    "yappi": ({}, _needs("yappi")),
+    "pyinstrument": ({}, _needs("pyinstrument")),
+    "memray": ({}, _needs("memray")),
+    "loader_storm": ({}, None),
+}
+
+
+def run_cells(tool, events, env):
+    """Every cell's outcome, {cell: [problems]}, plus the fresh sessions' problems.
+
+    The cells run in one interpreter while they pass; after a failing cell (problems, a crash
+    or a hang) the remaining ones run again in a new interpreter, so each cell is judged on
+    its own and a crash in one does not hide the others."""
+    name = tool.split("-")[0]  # coverage-ctrace / coverage-sysmon: one tool, two cores
+    outcome, fresh, pending = {}, [], list(range(len(CELLS)))
+    while pending:
+        run = run_snippet(
+            f"run_matrix({name!r}, {events!r}, cells={pending!r})",
+            timeout=45,
+            # one dump_traceback_later timer per process: the tool's own would cancel the
+            # watchdog (the hard timeout still applies)
+            watchdog=name != "faulthandler",
+            env=env,
+        )
+        r = run.result
+        done = [i for i in pending if CELLS[i] in r]
+        for i in done:
+            outcome[CELLS[i]] = r[CELLS[i]]["problems"]
+        if run.rc != 0:
+            # the cell it died or hung in: the first one without a result (or the fresh session)
+            where = next((i for i in pending if i not in done), None)
+            why = [f"{run.how} (stderr tail: {run.stderr[-1500:]!r})"]
+            if where is None:
+                fresh.append(f"after {CELLS[done[-1]]}: {why[0]}")
+            else:
+                outcome[CELLS[where]] = why
+                done.append(where)
+        elif "fresh" in r and r["fresh"]["problems"]:
+            fresh.append(f"after {CELLS[done[-1]] if done else '-'}: {r['fresh']['problems']}")
+        pending = [i for i in pending if i > max(done)] if done else []
+    return outcome, fresh
+
+
+@pytest.mark.parametrize("events", EVENT_SETS)
+@pytest.mark.parametrize("tool", list(TOOLS))
+def test_beside(tool, events):
+    env, why_not = TOOLS[tool]
+    if why_not:
+        pytest.skip(why_not)
+    outcome, fresh = run_cells(tool, events, env)
+    # THEN every cell ran to its end: the process survived it, with no hang (a crash or a hang
+    # is that cell's failure), ours sampled the workload for every event of the set or was
+    # refused naming the other tool, and the other tool's results are intact (and it kept
+    # working after our stop)
+    assert set(outcome) == set(CELLS), outcome
+    failed = {c: p for c, p in outcome.items() if p}
+    assert not failed, "\n".join(f"{c}: {p}" for c, p in failed.items())
+    # AND a fresh session of ours alone started and sampled every event afterwards
+    assert not fresh, fresh
