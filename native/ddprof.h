@@ -246,6 +246,8 @@ typedef struct {
     uint64_t protect_failed;     /* slots left alone because mprotect refused */
     uint64_t passes;             /* patch passes: one at start, one per tick that saw objects loaded */
     uint64_t edge_records;       /* waits recorded for their part inside the session (blocked at start, or at stop) */
+    uint32_t kinds_patched;      /* bit per DDP_WAIT_* kind with a slot hooked ... */
+    uint32_t kinds_foreign;      /* ... and with a slot left alone: it resolves to another library's function */
 } ddp_wait_stats;
 int ddp_wait_get_stats(ddp_wait_stats *out);
 /* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,

@@ -1308,16 +1308,16 @@ static void *sampler_main(void *arg)
  * emit.  Stop waits for them (bounded); release frees only when none is left. */
 static int producers_inside(void) { return atomic_load(&in_handler) || ddp_waits_emitting(); }
 
-static void free_session(int wait_producers)
+static void free_session(void)
 {
     /* A producer still inside (a thread stopped by a debugger or the cgroup freezer in the
      * handler, or preempted for longer than stop waited) would write into freed memory:
      * the buffers are then kept for good (counted) rather than freed under it. */
-    for (int spins = 0; wait_producers && producers_inside() && spins < 1000; spins++) {
+    for (int spins = 0; producers_inside() && spins < 1000; spins++) {
         struct timespec ts = { 0, 1000000 };
         nanosleep(&ts, NULL);
     }
-    if (wait_producers && producers_inside()) {
+    if (producers_inside()) {
         leaked_bytes += (ring ? ddp_ring_capacity(ring) * rec_size : 0) + MAX_SLOTS * sizeof(slot_t);
         ring = NULL;
         slots = NULL;
@@ -1360,6 +1360,7 @@ static void atfork_child(void)
      * back and forget the session so the child runs on unharmed and may profile itself. */
     tls_tid = 0; /* this thread's tid in the child */
     tls_gen = 0;
+    pthread_mutex_init(&map_lock, NULL); /* another thread may have held it at fork */
     if (atomic_load(&state) == ST_IDLE)
         return;
     atomic_store(&ddp_session_active, 0);
@@ -1376,9 +1377,14 @@ static void atfork_child(void)
     drain_cond_init();
     atomic_store(&drain_waiting, 0);
     sampler_started = 0;
-    /* Our copies of the buffers: no other thread exists here to use them (and malloc is
-     * usable in a fork child of a threaded glibc process), so give the memory back. */
-    free_session(0);
+    /* Our copies of the buffers are forgotten, not freed: the fork may have caught another
+     * thread half-way through freeing them (a release), and freeing again crashed the child. */
+    ring = NULL;
+    slots = NULL;
+    aggs[0] = aggs[1] = NULL;
+    agg_held = NULL;
+    agg_has_held = 0;
+    rec_size = 0;
     atomic_store(&in_handler, 0);
     my_pid = getpid();
     atomic_store(&state, ST_IDLE);
@@ -1524,7 +1530,7 @@ int ddp_start(const ddp_config *c)
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();
     atomic_store(&drain_new_thread, 0); /* the engine names the threads present at start itself */
-    ddp_py_watcher_start(); /* 3.12+: resolve dying code objects; absent on 3.11 */
+    ddp_py_watcher_start(); /* resolve sampled code objects as they die (3.12+ watcher, 3.11 dealloc wrapper) */
     PyGILState_Release(g);
 
     pthread_condattr_t ca;
@@ -1544,7 +1550,7 @@ int ddp_start(const ddp_config *c)
         g = PyGILState_Ensure();
         ddp_py_watcher_stop();
         PyGILState_Release(g);
-        free_session(1);
+        free_session();
         atomic_store(&state, ST_IDLE);
         return DDP_ESYS;
     }
@@ -1564,7 +1570,7 @@ fail_gil:
     }
     ddp_saferead_uninstall();
     PyGILState_Release(g);
-    free_session(1);
+    free_session();
     atomic_store(&state, ST_IDLE);
     return rc;
 }
@@ -1647,7 +1653,7 @@ void ddp_release(void)
     }
     ddp_py_graveyard_clear();
     if (atomic_load(&state) == ST_STOPPED) {
-        free_session(1);
+        free_session();
         atomic_store(&state, ST_IDLE);
     }
 }

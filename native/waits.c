@@ -101,6 +101,7 @@ static int w_atfork_done;
 static struct {
     _Atomic uint64_t records, short_skipped, rate_dropped, emit_failed, calls, edge_records;
     uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed, passes;
+    uint32_t kinds_patched, kinds_foreign; /* bit per DDP_WAIT_* kind: some slot hooked / left as someone else's */
 } ws;
 
 static DDP_TLS uint64_t w_rng;
@@ -625,6 +626,7 @@ static void patch_one(obj_t *o, uintptr_t slot, uintptr_t cur, unsigned type, si
     int lazy = cur >= o->lo && cur < o->hi && type == R_JUMP_SLOT;
     if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy)) {
         ws.slots_foreign++;
+        ws.kinds_foreign |= 1u << kind;
         return;
     }
     if (npatches >= MAX_PATCHES) {
@@ -652,6 +654,7 @@ static void patch_one(obj_t *o, uintptr_t slot, uintptr_t cur, unsigned type, si
     p->relro_hi = o->relro_hi;
     p->kind = kind;
     ws.slots_patched++;
+    ws.kinds_patched |= 1u << kind;
 }
 
 static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *c)
@@ -1033,6 +1036,8 @@ int ddp_wait_get_stats(ddp_wait_stats *out)
     out->protect_failed = ws.protect_failed;
     out->passes = ws.passes;
     out->edge_records = atomic_load(&ws.edge_records);
+    out->kinds_patched = ws.kinds_patched;
+    out->kinds_foreign = ws.kinds_foreign;
     return DDP_OK;
 }
 

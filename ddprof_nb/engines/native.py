@@ -28,6 +28,7 @@ from .._alloc import AllocTracker
 from ..config import SamplerConfig
 from ..errors import NotRunningError, ProfilerBusyError
 from ..events import EventType
+from ..lockpark import WAIT_KINDS, WaitClassifier
 from ..model import Metadata, Profile, ProfileBuilder
 from .base import Engine
 
@@ -169,8 +170,6 @@ class NativeEngine(Engine):
         # ---- lock/park: classify wait records at drain time (ddprof_nb/lockpark.py)
         waits = [e for e in self.config.events if e in (EventType.LOCK, EventType.PARK)]
         if waits:
-            from ..lockpark import WaitClassifier
-
             self._converter.waits = WaitClassifier(self._converter.builder, waits)
         # ---- end lock/park
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
@@ -354,6 +353,13 @@ class NativeEngine(Engine):
                          "so totals stay unbiased)")
         if not w["slots_patched"]:
             notes.append("lock/park: degraded: no wait function could be hooked in this process")
+        else:
+            missed = [WAIT_KINDS[k] for k in sorted(WAIT_KINDS) if w["kinds_foreign"] >> k & 1
+                      and not w["kinds_patched"] >> k & 1]
+            if missed:
+                notes.append(f"lock/park: degraded: {', '.join(missed)} could not be hooked (every import of it resolves "
+                             "to another library's function, e.g. a sanitizer's interceptor): waits in it are not seen"
+                             + (" (lock waits, and parks in Event/Condition/Queue)" if "sem_wait" in missed else ""))
         if w["restore_mismatch"]:
             notes.append(f"lock/park: {w['restore_mismatch']} slot(s) re-patched by someone else were left as found")
         return notes

@@ -130,8 +130,10 @@ def functions(p, event):
 
 
 def lockpark_degraded(p):
-    """The profile says no wait function could be hooked (what AddressSanitizer leads to)."""
-    return any("no wait function could be hooked" in n for n in p.metadata.notes)
+    """The profile says wait functions could not be hooked (what AddressSanitizer's
+    interceptors of sem_wait and friends lead to)."""
+    return any("no wait function could be hooked" in n or ("lock/park: degraded" in n and "could not be hooked" in n)
+               for n in p.metadata.notes)
 
 
 def degraded_by(p, event, words):
