@@ -51,6 +51,7 @@ def test_cpu_of_gil_releasing_threads_beside_a_sleeper():
                 hashlib.sha256(data).digest()
             truth[threading.get_native_id()] = time.thread_time()
         e = engine(interval="4ms", events=("cpu",))
+        main0 = time.thread_time()
         e.start()
         a = threading.Thread(target=hasher, args=(0.8,), name="A")
         b = threading.Thread(target=hasher, args=(0.4,), name="B")
@@ -58,16 +59,19 @@ def test_cpu_of_gil_releasing_threads_beside_a_sleeper():
         while a.is_alive() or b.is_alive():
             time.sleep(0.05)
         p = e.stop()
+        main_used = time.thread_time() - main0
         t = totals(p, EventType.CPU, lambda s: s.thread.name)
-        emit(t=dict(t), total=p.total("cpu"))
+        emit(t=dict(t), total=p.total("cpu"), main_used=main_used)
         """
     )
     # WHEN the CPU profile is split by thread
     t, total = r["t"], r["total"]
     a, b = t.get("A", 0), t.get("B", 0)
-    # THEN A:B is 2:1 within 6 points and the sleeper has < 2%
+    # THEN A:B is 2:1 within 6 points, and the sleeper has only its own CPU (its start and
+    # stop work, a few % of the total on a loaded machine), never the hashers'
     assert abs(a / (a + b) - 2 / 3) <= 0.06, t
-    assert t.get("MainThread", 0) / total < 0.02, t
+    assert t.get("MainThread", 0) <= r["main_used"] * 1e9 + 4e6, (t, r["main_used"])
+    assert t.get("MainThread", 0) / total < 0.1, t
 
 
 def test_wall_shares_of_three_threads_and_states():

@@ -329,14 +329,18 @@ def test_profiler_threads_never_sampled_and_cpu_timers_are_per_thread():
     r = run_script(
         """
         e = engine(interval="4ms")
+        main0 = time.thread_time()
         e.start()
         th = threading.Thread(target=burn, args=(0.2,), name="worker"); th.start()
         time.sleep(0.3); th.join()
         p = e.stop()
-        emit(names=sorted({t.name for t in p.threads}),
+        main_used = time.thread_time() - main0
+        emit(names=sorted({t.name for t in p.threads}), main_used=main_used,
              cpu=dict(totals(p, EventType.CPU, lambda s: s.thread.name)))
         """
     )
     assert "ddprof_nb-drain" not in r["names"]
     assert r["cpu"].get("worker", 0) >= 0.15e9
-    assert r["cpu"].get("MainThread", 0) < 0.05e9
+    # the sleeping main thread gets its own CPU (start and stop's work, which a loaded
+    # machine makes tens of ms), never the worker's
+    assert r["cpu"].get("MainThread", 0) <= r["main_used"] * 1e9 + 4e6, r
