@@ -266,13 +266,17 @@ def test_a_drain_that_never_comes_loses_nothing_the_native_aggregate_keeps_it():
         burn(0.3)
         used = time.thread_time() - t0
         p = e.stop()
-        emit(dropped={k.label: v for k, v in p.metadata.dropped.items()}, cpu=p.total("cpu"), used=used,
+        from ddprof_nb import _binding
+        emit(full=sum(_binding.Session.stats()["dropped_full"].values()), cpu=p.total("cpu"), used=used,
              notes=p.metadata.notes)
         """
     )
     # THEN the wall thread moved every record out of the ring into the aggregate: nothing is
-    # dropped, and the CPU the main thread burned is all there (a tick of it may be pending)
-    assert not r["dropped"], r
+    # dropped for want of room (a torn read, rarer than rare but seen under ASan's slower
+    # walks, carries its time to the next sample and is counted apart), and the CPU the
+    # main thread burned is all there (a tick of it may be pending)
+    assert r["full"] == 0, r
+    assert not any("buffer full" in n or "aggregate full" in n for n in r["notes"]), r["notes"]
     assert any("native aggregation" in n for n in r["notes"]), r["notes"]
     assert r["cpu"] > 0.8 * r["used"] * 1e9, r
 
