@@ -134,9 +134,29 @@ emit(active=active, buried=buried, after=lib.ddp_code_watcher_active())
     assert r["buried"] <= 2, r  # (a bloom false positive at most)
 
 
+# a session running code compiled on the spot, which dies before the final drain: how many
+# samples have an [unknown] frame, and how many of its file names the profile kept
+NAMES_DYING_CODE = """
+import gc
+from ddprof_nb.events import FrameKind
+def session_names_dying_code(tag):
+    e = engine(interval="1ms")
+    e.start()
+    for i in range(8):
+        ns = {"burn": burn}
+        exec(compile("burn(0.01)", f"<{tag}-{i}>", "exec"), ns)
+        del ns
+    gc.collect()
+    p = e.stop()
+    unknown = sum(s.values[0] for s in p.samples() if any(f.kind is FrameKind.UNKNOWN for f in s.stack))
+    named = len({f.filename for f in p.frames if f.filename.startswith(f"<{tag}-")})
+    return {"unknown": unknown, "named": named}
+"""
+
+
 def test_a_fork_child_frees_code_unharmed_and_names_dying_code_in_its_own_session():
     # GIVEN a process forked while its session records code deaths
-    r = run_script("""
+    r = run_script(NAMES_DYING_CODE + """
 import gc
 from ddprof_nb._binding import lib
 from ddprof_nb.events import FrameKind
@@ -150,16 +170,7 @@ if pid == 0:
     for i in range(5000):
         co.replace(co_name=f"c{i}")      # deaths in the child, the parent's hook disarmed
     out["buried"] = lib.ddp_graveyard_len
-    c = engine(interval="1ms")
-    c.start()
-    for i in range(8):
-        ns = {"burn": burn}
-        exec(compile("burn(0.01)", f"<child-{i}>", "exec"), ns)
-        del ns
-    gc.collect()
-    p = c.stop()
-    out["unknown"] = sum(s.values[0] for s in p.samples() if any(f.kind is FrameKind.UNKNOWN for f in s.stack))
-    out["named"] = len({f.filename for f in p.frames if f.filename.startswith("<child-")})
+    out.update(session_names_dying_code("child"))
     os.write(wr, json.dumps(out).encode())
     os._exit(0)
 os.close(wr)
@@ -176,7 +187,7 @@ emit(status=status, child=child)
 
 
 # ---- 3.11: PyCode_Type.tp_dealloc, wrapped, beside another tool's wrapper -------------------
-SLOT = """
+SLOT = NAMES_DYING_CODE + """
 import ctypes, gc, types
 from ddprof_nb._binding import lib
 from ddprof_nb.events import FrameKind
@@ -189,18 +200,6 @@ def churn(n=2000):  # code objects die, through whatever the slot holds
     co = compile("x = 1", "<churn>", "exec")
     for i in range(n):
         co.replace(co_name=f"c{i}")
-def session_names_dying_code(tag):
-    e = engine(interval="1ms")
-    e.start()
-    for i in range(8):
-        ns = {"burn": burn}
-        exec(compile("burn(0.01)", f"<{tag}-{i}>", "exec"), ns)
-        del ns
-    gc.collect()
-    p = e.stop()
-    unknown = sum(s.values[0] for s in p.samples() if any(f.kind is FrameKind.UNKNOWN for f in s.stack))
-    named = len({f.filename for f in p.frames if f.filename.startswith(f"<{tag}-")})
-    return {"unknown": unknown, "named": named}
 """
 
 
