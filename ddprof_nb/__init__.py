@@ -13,6 +13,7 @@ from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
 from .events import EventType, FrameKind
 from .labeling import labels
+from .loading import load
 from .model import Frame, LabelSet, Profile
 from .sampler import Sampler, profile, profiled
 
@@ -23,13 +24,6 @@ __all__ = [
     "profile", "profiled", "labels", "load", "Explorer", "history",
     "ProfilerError", "ProfilerBusyError", "NotRunningError", "EngineUnavailableError",
 ]
-
-
-def load(path):
-    """Read a profile written by ddprof_nb or another tool (pprof, speedscope, folded)."""
-    from .loading import load as _load
-
-    return _load(path)
 
 
 def __getattr__(name):

@@ -122,11 +122,14 @@ def _metadata() -> Metadata:
     return Metadata(engine="", python_version="", pid=0, host="", extra={"source_format": "folded"})
 
 
-def read(source, *, name: str | None = None, event=None) -> Profile:
+def read(source, *, name: str | None = None, event=None, interval_ns: int | None = None) -> Profile:
     """The Profile in a folded file, or in a directory of ``<event>.folded`` files.
 
     A single file's event comes from ``event`` or its name (``cpu.folded``); bytes need
-    ``event``.  ``ValueError`` naming the input (and line) for anything malformed.
+    ``event``.  Each line's number is the stack's quantity in the event's unit (what
+    ddprof_nb writes), or, with ``interval_ns``, a sample count (what py-spy, perf and
+    flamegraph.pl write): count = number, quantity = number x ``interval_ns``.
+    ``ValueError`` naming the input (and line) for anything malformed.
     """
     if not isinstance(source, (bytes, bytearray, memoryview)) and os.path.isdir(source):
         return _read_directory(Path(os.fspath(source)), name)
@@ -139,8 +142,12 @@ def read(source, *, name: str | None = None, event=None) -> Profile:
                 f"file <event>.folded ({', '.join(e.label for e in EventType)}) or pass event=..."
             )
     data, name = read_source(source, name, MAX_TEXT_BYTES)
-    builder = ProfileBuilder(_metadata())
-    _parse_into(builder, data, name, EventType.parse(event))
+    meta = _metadata()
+    if interval_ns is not None:
+        meta = meta.replace(interval_ns=interval_ns,
+                            notes=(f"folded values read as sample counts at {interval_ns} ns each",))
+    builder = ProfileBuilder(meta)
+    _parse_into(builder, data, name, EventType.parse(event), interval_ns)
     return finish_profile(builder, builder.metadata)
 
 
@@ -185,7 +192,8 @@ def _parse_frame(text: str, leaf: bool, event: EventType) -> Frame:
     return Frame(text)
 
 
-def _parse_into(builder: ProfileBuilder, data: bytes, name: str, event: EventType) -> None:
+def _parse_into(builder: ProfileBuilder, data: bytes, name: str, event: EventType,
+                interval_ns: int | None = None) -> None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -222,4 +230,10 @@ def _parse_into(builder: ProfileBuilder, data: bytes, name: str, event: EventTyp
             raise ValueError(f"{name}:{lineno}: the total of a stack overflows 64 bits")
     if totals:
         sids = list(totals)
-        builder.add_many(event, sids, thread, labels, [0] * len(sids), [(0, totals[s]) for s in sids])
+        if interval_ns is None:
+            values = [(0, totals[s]) for s in sids]
+        else:
+            values = [(totals[s], totals[s] * interval_ns) for s in sids]
+            if any(not -_INT64 <= q < _INT64 for _, q in values):
+                raise ValueError(f"{name}: a sample count x interval_ns={interval_ns} overflows 64 bits")
+        builder.add_many(event, sids, thread, labels, [0] * len(sids), values)

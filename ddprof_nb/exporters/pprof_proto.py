@@ -604,7 +604,9 @@ def _fmt_size(n: int) -> str:
     return f"{n >> 20} MiB" if n and n % (1 << 20) == 0 else f"{n} bytes"
 
 
-def _gunzip(data, name: str, limit: int) -> bytearray:
+def gunzip(data, name: str, limit: int) -> bytearray:
+    """The inflated bytes of a gzip file (every member), at most ``limit`` of them;
+    ValueError naming ``name`` for corrupt, truncated or over-limit data."""
     out = bytearray()
     buf = data
     while True:  # one iteration per gzip member (multi-member files are valid gzip)
@@ -653,7 +655,7 @@ def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = MAX_UNC
     if not data:
         raise ValueError(f"{name}: empty input (not a pprof profile)")
     if data[:2] == b"\x1f\x8b":
-        payload = bytes(_gunzip(data, name, max_uncompressed))
+        payload = bytes(gunzip(data, name, max_uncompressed))
         what = "gzip data is not a pprof profile"
     elif len(data) > max_uncompressed:
         raise ValueError(f"{name}: size exceeds {_fmt_size(max_uncompressed)}")

@@ -13,16 +13,19 @@ schema allows extra properties; speedscope ignores them), with arrays parallel t
 ``shared.frames`` and ``profiles``.  Our reader restores a Profile exactly from it.
 
 Reading other tools' files: ``sampled`` and ``evented`` profiles are accepted; each
-profile becomes one thread named after it.  The event comes from ``event=`` or the unit:
-time units -> wall (converted to nanoseconds), ``bytes`` -> alloc, ``none`` -> cpu with
-weights taken as sample counts (quantity = weight x ``interval_ns``).  Sampled weights
-give count 1 per sample; evented profiles give one count per stack interval.
+profile becomes one thread named after it (py-spy's ``Thread <tid> "<name>"`` gives the
+thread's id and name).  The event comes from ``event=`` or the unit: time units -> wall
+(converted to nanoseconds; cpu for py-spy, which records only the samples where a
+thread is not idle unless run with ``--idle``), ``bytes`` -> alloc, ``none`` -> cpu
+with weights taken as sample counts (quantity = weight x ``interval_ns``).  Sampled
+weights give count 1 per sample; evented profiles give one count per stack interval.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 
@@ -38,6 +41,7 @@ _KEY = "ddprof_nb"
 _TIME_UNITS = {"nanoseconds": 1, "microseconds": 1_000, "milliseconds": 1_000_000, "seconds": 1_000_000_000}
 _UNITS = set(_TIME_UNITS) | {"bytes", "none"}
 _INT64 = 1 << 63
+_PY_SPY_THREAD = re.compile(r'^Thread (?P<tid>\d+) "(?P<name>.*)"$', re.S)
 
 
 def _exporter() -> str:
@@ -256,8 +260,9 @@ def from_json(doc, *, name: str = "<speedscope>", event=None, interval_ns: int =
         for i, f in enumerate(frames):
             f = _dict(f, f"frame {i}")
             fname = _str(f.get("name"), f"frame {i} name")
-            ffile = _str(f.get("file", ""), f"frame {i} file")
-            fline = _int(f.get("line", 0), f"frame {i} line")
+            # (pyinstrument writes null file and line for its [self] frames)
+            ffile = _str(f.get("file") or "", f"frame {i} file")
+            fline = _int(f.get("line") or 0, f"frame {i} line")
             parsed_frames.append((fname, ffile, fline))
         if _KEY in doc and forced is None:
             return _read_ours(_dict(doc[_KEY], _KEY), parsed_frames, profiles, name)
@@ -354,6 +359,11 @@ def _read_foreign(doc: dict, frames: list, profiles: list, forced, interval_ns: 
         notes.append(f"speedscope profile group: {doc['name']}")
     meta = Metadata(engine="", python_version="", pid=0, host="", notes=tuple(notes),
                     extra={"source_format": "speedscope"})
+    exporter = doc.get("exporter")
+    py_spy = isinstance(exporter, str) and exporter.startswith("py-spy")
+    if py_spy and forced is None:
+        meta = meta.replace(notes=meta.notes + (
+            "py-spy samples threads only when they are not idle (unless run with --idle): read as CPU time",))
     builder = ProfileBuilder(meta)
     unitless: set[str] = set()
     ids = [builder.frame_id(Frame(n, f, ln)) for n, f, ln in frames]
@@ -366,7 +376,7 @@ def _read_foreign(doc: dict, frames: list, profiles: list, forced, interval_ns: 
         if forced is not None:
             event = forced
         elif unit in _TIME_UNITS:
-            event = EventType.WALL
+            event = EventType.CPU if py_spy else EventType.WALL
         elif unit == "bytes":
             event = EventType.ALLOC
         else:
@@ -378,8 +388,12 @@ def _read_foreign(doc: dict, frames: list, profiles: list, forced, interval_ns: 
             unitless.add("none")
         else:
             scale = 1
-        pname = p.get("name", f"profile {pi}")
-        thread = builder.thread_id(pi + 1, _str(pname, f"profile {pi} name") or f"profile {pi}")
+        pname = _str(p.get("name", f"profile {pi}"), f"profile {pi} name") or f"profile {pi}"
+        m = _PY_SPY_THREAD.match(pname)
+        if m and len(m["tid"]) < 19:
+            thread = builder.thread_id(int(m["tid"]), m["name"])
+        else:
+            thread = builder.thread_id(pi + 1, pname)
         if ptype == "sampled":
             samples = _list(p.get("samples"), f"profile {pi} samples")
             weights = _list(p.get("weights", [1] * len(samples)), f"profile {pi} weights")

@@ -109,9 +109,9 @@ def test_a_directory_of_folded_files_is_recognised(tmp_path):
 def test_sniff_names_the_formats():
     # GIVEN one small file per format  THEN sniff tells them apart (raw protobuf: None, tried last)
     files = small_files()
-    assert loading.sniff(files["pprof.gz"]) == "pprof"
+    assert loading.sniff(files["pprof.gz"]) == "gzip"
     assert loading.sniff(files["pprof.raw"]) is None
-    assert loading.sniff(files["speedscope"]) == "speedscope"
+    assert loading.sniff(files["speedscope"]) == "json"
     assert loading.sniff(files["folded"]) == "folded"
     assert loading.sniff(b"hello world\n") is None
 
@@ -185,7 +185,7 @@ def test_json_that_is_not_speedscope_is_a_value_error(tmp_path):
     path = tmp_path / "config.json"
     path.write_text('{"answer": 42}')
     # GIVEN JSON of another kind  WHEN loaded  THEN ValueError says it is not speedscope
-    with pytest.raises(ValueError, match=r"config\.json: not a speedscope file"):
+    with pytest.raises(ValueError, match=r"config\.json: JSON, but neither a speedscope file"):
         loading.load(path)
 
 

@@ -1,0 +1,3 @@
+module example.com/goprof
+
+go 1.19
