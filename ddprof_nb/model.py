@@ -435,6 +435,45 @@ class Profile:
 
         return aggregate.top(self, event, n=n, by=by, value_index=value_index)
 
+    # -- call-tree transforms (implemented in transforms.py; each returns a new Profile) --
+    def sandwich(self, function, event=None) -> "tuple[Profile, Profile]":
+        """``(callers, callees)`` of ``function`` (a name or a Frame), merged over all its
+        call sites; see ``transforms.sandwich``."""
+        from . import transforms
+
+        return transforms.sandwich(self, function, event)
+
+    def inverted(self) -> "Profile":
+        """The bottom-up profile (stacks reversed: roots are leaves, self time first)."""
+        from . import transforms
+
+        return transforms.inverted(self)
+
+    def merge_function(self, pattern: str) -> "Profile":
+        """The frames matching ``pattern`` removed; their time goes to their caller."""
+        from . import transforms
+
+        return transforms.merge_function(self, pattern)
+
+    def drop_function(self, pattern: str) -> "Profile":
+        """Without the samples whose stack holds a frame matching ``pattern``."""
+        from . import transforms
+
+        return transforms.drop_function(self, pattern)
+
+    def collapse_recursion(self, pattern: str | None = None, *, direct_only: bool = False) -> "Profile":
+        """Recursion (direct and indirect) collapsed: each function once per stack; see
+        ``transforms.collapse_recursion``."""
+        from . import transforms
+
+        return transforms.collapse_recursion(self, pattern, direct_only=direct_only)
+
+    def collapse_module(self, pattern: str) -> "Profile":
+        """Consecutive frames of the files matching ``pattern`` (a package, a file) as one frame."""
+        from . import transforms
+
+        return transforms.collapse_module(self, pattern)
+
     def save(self, path, **options) -> None:
         """Write to ``path``; the format follows its name (see ``exporters.save``)."""
         from . import exporters
