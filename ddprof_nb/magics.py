@@ -76,7 +76,7 @@ _KERNEL_MACHINERY = (
 _MARKER = "__cell__"
 _HOOKS_ATTR = "_ddprof_cell"
 _CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
-_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "status", "help")
+_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
@@ -89,6 +89,7 @@ USAGE = """\
 %ddprof show [NAME]             show a stored profile (default: the latest)
 %ddprof list                    list the stored profiles (ddprof_nb.history)
 %ddprof top [N] [NAME] [-e EVENT] [--by function|line]   text table of the top functions
+%ddprof sandwich FUNCTION [NAME] [-e EVENT] [-n N]   its callers and callees, over all call sites
 %ddprof save NAME PATH          write a profile (.pprof, .pb.gz, .speedscope.json, .folded, .html)
 %ddprof load PATH [-o NAME]     read a profile file into the history
 %ddprof diff A B                compare two stored profiles
@@ -716,6 +717,35 @@ class DDProfMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%ddprof top: {exc}") from None
         print(f"ddprof [{name}]\n" + ("\n\n".join(tables) if tables else "(no samples)"))
+
+    def _cmd_sandwich(self, rest: str):
+        from . import transforms
+
+        p = _Parser("%ddprof sandwich")
+        p.add_argument("function")
+        p.add_argument("profile", nargs="?", default=None)
+        p.add_argument("-e", "--event", default=None)
+        p.add_argument("-n", type=int, default=10)
+        a = p.parse_argstring(rest)
+        if a.n < 1:
+            raise UsageError(f"%ddprof sandwich: -n must be at least 1, not {a.n}")
+        name, profile = self._get(a.profile)
+        try:
+            callers, callees = profile.sandwich(a.function, event=a.event)
+            (key,) = transforms.function_keys(profile, a.function)
+            function = next(f for f in profile.frames if f.function_key == key).label(with_line=False)
+            tables = []
+            for e in [a.event] if a.event else callees.events:
+                tables.append(f"callers of {function} (self: called directly from it; total: reached through it)\n"
+                              + summary.top_table(transforms.caller_chains(callers), e, n=a.n))
+                tables.append(f"callees of {function} (from its outermost call down)\n"
+                              + summary.top_table(callees, e, n=a.n))
+        except ValueError as exc:
+            raise UsageError(f"%ddprof sandwich: {str(exc).removeprefix('sandwich: ')}") from None
+        if not len(callees):
+            print(f"ddprof [{name}]: {function} has no samples" + (f" of {a.event}" if a.event else ""))
+            return
+        print(f"ddprof [{name}] sandwich of {function}\n\n" + "\n\n".join(tables))
 
     def _cmd_save(self, rest: str):
         parts = _split(rest)

@@ -48,7 +48,7 @@ from .model import CSRStacks, Frame, Profile, aggregate_columns
 
 __all__ = [
     "sandwich", "inverted", "merge_function", "drop_function", "collapse_recursion",
-    "collapse_module", "function_keys",
+    "collapse_module", "function_keys", "caller_chains",
 ]
 
 
@@ -235,3 +235,11 @@ def sandwich(profile: Profile, function, event=None) -> tuple[Profile, Profile]:
         return [root_of[stack[at]], *stack[at + 1:]]
 
     return _restack(view, callers, extra), _restack(view, callees, extra)
+
+
+def caller_chains(callers: Profile) -> Profile:
+    """A sandwich's ``callers`` as top-down call chains without the function itself:
+    root = outermost caller, leaf = direct caller.  Its top table reads per caller:
+    self = the function's time in calls made directly from it, total = the function's
+    time reached through it (the function's own row would only repeat its total)."""
+    return _restack(callers, lambda s: s[:0:-1])

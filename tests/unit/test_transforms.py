@@ -237,3 +237,12 @@ def test_empty_and_bad_input():
         p.merge_function("(")
     with pytest.raises(ValueError, match="regex is empty"):
         p.collapse_module("")
+
+
+def test_caller_chains_read_direct_and_reached_through():
+    from ddprof_nb.transforms import caller_chains
+
+    callers, _ = build(HELPER).sandwich("helper")
+    chains = caller_chains(callers)
+    assert stacks(chains) == {"main;a": 10, "main;b": 20, "main;c;x": 30}
+    assert self_total(chains) == {"x": (30, 30), "b": (20, 20), "a": (10, 10), "main": (0, 60), "c": (0, 30)}
