@@ -42,6 +42,9 @@ __all__ = ["from_json", "looks_like"]
 
 _EPOCH_MS = 1e12  # a startTime past this (September 2001) is epoch milliseconds
 _INT64 = 1 << 63
+# Stacks are stored as a prefix tree, so a small file can describe stacks whose frames
+# add up to its size squared: refuse to expand more than this many frames.
+MAX_STACK_FRAMES = 1 << 25
 
 
 class _Bad(Exception):
@@ -74,6 +77,13 @@ def _number(v, what: str) -> float:
     return v
 
 
+def _ns(ms: float, what: str) -> int:
+    """Milliseconds as integer nanoseconds; ``_Bad`` past the int64 range."""
+    ns = ms * 1e6
+    _want(abs(ns) < _INT64, f"{what} is too large")
+    return round(ns)
+
+
 def _index(v, size: int, what: str, nullable: bool = False) -> int | None:
     if v is None and nullable:
         return None
@@ -86,10 +96,6 @@ def _table(thread: dict, key: str, columns: tuple[str, ...], where: str) -> tupl
     """(length, {column: list}) of a column table, every listed column checked."""
     t = thread.get(key)
     _want(isinstance(t, dict), f"{where}: no {key} (a column table)")
-    if "schema" in t and "data" in t:
-        raise _Bad("this is Firefox's raw (unprocessed) gecko profile, whose tables have a "
-                   "'schema'; open it in profiler.firefox.com and save the processed profile, "
-                   "which ddprof_nb reads")
     cols = {}
     length = t.get("length")
     for c in columns:
@@ -113,8 +119,8 @@ def _read(doc, forced: EventType | None) -> Profile:
     start_ms = _number(meta.get("startTime", 0), "meta.startTime")
     shared = doc.get("shared")
     shared_strings = shared.get("stringArray") if isinstance(shared, dict) else None
-    interval_ns = round(interval_ms * 1e6)
-    start_ns = round(start_ms * 1e6) if start_ms > _EPOCH_MS else 0
+    interval_ns = _ns(interval_ms, "meta.interval")
+    start_ns = _ns(start_ms, "meta.startTime") if start_ms > _EPOCH_MS else 0
     product = meta.get("importedFrom") or meta.get("product")
     notes = (f"Firefox Profiler profile from {str(product)[:80]}",) if product else ()
     builder = ProfileBuilder(Metadata(start_ns=start_ns, interval_ns=interval_ns, engine="", python_version="",
@@ -142,10 +148,14 @@ def _string(strings: list, i, what: str, default: str = "") -> str:
 def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: str,
                  interval_ns: int, forced: EventType | None) -> int:
     """Add one thread's samples; returns its last sample time (ns from the origin)."""
+    samples = thread.get("samples")
+    if isinstance(samples, dict) and "schema" in samples:
+        raise _Bad("this is Firefox's raw (unprocessed) gecko profile, whose tables have a "
+                   "'schema'; open it in profiler.firefox.com and save the processed profile, "
+                   "which ddprof_nb reads")
     nfunc, funcs = _table(thread, "funcTable", ("name", "fileName", "lineNumber"), where)
     nframe, frames = _table(thread, "frameTable", ("func", "line"), where)
     nstack, stacks = _table(thread, "stackTable", ("frame", "prefix"), where)
-    samples = thread.get("samples")
     _want(isinstance(samples, dict), f"{where}: no samples table")
     time_col = "time" if "time" in samples else "timeDeltas"
     nsample, cols = _table(thread, "samples", ("stack", time_col), where)
@@ -166,6 +176,7 @@ def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: st
         frame_ids.append(fid)
 
     paths: list[tuple[int, ...]] = []
+    expanded = 0
     for i in range(nstack):
         fr = frame_ids[_index(stacks["frame"][i], nframe, f"{where}: stackTable.frame[{i}]")]
         prefix = _index(stacks["prefix"][i], nstack, f"{where}: stackTable.prefix[{i}]", nullable=True)
@@ -174,6 +185,9 @@ def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: st
         else:
             _want(prefix < i, f"{where}: stackTable.prefix[{i}] does not point to an earlier stack")
             paths.append(paths[prefix] + (fr,))
+            expanded += len(paths[-1])
+            _want(expanded <= MAX_STACK_FRAMES,
+                  f"{where}: its stacks hold more than {MAX_STACK_FRAMES:,} frames in all")
     stack_ids: dict[int, int] = {}
 
     weight_type = samples.get("weightType", "samples")
@@ -205,8 +219,9 @@ def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: st
         sid = stack_ids.get(s)
         if sid is None:
             sid = stack_ids[s] = builder.stack_id(paths[s])
+        t_ns = max(0, _ns(now, f"{where}: samples.{time_col}[{j}]"))
         sids.append(sid)
-        tvals.append(max(0, round(now * 1e6)))
+        tvals.append(t_ns)
         vals.append((round(count), round(quantity)))
     if sids:
         tid = thread.get("tid")

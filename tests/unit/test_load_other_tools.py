@@ -242,3 +242,47 @@ def test_json_of_another_kind_names_both_json_formats(tmp_path):
     path.write_text('{"answer": 42}')
     with pytest.raises(ValueError, match=r"config\.json: JSON, but neither a speedscope file .* nor a Firefox Profiler file"):
         ddprof_nb.load(path)
+
+
+# --------------------------------------------------------------------------- what loads is usable
+
+ALL_FILES = {
+    "py-spy.raw.txt": {"event": "cpu", "interval_ns": 5_000_000},
+    "py-spy.speedscope.json": {},
+    "pyinstrument.speedscope.json": {},
+    "cpython-3.15.gecko.json": {},
+    "go/cpu.pprof": {},
+    "go/heap.pprof": {},
+    "go/mutex.pprof": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_FILES))
+def test_other_tools_profiles_save_and_reload_in_every_format(tmp_path, name):
+    p = ddprof_nb.load(DATA / name, **ALL_FILES[name])
+    for out in ("x.pprof", "x.speedscope.json"):
+        p.save(tmp_path / out)
+        q = ddprof_nb.load(tmp_path / out)
+        assert {e: q.total(e) for e in q.events} == {e: p.total(e) for e in p.events}, out
+    (tmp_path / "folded").mkdir()
+    p.save(tmp_path / "folded")
+    q = ddprof_nb.load(tmp_path / "folded")
+    assert {e: q.total(e) for e in q.events} == {e: p.total(e) for e in p.events if p.total(e)}
+
+
+@pytest.mark.parametrize("name", ["py-spy.raw.txt", "py-spy.speedscope.json", "pyinstrument.speedscope.json",
+                                  "cpython-3.15.gecko.json"])
+def test_sandwich_of_fib_in_other_tools_profiles(name):
+    p = ddprof_nb.load(DATA / name, **ALL_FILES[name])
+    (event,) = p.events
+    fib_total = next(r.total for r in p.top(event, n=None) if r.name == "fib")
+    callers, callees = p.sandwich("fib")
+    # THEN each side holds all of fib's time once, however deep it recursed
+    assert callers.total(event) == callees.total(event) == fib_total > 0
+    # AND fib's callers are spin (its only caller besides itself, counted at the outermost call)
+    direct = {callers.stack_frames(s)[1].name for s in set(callers.stack.tolist()) if len(callers.stacks[s]) > 1}
+    assert direct == {"spin"}
+    # AND with recursion collapsed, fib appears once per stack and keeps its total
+    flat = p.collapse_recursion()
+    assert max(sum(f.name == "fib" for f in flat.stack_frames(s)) for s in set(flat.stack.tolist())) == 1
+    assert next(r.total for r in flat.top(event, n=None) if r.name == "fib") == fib_total

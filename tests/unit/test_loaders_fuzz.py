@@ -162,3 +162,28 @@ def test_speedscope_documents_with_a_wrong_value_anywhere_raise_only_value_error
     # WHEN read  THEN a Profile or a ValueError naming the input
     only_value_errors("speedscope", data)
     only_value_errors("load", data)
+
+
+GECKO_BYTES = (__import__("pathlib").Path(__file__).resolve().parents[1]
+               / "data" / "other_tools" / "cpython-3.15.gecko.json").read_bytes()
+GECKO_DOC = json.loads(GECKO_BYTES)
+GECKO_PATHS = [p for p in _paths(GECKO_DOC) if "markers" not in p][1:]
+
+
+@FUZZ
+@given(path=st.sampled_from(GECKO_PATHS), value=json_values)
+def test_gecko_documents_with_a_wrong_value_anywhere_raise_only_value_errors(path, value):
+    # GIVEN CPython's Firefox Profiler document with one value anywhere replaced by arbitrary JSON
+    doc = copy.deepcopy(GECKO_DOC)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    # WHEN loaded  THEN a Profile or a ValueError naming the input
+    only_value_errors("load", json.dumps(doc).encode())
+
+
+@FUZZ
+@given(edits=st.lists(mutation, min_size=1, max_size=8))
+def test_mutated_gecko_bytes_raise_only_value_errors(edits):
+    only_value_errors("load", mutate(GECKO_BYTES, edits))
