@@ -733,7 +733,7 @@ class DDProfMagics(Magics):
         try:
             callers, callees = profile.sandwich(a.function, event=a.event)
             (key,) = transforms.function_keys(profile, a.function)
-            function = next(f for f in profile.frames if f.function_key == key).label(with_line=False)
+            function = transforms.function_frame(profile, key).label()
             tables = []
             for e in [a.event] if a.event else callees.events:
                 tables.append(f"callers of {function} (self: called directly from it; total: reached through it)\n"

@@ -48,7 +48,7 @@ from .model import CSRStacks, Frame, Profile, aggregate_columns
 
 __all__ = [
     "sandwich", "inverted", "merge_function", "drop_function", "collapse_recursion",
-    "collapse_module", "function_keys", "caller_chains",
+    "collapse_module", "function_keys", "function_frame", "caller_chains",
 ]
 
 
@@ -209,6 +209,14 @@ def function_keys(profile: Profile, function) -> set[tuple]:
     raise ValueError(f"sandwich: no function named {text!r} in this profile{hint}")
 
 
+def function_frame(profile: Profile, key: tuple) -> Frame:
+    """The one frame that stands for function ``key`` (a ``function_key``): at its first
+    line, or, when the format does not know it (folded stacks), its lowest line seen."""
+    name, filename, first_line, kind = key
+    line = first_line or min((f.line for f in profile.frames if f.function_key == key), default=0)
+    return Frame(name, filename, line, first_line, kind)
+
+
 def sandwich(profile: Profile, function, event=None) -> tuple[Profile, Profile]:
     """``(callers, callees)`` of ``function`` (see the module docstring), over the samples
     of ``event`` (default: every event present)."""
@@ -219,8 +227,8 @@ def sandwich(profile: Profile, function, event=None) -> tuple[Profile, Profile]:
     view = aggregate._select(view, rows)
     extra: list[Frame] = []
     index_of = _frame_index(view, extra)
-    root_of = {i: index_of(Frame(f.name, f.filename, f.first_line, f.first_line, f.kind))
-               for i, f in enumerate(view.frames) if is_target[i]}
+    roots = {key: index_of(function_frame(view, key)) for key in keys}
+    root_of = {i: roots[f.function_key] for i, f in enumerate(view.frames) if is_target[i]}
     target = is_target.tolist()
 
     def outermost(stack: tuple[int, ...]) -> int:

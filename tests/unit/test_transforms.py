@@ -246,3 +246,16 @@ def test_caller_chains_read_direct_and_reached_through():
     chains = caller_chains(callers)
     assert stacks(chains) == {"main;a": 10, "main;b": 20, "main;c;x": 30}
     assert self_total(chains) == {"x": (30, 30), "b": (20, 20), "a": (10, 10), "main": (0, 60), "c": (0, 30)}
+
+
+def test_sandwich_root_of_a_function_without_a_first_line_is_its_lowest_line():
+    # GIVEN frames of one function known only by their lines (as folded stacks give them)
+    b = ProfileBuilder(Metadata())
+    t = b.thread_id(1, "main")
+    main = Frame("main", NB, 3)
+    b.add("cpu", b.stack_of([main, Frame("fib", NB, 5), Frame("fib", NB, 4)]), t, 0, 0, 1, 7)
+    b.add("cpu", b.stack_of([main, Frame("fib", NB, 4)]), t, 0, 0, 1, 2)
+    callers, callees = b.build().sandwich("fib")
+    # THEN both trees have one root, fib at line 4
+    assert {callees.stack_frames(s)[0] for s in set(callees.stack.tolist())} == {Frame("fib", NB, 4)}
+    assert stacks(callers) == {"fib;main": 9} and stacks(callees) == {"fib;fib": 7, "fib": 2}
