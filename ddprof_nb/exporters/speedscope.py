@@ -218,10 +218,17 @@ def parse_json(data: bytes, name: str):
     except _Bad as e:
         raise ValueError(f"{name}: {e}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: not UTF-8 text, so not speedscope JSON (byte {e.start})") from None
+        if e.reason == "unexpected end of data":
+            raise ValueError(f"{name}: JSON cut short inside a character (the file looks truncated)") from None
+        raise ValueError(f"{name}: not UTF-8 text, so not JSON (byte {e.start})") from None
     except RecursionError:
         raise ValueError(f"{name}: JSON nested too deeply") from None
-    except ValueError as e:  # json.JSONDecodeError, int digit limit
+    except json.JSONDecodeError as e:
+        # a cut anywhere leaves a valid prefix: the parser fails in its last token (a cut
+        # literal or number: within 5 characters of the end), or in a string that runs to it
+        cut = e.pos >= len(e.doc.rstrip()) - 5 or e.msg.startswith("Unterminated string")
+        raise ValueError(f"{name}: not valid JSON ({e})" + ("; the file looks truncated" if cut else "")) from None
+    except ValueError as e:  # int digit limit
         raise ValueError(f"{name}: not valid JSON ({e})") from None
 
 

@@ -189,9 +189,9 @@ def test_go_mutex_profile_loads_as_lock_wait():
 
 TRUNCATED = {
     "py-spy.raw.txt": r"not a folded-stack line",
-    "py-spy.speedscope.json": r"not valid JSON",
-    "pyinstrument.speedscope.json": r"not valid JSON",
-    "cpython-3.15.gecko.json": r"not valid JSON",
+    "py-spy.speedscope.json": r"(not valid JSON .*|JSON cut short inside a character )\(?the file looks truncated",
+    "pyinstrument.speedscope.json": r"(not valid JSON .*|JSON cut short inside a character )\(?the file looks truncated",
+    "cpython-3.15.gecko.json": r"(not valid JSON .*|JSON cut short inside a character )\(?the file looks truncated",
     "go/cpu.pprof": r"truncated gzip stream",
     "go/heap.pprof": r"truncated gzip stream",
     "go/mutex.pprof": r"truncated gzip stream",
@@ -200,7 +200,7 @@ TRUNCATED = {
 
 
 @pytest.mark.parametrize("name", sorted(TRUNCATED))
-@pytest.mark.parametrize("keep", [0.5, 0.97])
+@pytest.mark.parametrize("keep", [0.3, 0.5, 0.77, 0.97])
 def test_a_truncated_file_of_each_kind_names_the_file_and_the_problem(tmp_path, name, keep):
     data = (DATA / name).read_bytes()
     path = tmp_path / Path(name).name
@@ -286,3 +286,14 @@ def test_sandwich_of_fib_in_other_tools_profiles(name):
     flat = p.collapse_recursion()
     assert max(sum(f.name == "fib" for f in flat.stack_frames(s)) for s in set(flat.stack.tolist())) == 1
     assert next(r.total for r in flat.top(event, n=None) if r.name == "fib") == fib_total
+
+
+def test_every_cut_of_a_json_file_says_it_looks_truncated():
+    data = (DATA / "pyinstrument.speedscope.json").read_bytes().rstrip()
+    for n in range(1, len(data)):
+        with pytest.raises(ValueError, match=r"^cut\.json: .*the file looks truncated"):
+            ddprof_nb.load(data[:n], name="cut.json")
+    # a file broken in the middle says what is wrong, not that it was cut
+    with pytest.raises(ValueError, match=r"not valid JSON \(Expecting") as err:
+        ddprof_nb.load(data.replace(b'"profiles":', b'"profiles" 1:', 1), name="cut.json")
+    assert "truncated" not in str(err.value)
