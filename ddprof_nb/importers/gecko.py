@@ -132,7 +132,8 @@ def _read(doc, forced: EventType | None) -> Profile:
         strings = thread.get("stringArray", thread.get("stringTable", shared_strings))
         _want(isinstance(strings, list), f"{where}: no string table (shared.stringArray)")
         max_time = max(max_time, _read_thread(builder, thread, strings, where, interval_ns, forced))
-    meta_out = builder.metadata.replace(end_ns=start_ns + max_time + interval_ns if max_time else start_ns)
+    end_ns = min(start_ns + max_time + interval_ns, _INT64 - 1) if max_time else start_ns
+    meta_out = builder.metadata.replace(end_ns=end_ns)
     builder.metadata = meta_out
     return finish_profile(builder, meta_out)
 
