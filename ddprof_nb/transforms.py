@@ -15,8 +15,9 @@ finds it in the frame's name or file name.  A *function* is a frame's
   function, split at its outermost call (so recursion counts once).  ``callers`` is
   inverted: the function is the root, then its caller, that caller's caller...;
   ``callees`` starts at the function and goes down to the leaves.  Both roots are the
-  function itself (one frame, at its first line), so each tree's total is the function's
-  total, merged over every call site.
+  function itself (one frame, ``function_frame``), so each tree's total is the
+  function's total, merged over every call site.  ``caller_chains(callers)`` turns
+  ``callers`` back into top-down chains for a table of callers.
 * ``inverted(p)``: stacks reversed (bottom-up): the roots are the leaves, so a root's
   total is that function's self time.
 * ``merge_function(p, regex)``: the matching frames are removed; their time goes to
