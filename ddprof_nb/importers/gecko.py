@@ -7,7 +7,8 @@ The facts this reader relies on:
   sampling interval in milliseconds; ``meta.startTime`` the time origin in milliseconds
   (epoch milliseconds when Firefox writes it, a monotonic clock for CPython).
 * Strings are indexes into ``shared.stringArray`` (newer versions) or the thread's own
-  ``stringArray`` (older ones).
+  ``stringArray`` (older ones); a stack, frame or function table a thread lacks is
+  looked up in ``shared`` too (where newer versions may share them).
 * Each thread has column tables (an object of equal-length lists plus ``length``):
   ``samples`` (``stack``, ``time`` in ms from ``meta.startTime`` or ``timeDeltas``,
   ``weight`` (null: 1 each) and ``weightType``: ``samples``, ``tracing-ms`` or
@@ -92,9 +93,10 @@ def _index(v, size: int, what: str, nullable: bool = False) -> int | None:
     return v
 
 
-def _table(thread: dict, key: str, columns: tuple[str, ...], where: str) -> tuple[int, dict]:
-    """(length, {column: list}) of a column table, every listed column checked."""
-    t = thread.get(key)
+def _table(thread: dict, key: str, columns: tuple[str, ...], where: str, shared=None) -> tuple[int, dict]:
+    """(length, {column: list}) of a column table, every listed column checked; the
+    thread's own, else the document's ``shared`` one."""
+    t = thread.get(key) if key in thread or not isinstance(shared, dict) else shared.get(key)
     _want(isinstance(t, dict), f"{where}: no {key} (a column table)")
     cols = {}
     length = t.get("length")
@@ -131,7 +133,7 @@ def _read(doc, forced: EventType | None) -> Profile:
         _want(isinstance(thread, dict), f"{where} is not an object")
         strings = thread.get("stringArray", thread.get("stringTable", shared_strings))
         _want(isinstance(strings, list), f"{where}: no string table (shared.stringArray)")
-        max_time = max(max_time, _read_thread(builder, thread, strings, where, interval_ns, forced))
+        max_time = max(max_time, _read_thread(builder, thread, shared, strings, where, interval_ns, forced))
     end_ns = min(start_ns + max_time + interval_ns, _INT64 - 1) if max_time else start_ns
     meta_out = builder.metadata.replace(end_ns=end_ns)
     builder.metadata = meta_out
@@ -146,7 +148,7 @@ def _string(strings: list, i, what: str, default: str = "") -> str:
     return s
 
 
-def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: str,
+def _read_thread(builder: ProfileBuilder, thread: dict, shared, strings: list, where: str,
                  interval_ns: int, forced: EventType | None) -> int:
     """Add one thread's samples; returns its last sample time (ns from the origin)."""
     samples = thread.get("samples")
@@ -154,9 +156,9 @@ def _read_thread(builder: ProfileBuilder, thread: dict, strings: list, where: st
         raise _Bad("this is Firefox's raw (unprocessed) gecko profile, whose tables have a "
                    "'schema'; open it in profiler.firefox.com and save the processed profile, "
                    "which ddprof_nb reads")
-    nfunc, funcs = _table(thread, "funcTable", ("name", "fileName", "lineNumber"), where)
-    nframe, frames = _table(thread, "frameTable", ("func", "line"), where)
-    nstack, stacks = _table(thread, "stackTable", ("frame", "prefix"), where)
+    nfunc, funcs = _table(thread, "funcTable", ("name", "fileName", "lineNumber"), where, shared)
+    nframe, frames = _table(thread, "frameTable", ("func", "line"), where, shared)
+    nstack, stacks = _table(thread, "stackTable", ("frame", "prefix"), where, shared)
     _want(isinstance(samples, dict), f"{where}: no samples table")
     time_col = "time" if "time" in samples else "timeDeltas"
     nsample, cols = _table(thread, "samples", ("stack", time_col), where)

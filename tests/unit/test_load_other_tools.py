@@ -297,3 +297,16 @@ def test_every_cut_of_a_json_file_says_it_looks_truncated():
     with pytest.raises(ValueError, match=r"not valid JSON \(Expecting") as err:
         ddprof_nb.load(data.replace(b'"profiles":', b'"profiles" 1:', 1), name="cut.json")
     assert "truncated" not in str(err.value)
+
+
+def test_gecko_tables_shared_between_threads_load():
+    # GIVEN the document with one thread's stack, frame and function tables moved to "shared"
+    doc = _gecko()
+    t = doc["threads"][0]
+    for key in ("stackTable", "frameTable", "funcTable"):
+        doc["shared"][key] = t.pop(key)
+    p = ddprof_nb.load(json.dumps(doc).encode(), name="shared.json")
+    # THEN it loads as the original does
+    q = ddprof_nb.load(DATA / "cpython-3.15.gecko.json")
+    assert p.filter(threads=[t["tid"]]).total("wall") == q.filter(threads=[t["tid"]]).total("wall") > 0
+    assert p.top("wall", n=None) == q.top("wall", n=None) and p.total("wall") == q.total("wall")
