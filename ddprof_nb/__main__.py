@@ -244,7 +244,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     if root_file is not None:
         root = os.path.abspath(root_file)
         profile = cells.reroot(profile, tid, lambda f: f.filename == root or f.filename == root_file)
-    from .summary import status_line
+    from .render.text import status_line
 
     written = []
     try:
@@ -286,7 +286,7 @@ def _convert(args) -> int:
 
 
 def _report(args) -> int:
-    from .summary import status_line, top_table
+    from .render.text import status_line, top_table
 
     if args.top < 1:
         raise CLIError(f"{PROG} report: --top must be at least 1")

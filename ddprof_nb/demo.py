@@ -95,9 +95,9 @@ def _first_line(source: str) -> str:
 
 
 def _fmt(value: float, unit: str | None) -> str:
-    from .summary import format_bytes, format_duration
+    from .render.format import format_value
 
-    return format_bytes(value) if unit == "bytes" else format_duration(value)
+    return format_value(value, "bytes" if unit == "bytes" else "nanoseconds")
 
 
 def top_text(result: RunResult) -> str:

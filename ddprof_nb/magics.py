@@ -54,7 +54,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from . import aggregate, cells, summary
+from . import aggregate, cells
+from .render import html as render_html, text as render_text
+from .render.format import esc, format_bytes, format_duration
 from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
 from .model import Frame, Profile
@@ -312,7 +314,7 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
     from .history import history
 
     name = history.add(profile, name)
-    print(summary.status_line(profile, name, wall_s=elapsed))
+    print(render_text.status_line(profile, name, wall_s=elapsed))
     if session.save:
         _save(profile, session.save)
     return name, profile
@@ -359,24 +361,22 @@ def fallback_bundle(profile: Profile, name: str | None = None, other: Profile | 
     """The mimebundle shown where no widget renders: a text summary and a static HTML
     flame graph (a diff shows both profiles' summaries and the biggest changes)."""
     if other is None:
-        text = summary.text_summary(profile, n=10, name=name)
+        text = render_text.text_summary(profile, n=10, name=name)
     else:
-        text = "\n\n".join([summary.status_line(profile, "A"), summary.status_line(other, "B"),
-                            summary.diff_table(profile, other)])
+        text = "\n\n".join([render_text.status_line(profile, "A"), render_text.status_line(other, "B"),
+                            render_text.diff_table(profile, other)])
     bundle = {"text/plain": text}
     if html:
-        from .exporters import html as html_export
-
         title = f"ddprof [{name}]" if name else None
         # a cell output stays small: fewer, wider nodes than the saved report
         small = dict(full_document=False, top=10, max_nodes=400, min_fraction=0.005)
         if other is None:
-            bundle["text/html"] = html_export.render(profile, title=title, **small)
+            bundle["text/html"] = render_html.report(profile, title=title, **small)
         else:
             bundle["text/html"] = (
-                "<div>" + html_export.render(profile, title="A", **small)
-                + html_export.render(other, title="B", **small)
-                + "<pre>" + html_export.esc(text) + "</pre></div>"
+                "<div>" + render_html.report(profile, title="A", **small)
+                + render_html.report(other, title="B", **small)
+                + "<pre>" + esc(text) + "</pre></div>"
             )
     return bundle
 
@@ -408,7 +408,7 @@ def show(profile: Profile, name: str | None = None, other: Profile | None = None
     if mode == "text":
         # the status line was printed already; a terminal gets the tables
         if other is None:
-            print("\n\n".join(summary.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
+            print("\n\n".join(render_text.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
         else:
             print(fallback_bundle(profile, name, other, html=False)["text/plain"])
         return
@@ -712,7 +712,7 @@ class DDProfMagics(Magics):
         name, profile = self._get(name)
         try:
             events = [a.event] if a.event else list(profile.events)
-            tables = [summary.top_table(profile, e, n=n, by=a.by) for e in events]
+            tables = [render_text.top_table(profile, e, n=n, by=a.by) for e in events]
         except ValueError as exc:
             raise UsageError(f"%ddprof top: {exc}") from None
         print(f"ddprof [{name}]\n" + ("\n\n".join(tables) if tables else "(no samples)"))
@@ -742,7 +742,7 @@ class DDProfMagics(Magics):
         from .history import history
 
         name = history.add(profile, a.name or Path(path).name)
-        print(f"ddprof: loaded {a.path} as {name!r} ({summary.status_line(profile)})")
+        print(f"ddprof: loaded {a.path} as {name!r} ({render_text.status_line(profile)})")
 
     def _cmd_diff(self, rest: str):
         parts = _split(rest)
@@ -764,9 +764,9 @@ class DDProfMagics(Magics):
             print(f"ddprof: profiling for {time.perf_counter() - s.started:.1f} s "
                   f"(started by {started}{f' in In[{s.count}]' if s.count is not None else ''}; "
                   f"{s.sampler.engine_name} engine; events {','.join(e.label for e in cfg.events)}; "
-                  f"interval {summary.format_duration(cfg.interval_ns)})")
+                  f"interval {format_duration(cfg.interval_ns)})")
         print(f"history: {len(history)} of at most {history.max_count} profiles, "
-              f"{summary.format_bytes(history.nbytes)} of {summary.format_bytes(history.max_bytes)}"
+              f"{format_bytes(history.nbytes)} of {format_bytes(history.max_bytes)}"
               + (f"; latest {history.latest_name!r}" if len(history) else ""))
 
     def _cmd_help(self, rest: str):

@@ -4,8 +4,8 @@ State lives in the controls; every change runs one pipeline:
 
     aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
     aggregate.filter (time range from the timeline)                 -> view
-    figures.call_tree / diff_tree                                   -> tree
-    figures.flame_data (min %, search, flame/icicle)                -> flame chart
+    render.call_tree / diff_tree                                    -> tree
+    render.flame_data (min %, search, flame/icicle)                 -> flame chart
     aggregate.top                                                   -> top table
 
 and stops at the first step the change touches (a search or min-% change re-prunes
@@ -25,10 +25,13 @@ import ipywidgets as W
 import numpy as np
 
 from .. import aggregate
+from .. import render as F
 from ..events import EventType
+from ..exporters import write_atomic
 from ..model import Frame, Profile
-from . import figures as F
+from ..render.figures import report as interactive_report
 from .figure_widget import figure_widget_class
+from .sources import source_lines
 
 __all__ = ["Explorer"]
 
@@ -142,6 +145,9 @@ class Explorer(W.VBox):
         td = self._timeline_data()
         self.timeline = _figure_widget(F.timeline_traces(td), F.timeline_layout(td), "bar")
         self._extent_ms = td.extent_ms
+        self._has_time = td.has_time  # False: no sample timestamps, so no time-range filter
+        if not self._has_time:
+            self.range_btn.description = "no time axis"
         self._refresh_top()
 
         # -- wiring ---------------------------------------------------------------------
@@ -474,7 +480,8 @@ class Explorer(W.VBox):
             self.source.value = F.source_html(None)
             return
         view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
-        sv = F.source_view(view, self.event, (fr.name, fr.filename, fr.first_line), self.value_index)
+        sv = F.source_view(view, self.event, (fr.name, fr.filename, fr.first_line), self.value_index,
+                           read_lines=source_lines)
         self.source.value = F.source_html(sv)
 
     # -- time range ---------------------------------------------------------------------
@@ -484,7 +491,7 @@ class Explorer(W.VBox):
             self.set_time_range(None)
 
     def _on_xrange(self, layout, xrange) -> None:
-        if self._busy or xrange is None:
+        if self._busy or xrange is None or not self._has_time:
             return
         a, b = float(xrange[0]), float(xrange[1])
         lo, hi = self._extent_ms
@@ -496,6 +503,8 @@ class Explorer(W.VBox):
 
     def set_time_range(self, range_ms: tuple[float, float] | None) -> None:
         """Filter every view to [start, end) milliseconds since the profile's start (None: all)."""
+        if range_ms is not None and not self._has_time:
+            raise ValueError("this profile has no sample timestamps: there is no time range to select")
         new = None if range_ms is None else (int(range_ms[0] * 1e6), int(range_ms[1] * 1e6))
         if new == self._time_range:
             return
@@ -567,9 +576,8 @@ class Explorer(W.VBox):
         return aggregate.top(self._view, e, n=n, value_index=vi), self._view.total(e, vi)
 
     def top_text(self, n: int = 20, rows=None) -> str:
-        """The current view's top table as fixed-width text."""
-        rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(n)
-        return F.top_table_text(rows[:n], self.event, self.value_index, total)
+        """The current view's top table as fixed-width text (the table ``%ddprof top`` prints)."""
+        return F.top_table(self._view, self.event, n=n, value_index=self.value_index, rows=rows)
 
     def static_html(self, max_nodes: int = 300, rows=None) -> str:
         """A flame graph in plain HTML/SVG (no JavaScript) and the top table."""
@@ -600,40 +608,11 @@ class Explorer(W.VBox):
 
     def to_html(self, path) -> Path:
         """Write a self-contained HTML report (plotly.js inlined: opens offline) with the
-        flame chart, timeline and top table of the current view.  Returns the path."""
-        import plotly.graph_objects as go
-        import plotly.io as pio
-
+        flame chart, timeline and top table of the current view (atomically, mode 0600).
+        Returns the path."""
         path = Path(path)
-        flame = pio.to_html(F.flame_figure(self._fd), include_plotlyjs=True, full_html=False,
-                            config={"displaylogo": False, "responsive": True})
-        td = self._timeline_data()
-        tl = pio.to_html(go.Figure(data=[go.Bar(**t) for t in F.timeline_traces(td)], layout=F.timeline_layout(td)),
-                         include_plotlyjs=False, full_html=False, config={"displaylogo": False})
-        rows = aggregate.top(self._view, self.event, n=50, value_index=self.value_index)
-        meta = self.profile.metadata
-        title = f"ddprof_nb report — {self.event.display_name}"
-        doc = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{F.esc(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; background: #fff; }}
-@media (prefers-color-scheme: dark) {{ body {{ color: #ddd; background: #1e1e1e; }} }}
-table.ddprof-top {{ border-collapse: collapse; font-size: 13px; }}
-table.ddprof-top td, table.ddprof-top th {{ padding: 2px 8px; border-bottom: 1px solid rgba(128,128,128,.3); }}
-table.ddprof-top td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
-table.ddprof-top td.loc {{ opacity: .7; }}
-</style></head><body>
-<h2>{F.esc(title)}</h2>
-<p>{F.esc(self.status.value and html.unescape(self.status.value))}<br>
-python {F.esc(meta.python_version)} · pid {meta.pid} · host {F.esc(meta.host)} · engine {F.esc(meta.engine or "?")}
-· duration {F.esc(F.format_value(meta.duration_ns, "nanoseconds"))}</p>
-{flame}
-{tl}
-<h3>Top functions</h3>
-{F.top_table_html(rows, self.event, self.value_index, self._view.total(self.event, self.value_index))}
-</body></html>
-"""
-        path.write_text(doc, encoding="utf-8")
+        status = html.unescape(self.status.value)
+        write_atomic(path, interactive_report(self._view, self.event, self.value_index, fd=self._fd, status=status))
         return path
 
 
@@ -720,5 +699,5 @@ def _primed(view: Profile, base: Profile) -> Profile:
     computing ``flat_stacks()`` again walks every frame in Python (~0.1 s at 50k stacks).
     """
     if view is not base and view.stacks is base.stacks and view._flat is None:
-        view._flat = F._csr(base)
+        view._flat = F.shared_csr(base)
     return view

@@ -12,6 +12,7 @@ import ddprof_nb  # noqa: E402
 from ddprof_nb import magics  # noqa: E402
 from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.exporters import html as html_export  # noqa: E402
+from ddprof_nb.render import html as render_html  # noqa: E402
 from ddprof_nb.history import history  # noqa: E402
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
 from test_magics import assert_rooted_at, run, shell, top_name  # noqa: E402,F401 - the shared fixture
@@ -230,7 +231,7 @@ def test_static_html_escapes_every_name_label_and_path(tmp_path):
     b.add(EventType.CPU, sid, tid, lid, 0, 5, 50_000_000)
     profile = b.build()
     # WHEN rendering the static report (document and fragment) and writing it
-    doc = html_export.render(profile, title="<title>")
+    doc = render_html.report(profile, title="<title>")
     fragment = magics.fallback_bundle(profile, name="<n>")["text/html"]
     html_export.write(profile, tmp_path / "r.html", static=True)
     written = (tmp_path / "r.html").read_text(encoding="utf-8")
