@@ -242,3 +242,32 @@ def test_static_html_escapes_every_name_label_and_path(tmp_path):
         assert "leaf&amp;&lt;i&gt;" in text
     assert "&lt;b&gt;bob&lt;/b&gt;" in doc
     assert "&lt;title&gt;" in doc
+
+
+def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(shell, capsys, tmp_path):
+    # GIVEN one profile file with values at the formatter's edges (999.6 µs, 3 s, 620 ms)
+    pytest.importorskip("ipywidgets")
+    from ddprof_nb.__main__ import main as cli_main
+    from ddprof_nb.explorer.widget import Explorer
+
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=5 * 10**9, engine="native"))
+    tid = b.thread_id(1, "MainThread")
+    root = Frame("main", "/home/user/app.py", 10, 1)
+    for i, ns in enumerate((999_600, 3 * 10**9, 620 * 10**6, 3_210_000_000, 1_500)):
+        leaf = Frame(f"work_{i}", f"/home/user/pkg/mod{i}.py", 20 + i, 20 + i)
+        b.add(EventType.CPU, b.stack_of([root, leaf]), tid, 0, 0, 1 + i, ns)
+    path = tmp_path / "one.pprof"
+    b.build().save(path)
+    # WHEN the magic, the explorer's text fallback and the CLI show its top 20
+    run(shell, f"%ddprof load {path} -o one")
+    capsys.readouterr()
+    run(shell, "%ddprof top 20 one -e cpu")
+    magic_out = capsys.readouterr().out
+    widget_text = Explorer(history["one"])._repr_mimebundle_()["text/plain"]
+    assert cli_main(["report", str(path), "--top", "20", "-e", "cpu"]) == 0
+    cli_out = capsys.readouterr().out
+    # THEN all three print the very same table
+    assert widget_text.startswith("CPU time: top 20 functions")
+    assert magic_out == f"ddprof [one]\n{widget_text}\n"
+    assert cli_out.endswith(f"\n\n{widget_text}\n")
+    assert "1.00 ms" in widget_text and "3.00 s" in widget_text and "620 ms" in widget_text
