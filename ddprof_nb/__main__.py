@@ -158,7 +158,7 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
-    from . import cells
+    from . import pipeline
     from .config import SamplerConfig
     from .errors import ProfilerError
     from .sampler import Sampler
@@ -213,7 +213,6 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
         sampler.start(trim="none")
     except (ProfilerError, ValueError, OSError) as exc:
         raise CLIError(f"{PROG} record: cannot start profiling: {exc}") from None
-    tid = threading.get_native_id()
     started = time.perf_counter()
     code = 0
     try:
@@ -236,14 +235,13 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
             _print_traceback(exc)
             code = 1
     finally:
-        profile = sampler.stop()
+        root = os.path.abspath(root_file) if root_file is not None else None
+        is_root = (lambda f: f.filename == root or f.filename == root_file) if root is not None else None
+        profile = sampler.stop(pipeline.CLI, is_root=is_root)
         elapsed = time.perf_counter() - started
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-    if root_file is not None:
-        root = os.path.abspath(root_file)
-        profile = cells.reroot(profile, tid, lambda f: f.filename == root or f.filename == root_file)
     from .render.text import status_line
 
     written = []

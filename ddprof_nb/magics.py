@@ -54,7 +54,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from . import aggregate, cells
+from . import cells, pipeline
 from .render import html as render_html, text as render_text
 from .render.format import esc, format_bytes, format_duration
 from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
@@ -273,7 +273,6 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
         if _session is session:
             _session = None
     elapsed = time.perf_counter() - session.started
-    profile = session.sampler.stop()
     if session.root_files is not None:
         root_files = session.root_files
 
@@ -293,8 +292,11 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
         cell = Frame("<module>", cell_file, 0, 1)
         n = cells.cell_number(cell_file, shell)
         outside = (cells.cell_frame(cell, n) if n is not None else cell, Frame("[await]"))
-    profile = cells.reroot(profile, session.tid, is_root, drop=lambda f: f.filename in _OWN_FILES,
-                           outside=outside, rename=shell if shell is not None else True)
+    profile = session.sampler.stop(
+        pipeline.MAGIC, is_root=is_root, drop=lambda f: f.filename in _OWN_FILES, outside=outside,
+        rename=shell if shell is not None else True,
+        hide=None if session.all_threads else _KERNEL_MACHINERY, hide_reason="--all-threads keeps them",
+    )
     name = session.name
     if name is None:
         if session.kind == "span":
@@ -302,11 +304,6 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
             name = f"{session.count}-{end}" if session.count is not None and end is not None else None
         else:
             name = str(session.count) if session.count is not None else None
-    if not session.all_threads:
-        profile, hidden = aggregate.drop_threads_only_in(profile, _KERNEL_MACHINERY, keep_tids=(session.tid,))
-        if hidden:
-            note = f"hid {len(hidden)} idle kernel thread(s) ({', '.join(sorted(set(hidden)))}); --all-threads keeps them"
-            profile = profile.with_metadata(notes=profile.metadata.notes + (note,))
     extra = dict(profile.metadata.extra)
     if session.count is not None:
         extra.setdefault("cell", f"In[{session.count}]")
