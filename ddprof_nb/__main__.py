@@ -19,6 +19,13 @@ import time
 import traceback
 from pathlib import Path
 
+from . import pipeline
+from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, SamplerConfig
+from .errors import ProfilerError
+from .loading import load
+from .render.text import status_line, top_table
+from .sampler import Sampler
+
 __all__ = ["main"]
 
 PROG = "python -m ddprof_nb"
@@ -37,8 +44,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS
-
     p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
     sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
     rec = sub.add_parser(
@@ -158,10 +163,6 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
-    from . import pipeline
-    from .config import SamplerConfig
-    from .errors import ProfilerError
-    from .sampler import Sampler
 
     args = _parser().parse_args(["record", *options])
     if script is None and module is None:
@@ -242,8 +243,6 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-    from .render.text import status_line
-
     written = []
     try:
         if output:
@@ -263,8 +262,6 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
 
 
 def _load(path: str):
-    from .loading import load
-
     try:
         return load(path)
     except OSError as exc:
@@ -284,8 +281,6 @@ def _convert(args) -> int:
 
 
 def _report(args) -> int:
-    from .render.text import status_line, top_table
-
     if args.top < 1:
         raise CLIError(f"{PROG} report: --top must be at least 1")
     profile = _load(args.input)

@@ -28,6 +28,7 @@ import numpy as np
 
 from . import labeling as _labeling
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .model import MAX_TICKS, MIN_TICK_NS, Frame
 from .events import EventType, FrameKind
 
 __all__ = ["unavailable_reason", "lib", "ffi", "check", "Session", "Resolver", "RecordConverter", "STATE_LABELS"]
@@ -327,8 +328,6 @@ class RecordConverter:
     """Raw native records -> rows of a ProfileBuilder (stacks interned, root first)."""
 
     def __init__(self, builder, start_mono_ns: int, exclude_tids=(), thread_names=None, base_labels=None):
-        from .model import Frame
-
         self.builder = builder
         self.start_mono_ns = start_mono_ns
         self.exclude = set(exclude_tids)
@@ -753,8 +752,7 @@ class Session:
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:
-            from .model import MAX_TICKS, MIN_TICK_NS  # the Profile's time ticks: merging stays exact
-
+            # the Profile's time ticks: merging stays exact
             cfg.merge_tick_ns, cfg.merge_max_ticks = MIN_TICK_NS, MAX_TICKS
         cfg.drain_early = int(bool(drain_early))
         cfg.drain_new_code = int(bool(drain_new_code))

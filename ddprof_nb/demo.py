@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from .render.format import format_value
+
 __all__ = ["main", "run_notebook", "DemoError", "CellFailed", "RunResult"]
 
 KERNEL = "python3"
@@ -95,8 +97,6 @@ def _first_line(source: str) -> str:
 
 
 def _fmt(value: float, unit: str | None) -> str:
-    from .render.format import format_value
-
     return format_value(value, "bytes" if unit == "bytes" else "nanoseconds")
 
 

@@ -29,6 +29,7 @@ import types
 from dataclasses import dataclass
 from typing import Iterator
 
+from .config import parse_size_bytes
 from .model import Profile
 from .render.format import format_bytes
 from .render.text import history_table
@@ -95,8 +96,6 @@ class History:
     @staticmethod
     def _check_bytes(value) -> int:
         if isinstance(value, str):
-            from .config import parse_size_bytes
-
             return parse_size_bytes(value, "history max_bytes")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"invalid history max_bytes {value!r}: must be a positive int or a size like '512MiB'")

@@ -59,7 +59,10 @@ from .render import html as render_html, text as render_text
 from .render.format import esc, format_bytes, format_duration
 from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
+from .history import history
+from .loading import load
 from .model import Frame, Profile
+from .sampler import Sampler
 
 __all__ = ["DDProfMagics", "load_ipython_extension", "unload_ipython_extension", "display_mode"]
 
@@ -227,8 +230,6 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
            is_async: bool = False, what: str = "%%ddprof") -> _Session:
     """Parse-checked options -> a running session, or UsageError with one line."""
     global _session
-    from .sampler import Sampler
-
     config = _config(args)
     if args.name is not None and not args.name.strip():
         raise UsageError(f"{what}: invalid name {args.name!r} for -o: give a non-empty name")
@@ -308,8 +309,6 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
     if session.count is not None:
         extra.setdefault("cell", f"In[{session.count}]")
     profile = profile.with_metadata(extra=extra)
-    from .history import history
-
     name = history.add(profile, name)
     print(render_text.status_line(profile, name, wall_s=elapsed))
     if session.save:
@@ -661,8 +660,6 @@ class DDProfMagics(Magics):
             show(profile, name, shell=self.shell)
 
     def _get(self, name: str | None) -> tuple[str, Profile]:
-        from .history import history
-
         if name is None:
             latest = history.latest_name
             if latest is None:
@@ -681,8 +678,6 @@ class DDProfMagics(Magics):
         show(profile, name, shell=self.shell)
 
     def _cmd_list(self, rest: str):
-        from .history import history
-
         if rest:
             raise UsageError("usage: %ddprof list")
         print(history.table())
@@ -729,15 +724,9 @@ class DDProfMagics(Magics):
         a = p.parse_argstring(rest)
         path = os.path.expanduser(a.path)
         try:
-            from .loading import load
-        except ImportError as exc:
-            raise UsageError(f"%ddprof load: loading profiles is not available ({exc})") from None
-        try:
             profile = load(path)
         except Exception as exc:  # noqa: BLE001 - a one-line reason, not our traceback
             raise UsageError(f"%ddprof load: cannot read {a.path}: {exc}") from None
-        from .history import history
-
         name = history.add(profile, a.name or Path(path).name)
         print(f"ddprof: loaded {a.path} as {name!r} ({render_text.status_line(profile)})")
 
@@ -750,8 +739,6 @@ class DDProfMagics(Magics):
         show(a, f"{a_name} -> {b_name}", other=b, shell=self.shell)
 
     def _cmd_status(self, rest: str):
-        from .history import history
-
         s = _session
         if s is None:
             print("ddprof: not profiling")

@@ -17,6 +17,7 @@ from typing import Iterator
 from . import pipeline
 from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
+from .engines.python import PythonEngine
 from .model import Profile
 
 _active_lock = threading.Lock()
@@ -37,8 +38,6 @@ if hasattr(os, "register_at_fork"):
 
 
 def _engine_classes() -> dict:
-    from .engines.python import PythonEngine
-
     classes = {"python": PythonEngine}
     try:
         from .engines.native import NativeEngine

@@ -26,7 +26,7 @@ from .. import _binding
 from .. import labeling as _labels
 from .._alloc import AllocTracker
 from ..config import SamplerConfig
-from ..errors import NotRunningError, ProfilerBusyError
+from ..errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ..events import EventType
 from ..lockpark import WAIT_KINDS, WaitClassifier
 from ..model import Metadata, Profile, ProfileBuilder
@@ -135,8 +135,6 @@ class NativeEngine(Engine):
         global _active
         reason = self.unavailable_reason()
         if reason:
-            from ..errors import EngineUnavailableError
-
             raise EngineUnavailableError(reason)
         if _active is not None or self._session is not None:
             raise ProfilerBusyError("a native profile is already being taken in this process")

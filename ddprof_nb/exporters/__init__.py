@@ -13,8 +13,8 @@ Readers treat files as untrusted: they never execute code (no pickle, no eval), 
 inputs over ``MAX_FILE_BYTES`` and raise ``ValueError`` naming the input for anything
 malformed.  ``ddprof_nb.loading.load`` sniffs the format of a file.
 
-This package imports no format module at import time, so format modules can import the
-helpers below.
+This package imports no format module at import time (a cycle: format modules import the
+helpers below).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import os
 import secrets
 import stat
 from pathlib import Path
+
+from ..model import MIN_TICK_NS, Profile
 
 __all__ = [
     "save", "write_atomic", "read_source", "finish_profile", "gc_paused", "human_size",
@@ -118,8 +120,6 @@ def finish_profile(builder, meta, tick_ns: int = 0):
     written (its tick follows the data it saw); both are restored when they are
     consistent with the rows.
     """
-    from ..model import MIN_TICK_NS, Profile
-
     p = builder.build(end_ns=meta.end_ns)
     tick = p.tick_ns
     if (
