@@ -522,7 +522,7 @@ class RecordConverter:
         mv = ffi.buffer(buf, n * record_size)
         if n <= SMALL_BATCH or (self.alloc is not None and self._all_alloc(mv, n, record_size)):
             # ALLOC-only batches (~170 per 100 ms at the default rate) too: on a drain's cold caches
-            # numpy's fixed costs exceed the loop's (drain of ~175 records: 0.69 -> 0.62 ms)
+            # numpy's fixed costs exceed the loop's for batches this small
             return self._feed_small(mv, record_size)
         hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
         ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
@@ -594,9 +594,8 @@ class RecordConverter:
         exclude, start, by_hash, events = self.exclude, self.start_mono_ns, self._by_hash, self._events
         threads, labels = self._threads, self._labels
         rows, allocs, special = [], [], []
-        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  With the
-        # ALLOC rows made here (not in a second loop) and held as is, a warm feed + flush of an ALLOC
-        # batch went from 1.40 to 1.07 us per record
+        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  ALLOC
+        # rows are made here, in the same loop, and held as they are: a second pass costs more per record
         for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in enumerate(
                 self._records.iter_unpack(mv)):
             if flags & invalid:  # torn reads: already counted as dropped in C

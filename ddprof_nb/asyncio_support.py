@@ -252,7 +252,7 @@ class _TaskCoroMethods(collections.abc.Coroutine):
 
     def _ended(self, resumed: int) -> None:
         """Its last step ended: its times stop now (the next tick accounts the rest of
-        its time since a tick last described it, which was lost before)."""
+        its time since a tick last described it)."""
         end = _monotonic_ns()
         self._q += resumed - end
         self._e = self._end = end

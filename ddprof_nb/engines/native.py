@@ -9,7 +9,7 @@ naming code it has not resolved yet (0.1 s after its last wake at the earliest: 
 die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL`` (1 s)
 elapsed.  Each wake takes the GIL from the profiled code (with ~3 context switches of a
 busy thread), so code already resolved waits: a loop of known code wakes it once a second,
-not ten times (it woke every 0.1 s before, for new code's sake).  Wall samples carry
+not ten times.  Wall samples carry
 ``state=cpu|off-cpu|gil`` in their labels (see ``_binding.STATE_LABELS``).
 """
 
