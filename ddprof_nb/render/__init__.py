@@ -2,7 +2,8 @@
 
 - ``format``   the one number formatter (three significant digits) and the one ``esc``
 - ``colors``   the one colour scheme (module -> hue; pseudo-frames by kind)
-- ``tree``     call tree (build, diff), pruning to ``FlameData`` (the core every chart draws)
+- ``tree``     the call-tree core: build, diff (numpy, cached per stacks table)
+- ``flame``    a call tree pruned to ``FlameData``: what every flame chart draws
 - ``timeline`` samples over time per thread (or "no time axis")
 - ``source``   per-line values of one function
 - ``text``     text tables: top table, status line, history, diff
@@ -24,8 +25,8 @@ from .html import source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
 from .text import diff_table, history_table, status_line, text_summary, top_table
 from .timeline import TimelineData, has_time_axis, timeline_data
-from .tree import (DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, CallTree, FlameData, call_tree, diff_tree, flame_data,
-                   pick_event, search_regex, shared_csr)
+from .flame import DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, flame_data, search_regex
+from .tree import CallTree, call_tree, diff_tree, pick_event, shared_csr
 
 __all__ = [
     "HIT_LINE", "LINE", "OTHER_COLOR", "ROOT_COLOR", "TEXT_COLOR", "color_for", "diff_color", "faded",

@@ -14,7 +14,8 @@ from .format import esc, format_value
 from .html import document, top_table_html
 from .text import status_line
 from .timeline import TimelineData, timeline_data
-from .tree import FlameData, call_tree, flame_data, pick_event
+from .flame import FlameData, flame_data
+from .tree import call_tree, pick_event
 
 __all__ = [
     "flame_trace_props", "flame_layout", "flame_figure", "timeline_traces", "timeline_layout",

@@ -19,7 +19,8 @@ from .colors import TEXT_COLOR
 from .format import esc, format_value, value_unit
 from .source import SourceView
 from .text import status_line
-from .tree import FlameData, call_tree, flame_data
+from .flame import FlameData, flame_data
+from .tree import call_tree
 
 __all__ = ["static_flame_html", "top_table_html", "source_html", "report", "document"]
 
