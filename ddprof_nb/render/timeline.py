@@ -48,6 +48,42 @@ class TimelineData:
     has_time: bool = True  # False: the profile has no sample timestamps (no runs, no range filter)
 
 
+def _lanes(profile: Profile, rows: np.ndarray, vals: np.ndarray, max_lanes: int) -> tuple[list[str], np.ndarray]:
+    """Lane names (busiest thread first; the rest share ``[other threads]``) and each row's lane."""
+    th = profile.thread[rows].astype(np.int64)
+    per_thread = np.bincount(th, weights=vals.astype(np.float64), minlength=len(profile.threads))
+    order = [int(t) for t in np.argsort(-per_thread, kind="stable") if per_thread[t] > 0]
+    lane_of_thread = np.full(len(profile.threads), -1, dtype=np.int64)
+    lanes = []
+    for t in order[:max_lanes]:
+        lane_of_thread[t] = len(lanes)
+        thr = profile.threads[t]
+        lanes.append(esc(f"{thr.name} ({thr.tid})"))
+    if len(order) > max_lanes:
+        lane_of_thread[order[max_lanes:]] = len(lanes)
+        lanes.append("[other threads]")
+    return lanes, lane_of_thread[th]
+
+
+def _states(profile: Profile, rows: np.ndarray, state_key: str) -> tuple[list[str], np.ndarray]:
+    """The states these rows have (their ``state_key`` label; "" for none) and each row's state."""
+    names: list[str] = []
+    index: dict[str, int] = {}
+    state_of_ls = np.empty(len(profile.labelsets), dtype=np.int64)
+    for i, ls in enumerate(profile.labelsets):
+        s = ls.get(state_key) or ""
+        j = index.get(s)
+        if j is None:
+            j = index[s] = len(names)
+            names.append(s)
+        state_of_ls[i] = j
+    st = state_of_ls[profile.labels[rows]]
+    used = np.flatnonzero(np.bincount(st, minlength=len(names)))
+    remap = np.zeros(len(names), dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return [names[i] for i in used.tolist()], remap[st]
+
+
 def timeline_data(
     profile: Profile, event=None, value_index: int = 0, state_key: str = "state", max_lanes: int = 24
 ) -> TimelineData:
@@ -69,38 +105,9 @@ def timeline_data(
         empty = np.zeros(0)
         return TimelineData([], [], *(np.zeros(0, np.int64),) * 4, empty, empty, extent, unit, e, value_index,
                             has_time=timed)
-    th = profile.thread[rows].astype(np.int64)
     vals = profile.values[rows, value_index]
-    # lanes: busiest threads first
-    per_thread = np.bincount(th, weights=vals.astype(np.float64), minlength=len(profile.threads))
-    order = [int(t) for t in np.argsort(-per_thread, kind="stable") if per_thread[t] > 0]
-    lane_of_thread = np.full(len(profile.threads), -1, dtype=np.int64)
-    lanes = []
-    for t in order[:max_lanes]:
-        lane_of_thread[t] = len(lanes)
-        thr = profile.threads[t]
-        lanes.append(esc(f"{thr.name} ({thr.tid})"))
-    if len(order) > max_lanes:
-        lane_of_thread[order[max_lanes:]] = len(lanes)
-        lanes.append("[other threads]")
-    lane = lane_of_thread[th]
-    # states from the label sets
-    state_names: list[str] = []
-    state_idx: dict[str, int] = {}
-    state_of_ls = np.empty(len(profile.labelsets), dtype=np.int64)
-    for i, ls in enumerate(profile.labelsets):
-        s = ls.get(state_key) or ""
-        j = state_idx.get(s)
-        if j is None:
-            j = state_idx[s] = len(state_names)
-            state_names.append(s)
-        state_of_ls[i] = j
-    st = state_of_ls[profile.labels[rows]]
-    used = np.flatnonzero(np.bincount(st, minlength=len(state_names)))  # states this event has
-    remap = np.zeros(len(state_names), dtype=np.int64)
-    remap[used] = np.arange(len(used))
-    st = remap[st]
-    state_names = [state_names[i] for i in used.tolist()]
+    lanes, lane = _lanes(profile, rows, vals, max_lanes)
+    state_names, st = _states(profile, rows, state_key)
     tk = profile.time_ns[rows] // tick
     nst, nt, nl = len(state_names), int(tk.max()) + 1, len(lanes)
     # a dense (lane, tick, state) grid: at most lanes x MAX_TICKS x states cells
