@@ -260,7 +260,7 @@ def test_figure_widgets_open_their_comm_with_their_data(ex, monkeypatch):
     opened = []
     real = comm.create_comm
     monkeypatch.setattr(comm, "create_comm", lambda **kw: (opened.append(kw["data"]["state"]), real(**kw))[1])
-    from ddprof_nb.explorer.widget import _figure_widget
+    from ddprof_nb.explorer.figure_widget import figure_widget as _figure_widget
 
     fd = ex.flame_data
     fw = _figure_widget(F.flame_trace_props(fd), F.flame_layout(fd), "icicle")
