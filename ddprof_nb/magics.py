@@ -745,7 +745,7 @@ class DDProfMagics(Magics):
         else:
             started = {"cell": "%%ddprof", "line": "%ddprof", "span": "%ddprof start"}[s.kind]
             cfg = s.sampler.config
-            print(f"ddprof: profiling for {time.perf_counter() - s.started:.1f} s "
+            print(f"ddprof: profiling for {format_duration((time.perf_counter() - s.started) * 1e9)} "
                   f"(started by {started}{f' in In[{s.count}]' if s.count is not None else ''}; "
                   f"{s.sampler.engine_name} engine; events {','.join(e.label for e in cfg.events)}; "
                   f"interval {format_duration(cfg.interval_ns)})")

@@ -257,7 +257,7 @@ class Explorer(W.VBox):
         except ValueError as exc:
             errors.append(f"{exc} — keeping the previous label filter")
         self.last_error = "; ".join(errors)
-        self.message.value = html.escape(self.last_error)
+        self.message.value = F.esc(self.last_error)
         return dict(
             threads=list(self.threads_sel.value) or None,
             labels=self._good["labels"] or None,
@@ -390,7 +390,7 @@ class Explorer(W.VBox):
         dropped = self.profile.metadata.dropped.get(e, 0) if self.profile.metadata.dropped else 0
         if dropped:
             parts.append(f"{dropped:,} samples dropped while recording")
-        self.status.value = html.escape(" · ".join(parts))
+        self.status.value = F.esc(" · ".join(parts))
 
     # -- top table ----------------------------------------------------------------------
 

@@ -329,7 +329,10 @@ def _items(tree: CallTree, kept: np.ndarray, others: _Others, w: _Widths, search
 
 def _title(tree: CallTree, root_total: int, normalize: bool, pattern: str | None, share: float) -> str:
     unit = tree.unit
-    what = f"{tree.event.display_name} — {value_label(tree.event, tree.value_index)}"
+    # "CPU time: 3.27 s", "CPU time (samples): 327": the quantity needs no name of its own
+    what = tree.event.display_name
+    if tree.value_index == 0:
+        what += f" ({value_label(tree.event, 0)})"
     if tree.is_diff:
         mode = "normalised by total" if normalize else "absolute"
         title = (f"Diff: {what} ({mode}): before {format_value(tree.totals[0], unit)}, "

@@ -103,8 +103,12 @@ def value_unit(event: EventType, value_index: int) -> str:
 
 
 def value_label(event: EventType, value_index: int) -> str:
-    """Short name of a value for controls: samples/count, time/bytes."""
+    """Short name of a value for controls and status lines: what the count counts
+    (samples, objects, waits), or the quantity (time, bytes)."""
     vt = event.value_types[value_index]
     if value_index == 0:
-        return "samples" if vt.type.endswith("samples") else "count"
+        for suffix, name in (("samples", "samples"), ("objects", "objects")):
+            if vt.type.endswith(suffix):
+                return name
+        return "waits"
     return "time" if vt.unit == "nanoseconds" else "bytes"

@@ -135,7 +135,7 @@ def static_flame_html(fd: FlameData, width: int = 1000, row_height: int = 17) ->
             plain = html.unescape(label)
             text = esc(plain if len(plain) <= chars else plain[: max(1, chars - 1)] + "…")
         parts.append(
-            f"<g><title>{html.escape(html.unescape(tip), quote=False)}</title>"
+            f"<g><title>{esc(html.unescape(tip))}</title>"
             f"<rect x='{x[k]:.2f}' y='{y}' width='{max(w - 0.5, 0.3):.2f}' height='{row_height - 1}' "
             f"fill='{fd.colors[k]}' rx='2'/>"
             + (f"<text x='{x[k] + 3:.2f}' y='{y + row_height - 5}' fill='{TEXT_COLOR}'>{text}</text>" if text else "")

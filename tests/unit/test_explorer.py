@@ -80,7 +80,7 @@ def test_event_switch_changes_values_and_units(ex):
     v = values(ex)
     assert set(v) == {"all (Allocated)", "main", "h"} and v["h"] == 2048
     assert ex.flame.data[0].customdata[2][3] == "2.00 KiB"
-    assert [lab for lab, _ in ex.value_tb.options] == ["count", "bytes"]
+    assert [lab for lab, _ in ex.value_tb.options] == ["objects", "bytes"]
 
 
 def test_value_toggle_switches_to_counts(ex):

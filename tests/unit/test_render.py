@@ -618,3 +618,15 @@ def test_csr_stacks_behave_as_the_tuple_table():
     with pytest.raises(IndexError):
         st[4]
     assert pickle.loads(pickle.dumps(st)) == table
+
+
+def test_value_labels_name_what_each_value_counts():
+    labels = {e.label: (F.value_label(e, 0), F.value_label(e, 1)) for e in EventType}
+    assert labels == {"cpu": ("samples", "time"), "wall": ("samples", "time"), "alloc": ("objects", "bytes"),
+                      "live": ("objects", "bytes"), "lock": ("waits", "time"), "park": ("waits", "time")}
+
+
+def test_flame_titles_name_the_event_and_its_total_once():
+    p = basic()
+    assert F.flame_data(F.call_tree(p, "cpu", 1)).title == "CPU time: 100 ms"
+    assert F.flame_data(F.call_tree(p, "cpu", 0)).title.startswith("CPU time (samples): ")
