@@ -23,8 +23,9 @@ pyinstrument's magic, we let the cell run as an ordinary cell and wrap its code:
 So the cell is compiled and run by IPython itself (its namespace, display hook,
 ``Out``/``_``, top-level ``await``, tracebacks naming ``Cell In[N]``); an exception
 propagates after ``end()`` stored and showed the profile, and KeyboardInterrupt keeps
-the partial profile.  Sampling starts inside the cell; ``cells.reroot`` then roots the
-cell thread's stacks at the cell's code and leaves out the profiler's own frames.  A
+the partial profile.  Sampling starts inside the cell; the stop pipeline (``pipeline.MAGIC``)
+then roots the cell thread's stacks at the cell's code and leaves out the profiler's own
+frames.  The rewriting itself is in ``cell_rewrite.py``.  A
 direct ``shell.run_cell_magic('ddprof', ...)`` call (no transformer involved) re-runs
 the text as a cell, which goes through the same path.
 
@@ -33,6 +34,9 @@ Only one profile runs per process (the Sampler enforces it); a second ``%%ddprof
 (its mimebundle carries text/plain and text/html fallbacks); without the explorer, or
 outside a kernel, a bundle of a text summary and a static HTML flame graph; in
 terminal IPython just the text.
+
+(Over 600 lines: one Magics class with ten subcommands, the option parser they share,
+the session they run and how its result is shown; the cell rewriting is apart.)
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ from .render import html as render_html, text as render_text
 from .render.format import esc, format_bytes, format_duration
 from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
+from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
+from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
 from .history import history
 from .loading import load
 from .model import Frame, Profile
@@ -78,9 +84,6 @@ _KERNEL_MACHINERY = (
     r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\](asyncio|concurrent[/\\]futures)[/\\]"
     r"|^\[(no Python frames|truncated|unknown|GC)\]$"
 )
-_MARKER = "__cell__"
-_HOOKS_ATTR = "_ddprof_cell"
-_CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
 _SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "status", "help")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
@@ -464,98 +467,6 @@ class _CellHooks:
                 except Exception:  # noqa: BLE001
                     pass
             print(f"ddprof: could not finish the profile: {type(exc).__name__}: {exc}", file=sys.stderr)
-
-
-def _cell_transform(lines: list[str]) -> list[str]:
-    """Input transformer: ``%%ddprof ARGS`` (first line) -> the marker statement."""
-    if not lines or not lines[0].startswith("%%ddprof"):
-        return lines
-    m = _CELL_LINE.match(lines[0])
-    if m is None:
-        return lines
-    args = (m.group("args") or "").strip()
-    marker = f"get_ipython().run_line_magic('ddprof', {(_MARKER + ' ' + args).rstrip()!r})\n"
-    return [marker] + lines[1:]
-
-
-def _hook_call(method: str, *args: ast.expr) -> ast.Call:
-    hooks = ast.Attribute(ast.Call(ast.Name("get_ipython", ast.Load()), [], []), _HOOKS_ATTR, ast.Load())
-    return ast.Call(ast.Attribute(hooks, method, ast.Load()), list(args), [])
-
-
-def _marker_args(node: ast.stmt) -> str | None:
-    """ARGS if ``node`` is the marker statement, else None."""
-    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-        return None
-    call = node.value
-    f = call.func
-    if not (isinstance(f, ast.Attribute) and f.attr == "run_line_magic" and isinstance(f.value, ast.Call)
-            and isinstance(f.value.func, ast.Name) and f.value.func.id == "get_ipython"):
-        return None
-    if len(call.args) != 2 or not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args):
-        return None
-    name, line = call.args[0].value, call.args[1].value
-    if name != "ddprof" or not (line == _MARKER or line.startswith(_MARKER + " ")):
-        return None
-    return line[len(_MARKER):].strip()
-
-
-class _CellWrapper(ast.NodeTransformer):
-    """AST transformer: a module starting with the marker -> the try/finally form."""
-
-    def __init__(self, shell):
-        super().__init__()
-        self.shell = shell
-
-    def visit(self, node):  # only the module matters; never descend
-        if isinstance(node, ast.Module):
-            try:
-                return self._wrap(node)
-            except Exception:  # noqa: BLE001 - IPython would unregister a failing transformer
-                return node
-        return node
-
-    def _wrap(self, module: ast.Module) -> ast.Module:
-        body = module.body
-        if not body:
-            return module
-        args = _marker_args(body[0])
-        if args is None:
-            return module
-        marker = body[0]
-        rest = list(body[1:])
-        futures = []
-        while rest and isinstance(rest[0], ast.ImportFrom) and rest[0].module == "__future__":
-            futures.append(rest.pop(0))
-        begin = ast.Expr(_hook_call("begin", ast.Constant(args)))
-        ast.copy_location(begin, marker)
-        mode = getattr(self.shell, "ast_node_interactivity", "last_expr")
-        tail: list[ast.stmt] = []
-        if rest and mode in ("last_expr", "last", "last_expr_or_assign"):
-            last = rest[-1]
-            target = None
-            if isinstance(last, ast.Expr):
-                keep = ast.Expr(_hook_call("keep", last.value))
-                rest[-1] = ast.copy_location(keep, last)
-                target = last
-            elif mode == "last_expr_or_assign":
-                name = None
-                if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
-                    name = last.targets[0].id
-                elif isinstance(last, (ast.AugAssign, ast.AnnAssign)) and isinstance(last.target, ast.Name) \
-                        and getattr(last, "value", True) is not None:
-                    name = last.target.id
-                if name is not None:
-                    rest.append(ast.copy_location(ast.Expr(_hook_call("keep", ast.Name(name, ast.Load()))), last))
-                    target = last
-            if target is not None:
-                tail.append(ast.copy_location(ast.Expr(_hook_call("result")), target))
-        end = ast.copy_location(ast.Expr(_hook_call("end")), marker)
-        wrapped = ast.Try(body=[begin] + rest, handlers=[], orelse=[], finalbody=[end])
-        ast.copy_location(wrapped, marker)
-        module.body = futures + [wrapped] + tail
-        ast.fix_missing_locations(module)
-        return module
 
 
 # ----------------------------------------------------------------------------------

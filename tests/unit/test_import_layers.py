@@ -23,7 +23,7 @@ LAYERS = [
                  "dask_support"]),
     ("session", ["sampler", "pipeline", "cells", "history"]),
     ("explorer", ["explorer"]),
-    ("front ends", ["", "__main__", "magics", "demo"]),  # "": the package's __init__
+    ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo"]),  # "": the package's __init__
 ]
 
 # (importer, imported) -> why it sits inside a function
