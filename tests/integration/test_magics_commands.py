@@ -205,6 +205,28 @@ def test_widget_display_uses_the_explorer_mimebundle(shell):
     assert "busy" in data["text/html"]
 
 
+@pytest.mark.parametrize("mode", ["widget", "static", "text"])
+def test_show_opens_a_loaded_profile_without_timestamps(shell, capsys, tmp_path, mode):
+    # GIVEN a folded file (no threads, no timestamps, no counts) loaded into the history
+    (tmp_path / "cpu.folded").write_text("main;work;inner 10\nmain;other 5\n")
+    res, _ = run(shell, f"%ddprof load {tmp_path / 'cpu.folded'} -o folded")
+    assert res.success
+    capsys.readouterr()
+    # WHEN it is shown in each display mode
+    magics.display_mode = mode
+    res, _ = run(shell, "%ddprof show folded")
+    out = capsys.readouterr()
+    # THEN it opens, with its functions, and nothing failed
+    assert res.success and "failed" not in out.err and "Traceback" not in out.err
+    if mode == "text":
+        assert "inner" in out.out and shell.display_pub.outputs == []
+    else:
+        (output,) = shell.display_pub.outputs
+        data = output["data"]
+        assert ("application/vnd.jupyter.widget-view+json" in data) == (mode == "widget")
+        assert "inner" in data["text/plain"] and "inner" in data["text/html"]
+
+
 def test_terminal_display_prints_the_text_table(shell, capsys):
     # GIVEN a terminal (no rich display)
     magics.display_mode = "text"
