@@ -10,11 +10,11 @@ from __future__ import annotations
 from .. import aggregate
 from ..model import Profile
 from .colors import TEXT_COLOR, state_color
+from .flame import FlameData, flame_data
 from .format import esc, format_value
 from .html import document, top_table_html
 from .text import status_line
 from .timeline import TimelineData, timeline_data
-from .flame import FlameData, flame_data
 from .tree import call_tree, pick_event
 
 __all__ = [

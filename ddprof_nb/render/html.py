@@ -16,10 +16,10 @@ from .. import aggregate
 from ..events import EventType
 from ..model import Profile
 from .colors import TEXT_COLOR
+from .flame import FlameData, flame_data
 from .format import esc, format_value, value_unit
 from .source import SourceView
 from .text import status_line
-from .flame import FlameData, flame_data
 from .tree import call_tree
 
 __all__ = ["static_flame_html", "top_table_html", "source_html", "report", "document"]
