@@ -153,7 +153,8 @@ def gc_paused():
 
 
 def human_size(n: int) -> str:
-    """``n`` bytes as "1 GiB", "256 MiB" or "123 bytes" (for error messages)."""
+    """``n`` bytes as "1 GiB", "256 MiB" or "123 bytes": a size limit in an error message,
+    printed exactly (not rounded like ``render.format``'s measured values)."""
     if n % (1 << 30) == 0:
         return f"{n >> 30} GiB"
     if n % (1 << 20) == 0:
