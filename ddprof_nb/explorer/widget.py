@@ -148,6 +148,25 @@ class Explorer(W.VBox):
         self.top_sel.add_class("ddprof-top")
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+        # every labelled control says on hover what it does (with no tooltip, ipywidgets
+        # writes title="null" on its label)
+        for widget, tip in (
+            (self.event_dd, "the event every view shows"),
+            (self.value_tb, "what the charts measure: the count, or the time or bytes"),
+            (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
+            (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
+            (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
+            (self.ignore_txt, "regex: drop the stacks through a matching function or file"),
+            (self.hide_txt, "regex: remove matching frames from every stack"),
+            (self.search_txt, "highlight matching functions and files"),
+            (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
+            (self.clear_btn, "back to the whole profile"),
+            (self.diff_view_tb, "the difference, or either profile alone"),
+            (self.top_sort_tb, "order of the table"),
+            (self.top_sel, "click a row to focus every view on that function"),
+            (self.range_btn, "show the whole time axis again"),
+        ):
+            widget.tooltip = tip
 
     def _make_figures(self) -> None:
         self._last_criteria = None

@@ -419,3 +419,15 @@ def test_layout_edits_through_plotly_objects_reach_the_browser(ex):
     sent.clear()
     ex.set_time_range(None)  # resets the axis through layout.xaxis.update(...)
     assert any(m.get("xaxis.range") == list(ex._extent_ms) for m in sent), sent
+
+
+def test_every_labelled_control_has_a_tooltip(ex):
+    # (ipywidgets writes title="null" on a description whose tooltip is None)
+    def walk(w):
+        yield w
+        for c in getattr(w, "children", ()):
+            yield from walk(c)
+
+    labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
+    assert len(labelled) >= 10
+    assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]
