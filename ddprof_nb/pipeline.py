@@ -1,8 +1,9 @@
 """The stop pipeline: what happens to a session's samples between the engine and the user.
 
-Each step is a named, pure ``Profile -> Profile`` function of the profile and a
-``StopContext`` (the facts the session gathered: the starting thread, its frames, the
-labels, the task sampler's profile...).  Each entry point picks an ordered list of steps
+Each step is a named ``Profile -> Profile`` function of the profile and a ``StopContext``
+(the facts the session gathered: the starting thread, its frames, the labels, the task
+sampler's profile...); all are pure but ``merge_remote``, which collects what child
+processes and Dask workers sent.  Each entry point picks an ordered list of steps
 (``COLLECT``, ``PYTHON_API``, ``MAGIC``, ``CLI``) and ``Sampler.stop(steps, ...)`` runs it.
 The lists differ only where an entry point must; each difference is written beside it.
 """

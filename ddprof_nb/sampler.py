@@ -2,7 +2,8 @@
 
 One sampler runs per process at a time (a second start raises ProfilerBusyError).
 ``profile()`` is the context manager behind the public API; the magics and the CLI
-use ``Sampler`` directly.
+use ``Sampler`` directly.  What ``stop()`` does to the samples is the list of
+``pipeline`` steps its caller picks.
 """
 
 from __future__ import annotations
