@@ -203,3 +203,20 @@ def test_render_and_model_never_import_upwards_even_inside_functions():
             assert _layer(t) <= _layer(m), f"render module {m}:{line} imports {t}"
         if m in ("events", "config", "errors"):
             assert _layer(t) == 0, f"{m}:{line} imports {t}"
+
+
+def test_render_reads_no_files_and_no_shell():
+    # render is pure: source text, cells and files are read by its callers (explorer.sources)
+    for module, path in MODULES.items():
+        if not module.startswith("render"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names.add((node.module or "").split(".")[0])
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id != "open", f"{module} opens a file"
+        assert not names & {"IPython", "ipywidgets", "linecache", "ipykernel"}, (module, names)
