@@ -11,7 +11,7 @@ draw times are measured by tests/integration/test_browser.py.
 Each change is timed in wall time and in process CPU time (this machine is shared: wall
 swings with the load, CPU time much less).  Regex changes get a pattern string never
 seen before on every run (an empty group ``(?:)`` appended, same matches), so each run
-pays the first-application cost: the per-table memos in aggregate/figures do not hit.
+pays the first-application cost: the per-table memos in aggregate and render.tree do not hit.
 """
 
 from __future__ import annotations

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import runpy
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
+
+from . import pipeline
+from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, SamplerConfig
+from .errors import ProfilerError
+from .loading import load
+from .render.text import status_line, top_table
+from .sampler import Sampler
 
 __all__ = ["main"]
 
@@ -37,8 +45,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS
-
     p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
     sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
     rec = sub.add_parser(
@@ -157,17 +163,7 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
-    from . import cells
-    from .config import SamplerConfig
-    from .errors import ProfilerError
-    from .sampler import Sampler
-
-    args = _parser().parse_args(["record", *options])
-    if script is None and module is None:
-        raise CLIError(f"{PROG} record: nothing to run; give -- script.py [args] or -m module [args]")
-    if script is not None and not os.path.isfile(script):
-        raise CLIError(f"{PROG} record: cannot open script {script!r}: no such file")
+def _record_config(args) -> SamplerConfig:
     labels = {}
     for item in args.label:
         k, sep, v = item.partition("=")
@@ -179,9 +175,14 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
                               engine=args.engine, labels=labels, asyncio=args.asyncio)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
-        config = SamplerConfig.make(**config_options)
+        return SamplerConfig.make(**config_options)
     except ValueError as exc:
         raise CLIError(f"{PROG} record: {exc}") from None
+
+
+def _record_output(args, script: str | None, module: str | None) -> str:
+    """The -o file (the default ``<stem>.pprof`` unless only --folded/--html are asked for);
+    every output is checked before the target runs."""
     stem = Path(script).stem if script is not None else module.rsplit(".", 1)[-1]
     output = args.output if args.output is not None or args.folded or args.html else f"{stem}.pprof"
     if output:
@@ -195,9 +196,41 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
             Path(args.folded).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CLIError(f"{PROG} record: --folded {args.folded!r}: {exc.strerror or exc}") from None
-    root_file = _target_file(script, module)
+    return output
 
-    import runpy
+
+def _run_target(script: str | None, module: str | None) -> int:
+    """Run the script or module as ``python`` would; its exit code."""
+    try:
+        if script is not None:
+            runpy.run_path(os.path.abspath(script), run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        # like the interpreter at exit: wait for the script's non-daemon threads
+        me = threading.current_thread()
+        for t in threading.enumerate():
+            if t is not me and not t.daemon:
+                t.join()
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except KeyboardInterrupt as exc:
+        _print_traceback(exc)
+        return 130
+    except BaseException as exc:  # noqa: BLE001 - the script's error: traceback, exit 1
+        _print_traceback(exc)
+        return 1
+    return 0
+
+
+def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
+    args = _parser().parse_args(["record", *options])
+    if script is None and module is None:
+        raise CLIError(f"{PROG} record: nothing to run; give -- script.py [args] or -m module [args]")
+    if script is not None and not os.path.isfile(script):
+        raise CLIError(f"{PROG} record: cannot open script {script!r}: no such file")
+    config = _record_config(args)
+    output = _record_output(args, script, module)
+    root_file = _target_file(script, module)
 
     sampler = Sampler(config, children=args.children)  # [children]
     saved_argv, saved_path0 = list(sys.argv), sys.path[0] if sys.path else None
@@ -213,50 +246,24 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
         sampler.start(trim="none")
     except (ProfilerError, ValueError, OSError) as exc:
         raise CLIError(f"{PROG} record: cannot start profiling: {exc}") from None
-    tid = threading.get_native_id()
     started = time.perf_counter()
-    code = 0
     try:
-        try:
-            if script is not None:
-                runpy.run_path(os.path.abspath(script), run_name="__main__")
-            else:
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
-            # like the interpreter at exit: wait for the script's non-daemon threads
-            me = threading.current_thread()
-            for t in threading.enumerate():
-                if t is not me and not t.daemon:
-                    t.join()
-        except SystemExit as exc:
-            code = _exit_code(exc)
-        except KeyboardInterrupt as exc:
-            _print_traceback(exc)
-            code = 130
-        except BaseException as exc:  # noqa: BLE001 - the script's error: traceback, exit 1
-            _print_traceback(exc)
-            code = 1
+        code = _run_target(script, module)
     finally:
-        profile = sampler.stop()
+        root = os.path.abspath(root_file) if root_file is not None else None
+        is_root = (lambda f: f.filename == root or f.filename == root_file) if root is not None else None
+        profile = sampler.stop(pipeline.CLI, is_root=is_root)
         elapsed = time.perf_counter() - started
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-    if root_file is not None:
-        root = os.path.abspath(root_file)
-        profile = cells.reroot(profile, tid, lambda f: f.filename == root or f.filename == root_file)
-    from .summary import status_line
-
     written = []
     try:
-        if output:
-            profile.save(output)
-            written.append(output)
-        if args.folded:
-            profile.save(args.folded)
-            written.append(args.folded + os.sep)
-        if args.html:
-            profile.to_html(args.html)
-            written.append(args.html)
+        for path, shown, write in ((output, output, profile.save), (args.folded, f"{args.folded}{os.sep}", profile.save),
+                                   (args.html, args.html, profile.to_html)):
+            if path:
+                write(path)
+                written.append(shown)
     except (OSError, ValueError, ImportError) as exc:
         raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
     print(f"ddprof_nb: wrote {', '.join(written)} — {status_line(profile, wall_s=elapsed).split(': ', 1)[1]}",
@@ -265,8 +272,6 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
 
 
 def _load(path: str):
-    from .loading import load
-
     try:
         return load(path)
     except OSError as exc:
@@ -286,8 +291,6 @@ def _convert(args) -> int:
 
 
 def _report(args) -> int:
-    from .summary import status_line, top_table
-
     if args.top < 1:
         raise CLIError(f"{PROG} report: --top must be at least 1")
     profile = _load(args.input)

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _binding
 from .events import EventType, FrameKind
+from .model import Frame
 
 __all__ = ["AllocTracker"]
 
@@ -34,8 +35,6 @@ class AllocTracker:
     BATCH = 1024
 
     def __init__(self, builder):
-        from .model import Frame
-
         self.builder = builder
         self._Frame = Frame
         self._rows: dict[int, tuple] = {}     # sample id -> its row (id, stack, thread, labels, t, count, bytes)

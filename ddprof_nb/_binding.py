@@ -28,6 +28,7 @@ import numpy as np
 
 from . import labeling as _labeling
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
+from .model import MAX_TICKS, MIN_TICK_NS, Frame
 from .events import EventType, FrameKind
 
 __all__ = ["unavailable_reason", "lib", "ffi", "check", "Session", "Resolver", "RecordConverter", "STATE_LABELS"]
@@ -327,8 +328,6 @@ class RecordConverter:
     """Raw native records -> rows of a ProfileBuilder (stacks interned, root first)."""
 
     def __init__(self, builder, start_mono_ns: int, exclude_tids=(), thread_names=None, base_labels=None):
-        from .model import Frame
-
         self.builder = builder
         self.start_mono_ns = start_mono_ns
         self.exclude = set(exclude_tids)
@@ -523,7 +522,7 @@ class RecordConverter:
         mv = ffi.buffer(buf, n * record_size)
         if n <= SMALL_BATCH or (self.alloc is not None and self._all_alloc(mv, n, record_size)):
             # ALLOC-only batches (~170 per 100 ms at the default rate) too: on a drain's cold caches
-            # numpy's fixed costs exceed the loop's (drain of ~175 records: 0.69 -> 0.62 ms)
+            # numpy's fixed costs exceed the loop's for batches this small
             return self._feed_small(mv, record_size)
         hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
         ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
@@ -595,9 +594,8 @@ class RecordConverter:
         exclude, start, by_hash, events = self.exclude, self.start_mono_ns, self._by_hash, self._events
         threads, labels = self._threads, self._labels
         rows, allocs, special = [], [], []
-        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  With the
-        # ALLOC rows made here (not in a second loop) and held as is, a warm feed + flush of an ALLOC
-        # batch went from 1.40 to 1.07 us per record
+        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  ALLOC
+        # rows are made here, in the same loop, and held as they are: a second pass costs more per record
         for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in enumerate(
                 self._records.iter_unpack(mv)):
             if flags & invalid:  # torn reads: already counted as dropped in C
@@ -753,8 +751,7 @@ class Session:
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:
-            from .model import MAX_TICKS, MIN_TICK_NS  # the Profile's time ticks: merging stays exact
-
+            # the Profile's time ticks: merging stays exact
             cfg.merge_tick_ns, cfg.merge_max_ticks = MIN_TICK_NS, MAX_TICKS
         cfg.drain_early = int(bool(drain_early))
         cfg.drain_new_code = int(bool(drain_new_code))

@@ -93,7 +93,7 @@ import numpy as np
 
 from . import labeling as _lab
 from ._steptypes import STEP_BASE as _STEP_BASE
-from .errors import ProfilerBusyError
+from .errors import NotRunningError, ProfilerBusyError
 from .events import EventType, FrameKind
 from .labeling import _current, _new_slot, _push, _slots, label_id
 from .labeling import TASK_SHIFT as _TASK_SHIFT
@@ -252,7 +252,7 @@ class _TaskCoroMethods(collections.abc.Coroutine):
 
     def _ended(self, resumed: int) -> None:
         """Its last step ended: its times stop now (the next tick accounts the rest of
-        its time since a tick last described it, which was lost before)."""
+        its time since a tick last described it)."""
         end = _monotonic_ns()
         self._q += resumed - end
         self._e = self._end = end
@@ -752,8 +752,6 @@ class TaskSampler:
         global _tracker, _timing
         tracker = self._tracker
         if tracker is None:
-            from .errors import NotRunningError
-
             raise NotRunningError("the asyncio task sampler is not running")
         # a last sample of the loop we are called from (a notebook cell, a coroutine)
         here = asyncio._get_running_loop()

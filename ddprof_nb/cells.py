@@ -22,6 +22,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from . import aggregate
 from .model import Frame, Profile, ProfileBuilder, aggregate_columns
 
 __all__ = ["cell_number", "cell_label", "is_cell_file", "cell_frame", "name_cells", "reroot", "filename_map"]
@@ -100,8 +101,6 @@ def name_cells(profile: Profile, shell=None) -> Profile:
     renamed = _renamer(profile, shell)
     if not renamed:
         return profile
-    from . import aggregate
-
     frames = profile.frames
     return aggregate.map_stacks(profile, lambda fs, ids: tuple(renamed.get(i, frames[i]) for i in ids))
 

@@ -206,7 +206,7 @@ def _finish_child(state: _ChildState | None = None) -> None:
         state.written = True
         try:
             from . import aggregate
-            from .exporters import pprof
+            from .exporters import pprof, write_atomic
 
             profile = state.sampler.stop()
             profile = aggregate.filter(profile, ignore=r"[/\\]ddprof_nb[/\\]children\.py$")
@@ -216,11 +216,8 @@ def _finish_child(state: _ChildState | None = None) -> None:
             extra["process"] = _process_name()
             profile = profile.with_metadata(extra=extra)
             d = state.spec["dir"]
-            if os.path.isdir(d):
-                tmp = os.path.join(d, f".{os.getpid()}.tmp")
-                with open(tmp, "wb") as f:
-                    f.write(pprof.dumps(profile))
-                os.replace(tmp, os.path.join(d, f"{os.getpid()}.pprof"))
+            if os.path.isdir(d):  # (the parent reads only <pid>.pprof: the writer's temporary name is not one)
+                write_atomic(os.path.join(d, f"{os.getpid()}.pprof"), pprof.dumps(profile))
         except Exception as exc:  # noqa: BLE001 - never break the child's exit
             try:
                 sys.stderr.write(f"ddprof_nb: child {os.getpid()} could not write its profile: {exc}\n")

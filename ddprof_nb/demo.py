@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from .render.format import format_value
+
 __all__ = ["main", "run_notebook", "DemoError", "CellFailed", "RunResult"]
 
 KERNEL = "python3"
@@ -95,9 +97,7 @@ def _first_line(source: str) -> str:
 
 
 def _fmt(value: float, unit: str | None) -> str:
-    from .summary import format_bytes, format_duration
-
-    return format_bytes(value) if unit == "bytes" else format_duration(value)
+    return format_value(value, "bytes" if unit == "bytes" else "nanoseconds")
 
 
 def top_text(result: RunResult) -> str:

@@ -29,7 +29,10 @@ import types
 from dataclasses import dataclass
 from typing import Iterator
 
+from .config import parse_size_bytes
 from .model import Profile
+from .render.format import format_bytes
+from .render.text import history_table
 
 __all__ = ["History", "Entry", "history", "estimate_bytes", "DEFAULT_MAX_COUNT", "DEFAULT_MAX_BYTES"]
 
@@ -69,13 +72,6 @@ class Entry:
     added: float  # time.time()
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 class History:
     """Profiles by name, oldest first, bounded by count and estimated memory.
 
@@ -100,8 +96,6 @@ class History:
     @staticmethod
     def _check_bytes(value) -> int:
         if isinstance(value, str):
-            from .config import parse_size_bytes
-
             return parse_size_bytes(value, "history max_bytes")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"invalid history max_bytes {value!r}: must be a positive int or a size like '512MiB'")
@@ -162,7 +156,7 @@ class History:
         while total > self._max_bytes and len(self._entries) > 1:
             oldest = next(iter(self._entries.values()))
             total -= oldest.nbytes
-            evicted.append((self._pop_oldest(), f"history over {_fmt_bytes(self._max_bytes)}"))
+            evicted.append((self._pop_oldest(), f"history over {format_bytes(self._max_bytes)}"))
         for name, why in evicted:
             print(f"ddprof: evicted profile {name!r} from the history ({why}; "
                   f"see ddprof_nb.history.max_count / max_bytes)")
@@ -262,13 +256,11 @@ class History:
     # -- display -----------------------------------------------------------------------
     def table(self) -> str:
         """A text table of the stored profiles (what ``%ddprof list`` prints)."""
-        from .summary import history_table
-
         return history_table(self.entries(), self._max_count, self._max_bytes)
 
     def __repr__(self) -> str:
         return (f"<ddprof_nb History: {len(self)} profiles ({', '.join(self.list()) or 'empty'}), "
-                f"{_fmt_bytes(self.nbytes)} of {_fmt_bytes(self._max_bytes)}>")
+                f"{format_bytes(self.nbytes)} of {format_bytes(self._max_bytes)}>")
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(self.table())

@@ -23,8 +23,9 @@ pyinstrument's magic, we let the cell run as an ordinary cell and wrap its code:
 So the cell is compiled and run by IPython itself (its namespace, display hook,
 ``Out``/``_``, top-level ``await``, tracebacks naming ``Cell In[N]``); an exception
 propagates after ``end()`` stored and showed the profile, and KeyboardInterrupt keeps
-the partial profile.  Sampling starts inside the cell; ``cells.reroot`` then roots the
-cell thread's stacks at the cell's code and leaves out the profiler's own frames.  A
+the partial profile.  Sampling starts inside the cell; the stop pipeline (``pipeline.MAGIC``)
+then roots the cell thread's stacks at the cell's code and leaves out the profiler's own
+frames.  The rewriting itself is in ``cell_rewrite.py``.  A
 direct ``shell.run_cell_magic('ddprof', ...)`` call (no transformer involved) re-runs
 the text as a cell, which goes through the same path.
 
@@ -33,6 +34,9 @@ Only one profile runs per process (the Sampler enforces it); a second ``%%ddprof
 (its mimebundle carries text/plain and text/html fallbacks); without the explorer, or
 outside a kernel, a bundle of a text summary and a static HTML flame graph; in
 terminal IPython just the text.
+
+(Over 600 lines: one Magics class with ten subcommands, the option parser they share,
+the session they run and how its result is shown; the cell rewriting is apart.)
 """
 
 from __future__ import annotations
@@ -54,10 +58,17 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from . import aggregate, cells, summary
+from . import cells, pipeline, transforms
+from .render import html as render_html, text as render_text
+from .render.format import esc, format_bytes, format_duration
 from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
 from .errors import ProfilerBusyError, ProfilerError
+from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
+from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
+from .history import history
+from .loading import load
 from .model import Frame, Profile
+from .sampler import Sampler
 
 __all__ = ["DDProfMagics", "load_ipython_extension", "unload_ipython_extension", "display_mode"]
 
@@ -73,9 +84,6 @@ _KERNEL_MACHINERY = (
     r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\](asyncio|concurrent[/\\]futures)[/\\]"
     r"|^\[(no Python frames|truncated|unknown|GC)\]$"
 )
-_MARKER = "__cell__"
-_HOOKS_ATTR = "_ddprof_cell"
-_CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
 _SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
@@ -226,8 +234,6 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
            is_async: bool = False, what: str = "%%ddprof") -> _Session:
     """Parse-checked options -> a running session, or UsageError with one line."""
     global _session
-    from .sampler import Sampler
-
     config = _config(args)
     if args.name is not None and not args.name.strip():
         raise UsageError(f"{what}: invalid name {args.name!r} for -o: give a non-empty name")
@@ -272,7 +278,6 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
         if _session is session:
             _session = None
     elapsed = time.perf_counter() - session.started
-    profile = session.sampler.stop()
     if session.root_files is not None:
         root_files = session.root_files
 
@@ -292,8 +297,11 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
         cell = Frame("<module>", cell_file, 0, 1)
         n = cells.cell_number(cell_file, shell)
         outside = (cells.cell_frame(cell, n) if n is not None else cell, Frame("[await]"))
-    profile = cells.reroot(profile, session.tid, is_root, drop=lambda f: f.filename in _OWN_FILES,
-                           outside=outside, rename=shell if shell is not None else True)
+    profile = session.sampler.stop(
+        pipeline.MAGIC, is_root=is_root, drop=lambda f: f.filename in _OWN_FILES, outside=outside,
+        rename=shell if shell is not None else True,
+        hide=None if session.all_threads else _KERNEL_MACHINERY, hide_reason="--all-threads keeps them",
+    )
     name = session.name
     if name is None:
         if session.kind == "span":
@@ -301,19 +309,12 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
             name = f"{session.count}-{end}" if session.count is not None and end is not None else None
         else:
             name = str(session.count) if session.count is not None else None
-    if not session.all_threads:
-        profile, hidden = aggregate.drop_threads_only_in(profile, _KERNEL_MACHINERY, keep_tids=(session.tid,))
-        if hidden:
-            note = f"hid {len(hidden)} idle kernel thread(s) ({', '.join(sorted(set(hidden)))}); --all-threads keeps them"
-            profile = profile.with_metadata(notes=profile.metadata.notes + (note,))
     extra = dict(profile.metadata.extra)
     if session.count is not None:
         extra.setdefault("cell", f"In[{session.count}]")
     profile = profile.with_metadata(extra=extra)
-    from .history import history
-
     name = history.add(profile, name)
-    print(summary.status_line(profile, name, wall_s=elapsed))
+    print(render_text.status_line(profile, name, wall_s=elapsed))
     if session.save:
         _save(profile, session.save)
     return name, profile
@@ -360,24 +361,22 @@ def fallback_bundle(profile: Profile, name: str | None = None, other: Profile | 
     """The mimebundle shown where no widget renders: a text summary and a static HTML
     flame graph (a diff shows both profiles' summaries and the biggest changes)."""
     if other is None:
-        text = summary.text_summary(profile, n=10, name=name)
+        text = render_text.text_summary(profile, n=10, name=name)
     else:
-        text = "\n\n".join([summary.status_line(profile, "A"), summary.status_line(other, "B"),
-                            summary.diff_table(profile, other)])
+        text = "\n\n".join([render_text.status_line(profile, "A"), render_text.status_line(other, "B"),
+                            render_text.diff_table(profile, other)])
     bundle = {"text/plain": text}
     if html:
-        from .exporters import html as html_export
-
         title = f"ddprof [{name}]" if name else None
         # a cell output stays small: fewer, wider nodes than the saved report
         small = dict(full_document=False, top=10, max_nodes=400, min_fraction=0.005)
         if other is None:
-            bundle["text/html"] = html_export.render(profile, title=title, **small)
+            bundle["text/html"] = render_html.report(profile, title=title, **small)
         else:
             bundle["text/html"] = (
-                "<div>" + html_export.render(profile, title="A", **small)
-                + html_export.render(other, title="B", **small)
-                + "<pre>" + html_export.esc(text) + "</pre></div>"
+                "<div>" + render_html.report(profile, title="A", **small)
+                + render_html.report(other, title="B", **small)
+                + "<pre>" + esc(text) + "</pre></div>"
             )
     return bundle
 
@@ -409,7 +408,7 @@ def show(profile: Profile, name: str | None = None, other: Profile | None = None
     if mode == "text":
         # the status line was printed already; a terminal gets the tables
         if other is None:
-            print("\n\n".join(summary.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
+            print("\n\n".join(render_text.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
         else:
             print(fallback_bundle(profile, name, other, html=False)["text/plain"])
         return
@@ -469,98 +468,6 @@ class _CellHooks:
                 except Exception:  # noqa: BLE001
                     pass
             print(f"ddprof: could not finish the profile: {type(exc).__name__}: {exc}", file=sys.stderr)
-
-
-def _cell_transform(lines: list[str]) -> list[str]:
-    """Input transformer: ``%%ddprof ARGS`` (first line) -> the marker statement."""
-    if not lines or not lines[0].startswith("%%ddprof"):
-        return lines
-    m = _CELL_LINE.match(lines[0])
-    if m is None:
-        return lines
-    args = (m.group("args") or "").strip()
-    marker = f"get_ipython().run_line_magic('ddprof', {(_MARKER + ' ' + args).rstrip()!r})\n"
-    return [marker] + lines[1:]
-
-
-def _hook_call(method: str, *args: ast.expr) -> ast.Call:
-    hooks = ast.Attribute(ast.Call(ast.Name("get_ipython", ast.Load()), [], []), _HOOKS_ATTR, ast.Load())
-    return ast.Call(ast.Attribute(hooks, method, ast.Load()), list(args), [])
-
-
-def _marker_args(node: ast.stmt) -> str | None:
-    """ARGS if ``node`` is the marker statement, else None."""
-    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
-        return None
-    call = node.value
-    f = call.func
-    if not (isinstance(f, ast.Attribute) and f.attr == "run_line_magic" and isinstance(f.value, ast.Call)
-            and isinstance(f.value.func, ast.Name) and f.value.func.id == "get_ipython"):
-        return None
-    if len(call.args) != 2 or not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args):
-        return None
-    name, line = call.args[0].value, call.args[1].value
-    if name != "ddprof" or not (line == _MARKER or line.startswith(_MARKER + " ")):
-        return None
-    return line[len(_MARKER):].strip()
-
-
-class _CellWrapper(ast.NodeTransformer):
-    """AST transformer: a module starting with the marker -> the try/finally form."""
-
-    def __init__(self, shell):
-        super().__init__()
-        self.shell = shell
-
-    def visit(self, node):  # only the module matters; never descend
-        if isinstance(node, ast.Module):
-            try:
-                return self._wrap(node)
-            except Exception:  # noqa: BLE001 - IPython would unregister a failing transformer
-                return node
-        return node
-
-    def _wrap(self, module: ast.Module) -> ast.Module:
-        body = module.body
-        if not body:
-            return module
-        args = _marker_args(body[0])
-        if args is None:
-            return module
-        marker = body[0]
-        rest = list(body[1:])
-        futures = []
-        while rest and isinstance(rest[0], ast.ImportFrom) and rest[0].module == "__future__":
-            futures.append(rest.pop(0))
-        begin = ast.Expr(_hook_call("begin", ast.Constant(args)))
-        ast.copy_location(begin, marker)
-        mode = getattr(self.shell, "ast_node_interactivity", "last_expr")
-        tail: list[ast.stmt] = []
-        if rest and mode in ("last_expr", "last", "last_expr_or_assign"):
-            last = rest[-1]
-            target = None
-            if isinstance(last, ast.Expr):
-                keep = ast.Expr(_hook_call("keep", last.value))
-                rest[-1] = ast.copy_location(keep, last)
-                target = last
-            elif mode == "last_expr_or_assign":
-                name = None
-                if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
-                    name = last.targets[0].id
-                elif isinstance(last, (ast.AugAssign, ast.AnnAssign)) and isinstance(last.target, ast.Name) \
-                        and getattr(last, "value", True) is not None:
-                    name = last.target.id
-                if name is not None:
-                    rest.append(ast.copy_location(ast.Expr(_hook_call("keep", ast.Name(name, ast.Load()))), last))
-                    target = last
-            if target is not None:
-                tail.append(ast.copy_location(ast.Expr(_hook_call("result")), target))
-        end = ast.copy_location(ast.Expr(_hook_call("end")), marker)
-        wrapped = ast.Try(body=[begin] + rest, handlers=[], orelse=[], finalbody=[end])
-        ast.copy_location(wrapped, marker)
-        module.body = futures + [wrapped] + tail
-        ast.fix_missing_locations(module)
-        return module
 
 
 # ----------------------------------------------------------------------------------
@@ -665,8 +572,6 @@ class DDProfMagics(Magics):
             show(profile, name, shell=self.shell)
 
     def _get(self, name: str | None) -> tuple[str, Profile]:
-        from .history import history
-
         if name is None:
             latest = history.latest_name
             if latest is None:
@@ -685,8 +590,6 @@ class DDProfMagics(Magics):
         show(profile, name, shell=self.shell)
 
     def _cmd_list(self, rest: str):
-        from .history import history
-
         if rest:
             raise UsageError("usage: %ddprof list")
         print(history.table())
@@ -713,14 +616,12 @@ class DDProfMagics(Magics):
         name, profile = self._get(name)
         try:
             events = [a.event] if a.event else list(profile.events)
-            tables = [summary.top_table(profile, e, n=n, by=a.by) for e in events]
+            tables = [render_text.top_table(profile, e, n=n, by=a.by) for e in events]
         except ValueError as exc:
             raise UsageError(f"%ddprof top: {exc}") from None
         print(f"ddprof [{name}]\n" + ("\n\n".join(tables) if tables else "(no samples)"))
 
     def _cmd_sandwich(self, rest: str):
-        from . import transforms
-
         p = _Parser("%ddprof sandwich")
         p.add_argument("function")
         p.add_argument("profile", nargs="?", default=None)
@@ -737,9 +638,9 @@ class DDProfMagics(Magics):
             tables = []
             for e in [a.event] if a.event else callees.events:
                 tables.append(f"callers of {function} (self: called directly from it; total: reached through it)\n"
-                              + summary.top_table(transforms.caller_chains(callers), e, n=a.n))
+                              + render_text.top_table(transforms.caller_chains(callers), e, n=a.n))
                 tables.append(f"callees of {function} (from its outermost call down)\n"
-                              + summary.top_table(callees, e, n=a.n))
+                              + render_text.top_table(callees, e, n=a.n))
         except ValueError as exc:
             raise UsageError(f"%ddprof sandwich: {str(exc).removeprefix('sandwich: ')}") from None
         if not len(callees):
@@ -762,17 +663,11 @@ class DDProfMagics(Magics):
         a = p.parse_argstring(rest)
         path = os.path.expanduser(a.path)
         try:
-            from .loading import load
-        except ImportError as exc:
-            raise UsageError(f"%ddprof load: loading profiles is not available ({exc})") from None
-        try:
             profile = load(path)
         except Exception as exc:  # noqa: BLE001 - a one-line reason, not our traceback
             raise UsageError(f"%ddprof load: cannot read {a.path}: {exc}") from None
-        from .history import history
-
         name = history.add(profile, a.name or Path(path).name)
-        print(f"ddprof: loaded {a.path} as {name!r} ({summary.status_line(profile)})")
+        print(f"ddprof: loaded {a.path} as {name!r} ({render_text.status_line(profile)})")
 
     def _cmd_diff(self, rest: str):
         parts = _split(rest)
@@ -783,20 +678,18 @@ class DDProfMagics(Magics):
         show(a, f"{a_name} -> {b_name}", other=b, shell=self.shell)
 
     def _cmd_status(self, rest: str):
-        from .history import history
-
         s = _session
         if s is None:
             print("ddprof: not profiling")
         else:
             started = {"cell": "%%ddprof", "line": "%ddprof", "span": "%ddprof start"}[s.kind]
             cfg = s.sampler.config
-            print(f"ddprof: profiling for {time.perf_counter() - s.started:.1f} s "
+            print(f"ddprof: profiling for {format_duration((time.perf_counter() - s.started) * 1e9)} "
                   f"(started by {started}{f' in In[{s.count}]' if s.count is not None else ''}; "
                   f"{s.sampler.engine_name} engine; events {','.join(e.label for e in cfg.events)}; "
-                  f"interval {summary.format_duration(cfg.interval_ns)})")
+                  f"interval {format_duration(cfg.interval_ns)})")
         print(f"history: {len(history)} of at most {history.max_count} profiles, "
-              f"{summary.format_bytes(history.nbytes)} of {summary.format_bytes(history.max_bytes)}"
+              f"{format_bytes(history.nbytes)} of {format_bytes(history.max_bytes)}"
               + (f"; latest {history.latest_name!r}" if len(history) else ""))
 
     def _cmd_help(self, rest: str):

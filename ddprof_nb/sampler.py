@@ -2,23 +2,24 @@
 
 One sampler runs per process at a time (a second start raises ProfilerBusyError).
 ``profile()`` is the context manager behind the public API; the magics and the CLI
-use ``Sampler`` directly.
+use ``Sampler`` directly.  What ``stop()`` does to the samples is the list of
+``pipeline`` steps its caller picks.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from . import aggregate
+from . import pipeline
 from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
-from .model import Frame, Profile
+from .engines.python import PythonEngine
+from .model import Profile
 
 _active_lock = threading.Lock()
 _active: "Sampler | None" = None
@@ -38,8 +39,6 @@ if hasattr(os, "register_at_fork"):
 
 
 def _engine_classes() -> dict:
-    from .engines.python import PythonEngine
-
     classes = {"python": PythonEngine}
     try:
         from .engines.native import NativeEngine
@@ -83,37 +82,6 @@ def _caller_frames(depth: int) -> list[tuple[str, str, int]]:
         frame = frame.f_back
     out.reverse()
     return out
-
-
-def trim_prefix(profile: Profile, thread_tid: int, prefix: list[tuple[str, str, int]], keep_last: bool) -> Profile:
-    """Drop ``prefix`` (frames that were already on the starting thread's stack) from the
-    root of that thread's stacks, so the profiled code is the root.  ``keep_last`` keeps
-    the frame that started profiling (e.g. the function holding a ``with`` block)."""
-    if not prefix:
-        return profile
-    cut = len(prefix) - (1 if keep_last else 0)
-    tids = {i for i, t in enumerate(profile.threads) if t.tid == thread_tid}
-    if not tids:
-        return profile
-    rows_by_stack: dict[int, set[int]] = {}
-    for s, t in zip(profile.stack.tolist(), profile.thread.tolist()):
-        rows_by_stack.setdefault(s, set()).add(t)
-
-    def key(f: Frame):
-        return (f.name, f.filename, f.first_line)
-
-    def trim(frames, ids):
-        if len(frames) > cut and all(key(f) == p for f, p in zip(frames[:len(prefix)], prefix)):
-            return frames[cut:]
-        return frames
-
-    # only the starting thread's stacks are trimmed; a stack shared with other threads
-    # keeps its full form for them, so split by thread before mapping
-    if any(len(ts - tids) and len(ts & tids) for ts in rows_by_stack.values()):
-        other = profile.filter(threads=[t.tid for i, t in enumerate(profile.threads) if i not in tids])
-        mine = profile.filter(threads=[thread_tid])
-        return aggregate.merge(aggregate.map_stacks(mine, trim), other)
-    return aggregate.map_stacks(profile, lambda frames, ids: trim(frames, ids))
 
 
 class Sampler:
@@ -215,8 +183,10 @@ class Sampler:
             profile = dask.finish(profile)
         return profile
 
-    def stop(self) -> Profile:
-        """Stop sampling and return the Profile (also kept as ``self.profile``)."""
+    def stop(self, steps: tuple = pipeline.COLLECT, **front_end) -> Profile:
+        """Stop sampling and return the Profile (also kept as ``self.profile``), passed
+        through ``steps`` (``ddprof_nb.pipeline``); ``front_end`` adds the caller's facts to
+        the steps' ``StopContext`` (``is_root``, ``hide``...)."""
         global _active
         with _active_lock:
             if self._engine is None:
@@ -232,32 +202,13 @@ class Sampler:
                     _active = None
                     if tasks is not None:  # (after the engine's last drain: its records name tasks)
                         tasks.forget_names()
-        if task_profile is not None:
-            profile = aggregate.merge(profile, task_profile)
-        if self.config.labels:
-            profile = aggregate.merge(profile, labels=[dict(self.config.labels)])
-        profile = trim_prefix(profile, self._tid, self._prefix, self._keep_last)
-        # samples taken inside start()/stop() themselves show the profiler, not the user's code
-        profile = aggregate.filter(profile, ignore="^" + re.escape(__file__) + "$")
-        if self._note:
-            profile = profile.with_metadata(notes=profile.metadata.notes + (self._note,))
-        profile = self._finish_remote(profile)  # [children/dask]
-        if self.config.asyncio == "fold":
-            from .asyncio_support import fold_loop_frames
-
-            profile = fold_loop_frames(profile)
-        self.profile = profile
+        ctx = pipeline.StopContext(
+            tid=self._tid, prefix=tuple(self._prefix), keep_last=self._keep_last, labels=dict(self.config.labels or {}),
+            note=self._note, task_profile=task_profile, remote=self._finish_remote, asyncio=self.config.asyncio,
+            sampler_files=frozenset({__file__}), **front_end,
+        )
+        self.profile = pipeline.run(profile, steps, ctx)
         return self.profile
-
-
-def _named_cells(profile: Profile) -> Profile:
-    """In IPython, frames of notebook cells read ``Cell In[N]``, as in its tracebacks.
-    (The magics do this themselves, after rooting stacks at the cell.)"""
-    if "IPython" not in sys.modules:
-        return profile
-    from .cells import name_cells
-
-    return name_cells(profile)
 
 
 def active() -> Sampler | None:
@@ -301,7 +252,7 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", eng
     try:
         yield handle
     finally:
-        handle.profile = _named_cells(sampler.stop())
+        handle.profile = sampler.stop(pipeline.PYTHON_API)
 
 
 def profiled(func=None, **options):
@@ -317,7 +268,7 @@ def profiled(func=None, **options):
         try:
             return func(*args, **kwargs)
         finally:
-            wrapper.last_profile = _named_cells(sampler.stop())
+            wrapper.last_profile = sampler.stop(pipeline.PYTHON_API)
 
     wrapper.last_profile = None
     return wrapper

@@ -9,7 +9,7 @@ naming code it has not resolved yet (0.1 s after its last wake at the earliest: 
 die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL`` (1 s)
 elapsed.  Each wake takes the GIL from the profiled code (with ~3 context switches of a
 busy thread), so code already resolved waits: a loop of known code wakes it once a second,
-not ten times (it woke every 0.1 s before, for new code's sake).  Wall samples carry
+not ten times.  Wall samples carry
 ``state=cpu|off-cpu|gil`` in their labels (see ``_binding.STATE_LABELS``).
 """
 
@@ -26,7 +26,7 @@ from .. import _binding
 from .. import labeling as _labels
 from .._alloc import AllocTracker
 from ..config import SamplerConfig
-from ..errors import NotRunningError, ProfilerBusyError
+from ..errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ..events import EventType
 from ..lockpark import WAIT_KINDS, WaitClassifier
 from ..model import Metadata, Profile, ProfileBuilder
@@ -135,8 +135,6 @@ class NativeEngine(Engine):
         global _active
         reason = self.unavailable_reason()
         if reason:
-            from ..errors import EngineUnavailableError
-
             raise EngineUnavailableError(reason)
         if _active is not None or self._session is not None:
             raise ProfilerBusyError("a native profile is already being taken in this process")

@@ -1,5 +1,5 @@
-"""The explorer: ``figures`` (Profile -> plotly figure data, pure) and ``widget``
-(the ipywidgets ``Explorer``).  ``Explorer`` is imported lazily: ipywidgets and plotly
+"""The explorer: ``widget`` (the ipywidgets ``Explorer``, drawing with ``ddprof_nb.render``)
+and ``sources`` (source text).  ``Explorer`` is imported lazily: ipywidgets and plotly
 load only when one is made."""
 
 __all__ = ["Explorer"]

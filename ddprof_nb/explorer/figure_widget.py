@@ -1,4 +1,6 @@
-"""A plotly FigureWidget that sends plotly's JavaScript to the page once, not per figure.
+"""A plotly FigureWidget that sends plotly's JavaScript to the page once, not per figure;
+``figure_widget`` makes one from unvalidated trace properties and ``send_update`` changes
+its traces and layout in one message.
 
 plotly's FigureWidget is an anywidget whose ``_esm`` trait is plotly's whole widget
 bundle (about 5 MB).  Every figure sends and stores its own copy, and the page imports
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["figure_widget_class"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -115,3 +117,72 @@ def figure_widget_class():
 
     _classes.update(carrier=_PlotlyBundle, bundle=bundle.encode("utf-8"), figure=FigureWidget)
     return FigureWidget
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}: plotly's restyle/relayout paths (lists stay whole)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def send_update(fig, traces: list[dict], layout: dict) -> None:
+    """Update ``fig``'s traces (one props dict each, same count) and layout in one
+    message.  ``plotly_update`` skips the per-value validation that ``trace.update``
+    does (~50 ms for a 600-node icicle); our props are validated by the unit tests."""
+    restyle: dict[str, list] = {}
+    for i, props in enumerate(traces):
+        for k, v in _flatten(props).items():
+            restyle.setdefault(k, [None] * len(traces))[i] = v
+    fig.plotly_update(restyle_data=restyle, relayout_data=_flatten(layout), trace_indexes=list(range(len(traces))))
+
+
+_TEMPLATES: dict = {}
+
+
+def _template(trace_types: tuple[str, ...]) -> dict:
+    """The default plotly template cut to what our figures use (layout basics and our
+    trace types), cached per default template: plotly would validate and deep-copy the
+    whole template (~10 ms) for every figure, and send it all to the browser."""
+    import plotly.io as pio
+
+    default = pio.templates.default
+    key = (default if isinstance(default, str) else id(default), trace_types)
+    hit = _TEMPLATES.get(key)
+    if hit is None:
+        if default is None:
+            hit = {}
+        else:
+            full = (pio.templates[default] if isinstance(default, str) else default).to_plotly_json()
+            lay = full.get("layout", {})
+            data = full.get("data", {})
+            hit = {
+                "layout": {k: lay[k] for k in _TEMPLATE_LAYOUT if k in lay},
+                "data": {t: data[t] for t in trace_types if t in data},
+            }
+        _TEMPLATES[key] = hit
+    return hit
+
+
+_TEMPLATE_LAYOUT = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor",
+                    "plot_bgcolor", "xaxis", "yaxis", "title", "legend", "margin")
+
+def figure_widget(traces, layout: dict, trace_type: str):
+    """A FigureWidget of ``traces`` (props dicts: unvalidated, see ``_send_update``)."""
+    if isinstance(traces, dict):
+        traces = [traces]
+    data = [dict(t, type=trace_type) for t in traces]
+    layout = dict(layout, template=_template((trace_type,)))
+    fig = figure_widget_class()(data=data, layout=layout, _validate=False)
+    # Only the bulk data skips validation.  With validation off, plotly's object API
+    # (``fig.layout.autosize = True``, ``xaxis.update(range=...)``) would change the
+    # Python copy and send nothing to the browser: turn it back on for those edits.
+    fig._validate = True
+    fig._layout_obj._validate = True
+    for tr in fig.data:
+        tr._validate = True
+    return fig

@@ -4,8 +4,8 @@ State lives in the controls; every change runs one pipeline:
 
     aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
     aggregate.filter (time range from the timeline)                 -> view
-    figures.call_tree / diff_tree                                   -> tree
-    figures.flame_data (min %, search, flame/icicle)                -> flame chart
+    render.call_tree / diff_tree                                    -> tree
+    render.flame_data (min %, search, flame/icicle)                 -> flame chart
     aggregate.top                                                   -> top table
 
 and stops at the first step the change touches (a search or min-% change re-prunes
@@ -25,10 +25,14 @@ import ipywidgets as W
 import numpy as np
 
 from .. import aggregate
+from .. import render as F
 from ..events import EventType
+from ..exporters import write_atomic
 from ..model import Frame, Profile
-from . import figures as F
-from .figure_widget import figure_widget_class
+from ..render.figures import report as interactive_report
+from .figure_widget import figure_widget, send_update
+from .sources import source_lines
+from .top_rows import row_label, sort_rows, top_rows
 
 __all__ = ["Explorer"]
 
@@ -86,6 +90,15 @@ class Explorer(W.VBox):
         self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
         self._busy = False
 
+        events, first = self._events(event)
+        self._make_controls(events, first, min_pct)
+        self._make_figures()
+        self._wire()
+        super().__init__(children=self._rows())
+        self.add_class("ddprof-explorer")
+
+    def _events(self, event) -> tuple[list[EventType], EventType]:
+        """The events to offer (in diff mode, those both profiles have) and the first one shown."""
         events = [e for e in self.profile.events if not self.diff or e in self.before.events]
         if not events:
             events = list(self.profile.events) or [EventType.CPU]
@@ -94,7 +107,9 @@ class Explorer(W.VBox):
             present = ", ".join(e.label for e in events)
             raise ValueError(f"event {first.label!r} is not in the profile; present: {present}")
 
-        # -- controls -------------------------------------------------------------------
+        return events, first
+
+    def _make_controls(self, events: list[EventType], first: EventType, min_pct: float) -> None:
         self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
                                    description="event", layout=W.Layout(width="210px"))
         self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
@@ -133,18 +148,40 @@ class Explorer(W.VBox):
         self.top_sel.add_class("ddprof-top")
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+        # every labelled control says on hover what it does (with no tooltip, ipywidgets
+        # writes title="null" on its label)
+        for widget, tip in (
+            (self.event_dd, "the event every view shows"),
+            (self.value_tb, "what the charts measure: the count, or the time or bytes"),
+            (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
+            (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
+            (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
+            (self.ignore_txt, "regex: drop the stacks through a matching function or file"),
+            (self.hide_txt, "regex: remove matching frames from every stack"),
+            (self.search_txt, "highlight matching functions and files"),
+            (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
+            (self.clear_btn, "back to the whole profile"),
+            (self.diff_view_tb, "the difference, or either profile alone"),
+            (self.top_sort_tb, "order of the table"),
+            (self.top_sel, "click a row to focus every view on that function"),
+            (self.range_btn, "show the whole time axis again"),
+        ):
+            widget.tooltip = tip
 
-        # -- figures --------------------------------------------------------------------
+    def _make_figures(self) -> None:
         self._last_criteria = None
         self._zoom_level = ""  # the flame trace's ``level`` (see _update)
         self._update("filter")
-        self.flame = _figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
+        self.flame = figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
         td = self._timeline_data()
-        self.timeline = _figure_widget(F.timeline_traces(td), F.timeline_layout(td), "bar")
+        self.timeline = figure_widget(F.timeline_traces(td), F.timeline_layout(td), "bar")
         self._extent_ms = td.extent_ms
+        self._has_time = td.has_time  # False: no sample timestamps, so no time-range filter
+        if not self._has_time:
+            self.range_btn.description = "no time axis"
         self._refresh_top()
 
-        # -- wiring ---------------------------------------------------------------------
+    def _wire(self) -> None:
         for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.threads_sel, self.labels_txt,
                   self.focus_txt, self.ignore_txt, self.hide_txt, self.diff_view_tb):
             w.observe(self._on_filter, names="value")
@@ -160,6 +197,7 @@ class Explorer(W.VBox):
         self.timeline.layout.xaxis.on_change(self._on_xrange, "range")
         self.timeline.layout.xaxis.on_change(self._on_autorange, "autorange")
 
+    def _rows(self) -> list:
         row1 = [self.event_dd, self.value_tb, self.chart_tb, self.only_mine_cb, self.min_pct_sl]
         rows = [W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
         if self.diff:
@@ -180,8 +218,7 @@ class Explorer(W.VBox):
             ),
             W.HTML(_CSS),
         ]
-        super().__init__(children=rows)
-        self.add_class("ddprof-explorer")
+        return rows
 
     # ---------------------------------------------------------------------------------
     # options
@@ -239,7 +276,7 @@ class Explorer(W.VBox):
         except ValueError as exc:
             errors.append(f"{exc} — keeping the previous label filter")
         self.last_error = "; ".join(errors)
-        self.message.value = html.escape(self.last_error)
+        self.message.value = F.esc(self.last_error)
         return dict(
             threads=list(self.threads_sel.value) or None,
             labels=self._good["labels"] or None,
@@ -322,7 +359,7 @@ class Explorer(W.VBox):
                 # spellings of "the root" ("" and its id "0") to make plotly apply it.
                 self._zoom_level = "0" if self._zoom_level != "0" else ""
                 props = dict(F.flame_trace_props(self._fd), level=self._zoom_level)
-                _send_update(self.flame, [props], F.flame_layout(self._fd))
+                send_update(self.flame, [props], F.flame_layout(self._fd))
             t["figures"] = time.perf_counter() - t1
             self._refresh_status()
             t["chart"] = time.perf_counter() - t0
@@ -346,7 +383,7 @@ class Explorer(W.VBox):
             layout["xaxis"]["range"] = [self._time_range[0] / 1e6, self._time_range[1] / 1e6]
         same = [t["name"] for t in traces] == [t.get("name") for t in self.timeline._data]
         if same:
-            _send_update(self.timeline, traces, layout)
+            send_update(self.timeline, traces, layout)
         else:  # other states: new traces (rare: an event switch)
             with self.timeline.batch_update():
                 self.timeline.data = ()
@@ -372,52 +409,19 @@ class Explorer(W.VBox):
         dropped = self.profile.metadata.dropped.get(e, 0) if self.profile.metadata.dropped else 0
         if dropped:
             parts.append(f"{dropped:,} samples dropped while recording")
-        self.status.value = html.escape(" · ".join(parts))
+        self.status.value = F.esc(" · ".join(parts))
 
     # -- top table ----------------------------------------------------------------------
 
-    def _top_rows(self) -> list[tuple]:
-        """Rows (name, filename, line, kind, self, total, delta) for the current view."""
-        e, vi = self.event, self.value_index
-        after = aggregate.top(self._view, e, n=None, value_index=vi)
-        if not self.diff:
-            return [(r.name, r.filename, r.line, r.kind, r.self, r.total, 0.0) for r in after]
-        before = aggregate.top(self._view_before, e, n=None, value_index=vi)
-        tb, ta = self._view_before.total(e, vi), self._view.total(e, vi)
-        scale = ta / tb if (self.diff_norm_tb.value and tb and ta) else 1.0
-        rows: dict[tuple, list] = {}
-        for r in after:
-            rows[(r.name, r.filename, r.line, r.kind)] = [r.self, r.total, 0.0]
-        for r in before:
-            k = (r.name, r.filename, r.line, r.kind)
-            rows.setdefault(k, [0, 0, 0.0])[2] = r.total * scale
-        return [(*k, s, t, t - b) for k, (s, t, b) in rows.items()]
-
     def _refresh_top(self) -> None:
         t0 = time.perf_counter()
-        rows = self._top_rows()
+        rows = top_rows(self._view, self.event, self.value_index, self._view_before if self.diff else None,
+                        normalize=bool(self.diff_norm_tb.value))
         self.timings["top"] = time.perf_counter() - t0
-        how = self.top_sort_tb.value
-        if how == "name":
-            rows.sort(key=lambda r: (r[0].lower(), r[1]))
-        elif how == "total":
-            rows.sort(key=lambda r: (-r[5], -r[4]))
-        elif how == "delta":
-            rows.sort(key=lambda r: -abs(r[6]))
-        else:
-            rows.sort(key=lambda r: (-r[4], -r[5]))
-        rows = rows[: self.top_n]
-        self._top = rows
+        self._top = rows = sort_rows(rows, self.top_sort_tb.value)[: self.top_n]
         unit = F.value_unit(self.event, self.value_index)
         total = self._tree.totals[-1] or 1
-        opts = []
-        for i, (name, filename, line, _kind, s, t, d) in enumerate(rows):
-            loc = f" ({_short_path(filename)}:{line})" if filename else ""
-            cells = (f"{F.format_value(s, unit):>9} {100 * s / total:5.1f}% "
-                     f"{F.format_value(t, unit):>9} {100 * t / total:5.1f}%")
-            if self.diff:
-                cells += f" {('+' if d > 0 else '') + F.format_value(d, unit):>10}"
-            opts.append((f"{cells}  {name}{loc}", i))
+        opts = [(row_label(r, unit, total, self.diff), i) for i, r in enumerate(rows)]
         busy, self._busy = self._busy, True
         try:
             self.top_sel.options = opts
@@ -474,7 +478,8 @@ class Explorer(W.VBox):
             self.source.value = F.source_html(None)
             return
         view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
-        sv = F.source_view(view, self.event, (fr.name, fr.filename, fr.first_line), self.value_index)
+        sv = F.source_view(view, self.event, (fr.name, fr.filename, fr.first_line), self.value_index,
+                           read_lines=source_lines)
         self.source.value = F.source_html(sv)
 
     # -- time range ---------------------------------------------------------------------
@@ -484,7 +489,7 @@ class Explorer(W.VBox):
             self.set_time_range(None)
 
     def _on_xrange(self, layout, xrange) -> None:
-        if self._busy or xrange is None:
+        if self._busy or xrange is None or not self._has_time:
             return
         a, b = float(xrange[0]), float(xrange[1])
         lo, hi = self._extent_ms
@@ -496,6 +501,8 @@ class Explorer(W.VBox):
 
     def set_time_range(self, range_ms: tuple[float, float] | None) -> None:
         """Filter every view to [start, end) milliseconds since the profile's start (None: all)."""
+        if range_ms is not None and not self._has_time:
+            raise ValueError("this profile has no sample timestamps: there is no time range to select")
         new = None if range_ms is None else (int(range_ms[0] * 1e6), int(range_ms[1] * 1e6))
         if new == self._time_range:
             return
@@ -567,9 +574,8 @@ class Explorer(W.VBox):
         return aggregate.top(self._view, e, n=n, value_index=vi), self._view.total(e, vi)
 
     def top_text(self, n: int = 20, rows=None) -> str:
-        """The current view's top table as fixed-width text."""
-        rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(n)
-        return F.top_table_text(rows[:n], self.event, self.value_index, total)
+        """The current view's top table as fixed-width text (the table ``%ddprof top`` prints)."""
+        return F.top_table(self._view, self.event, n=n, value_index=self.value_index, rows=rows)
 
     def static_html(self, max_nodes: int = 300, rows=None) -> str:
         """A flame graph in plain HTML/SVG (no JavaScript) and the top table."""
@@ -600,117 +606,12 @@ class Explorer(W.VBox):
 
     def to_html(self, path) -> Path:
         """Write a self-contained HTML report (plotly.js inlined: opens offline) with the
-        flame chart, timeline and top table of the current view.  Returns the path."""
-        import plotly.graph_objects as go
-        import plotly.io as pio
-
+        flame chart, timeline and top table of the current view (atomically, mode 0600).
+        Returns the path."""
         path = Path(path)
-        flame = pio.to_html(F.flame_figure(self._fd), include_plotlyjs=True, full_html=False,
-                            config={"displaylogo": False, "responsive": True})
-        td = self._timeline_data()
-        tl = pio.to_html(go.Figure(data=[go.Bar(**t) for t in F.timeline_traces(td)], layout=F.timeline_layout(td)),
-                         include_plotlyjs=False, full_html=False, config={"displaylogo": False})
-        rows = aggregate.top(self._view, self.event, n=50, value_index=self.value_index)
-        meta = self.profile.metadata
-        title = f"ddprof_nb report — {self.event.display_name}"
-        doc = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{F.esc(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; background: #fff; }}
-@media (prefers-color-scheme: dark) {{ body {{ color: #ddd; background: #1e1e1e; }} }}
-table.ddprof-top {{ border-collapse: collapse; font-size: 13px; }}
-table.ddprof-top td, table.ddprof-top th {{ padding: 2px 8px; border-bottom: 1px solid rgba(128,128,128,.3); }}
-table.ddprof-top td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
-table.ddprof-top td.loc {{ opacity: .7; }}
-</style></head><body>
-<h2>{F.esc(title)}</h2>
-<p>{F.esc(self.status.value and html.unescape(self.status.value))}<br>
-python {F.esc(meta.python_version)} · pid {meta.pid} · host {F.esc(meta.host)} · engine {F.esc(meta.engine or "?")}
-· duration {F.esc(F.format_value(meta.duration_ns, "nanoseconds"))}</p>
-{flame}
-{tl}
-<h3>Top functions</h3>
-{F.top_table_html(rows, self.event, self.value_index, self._view.total(self.event, self.value_index))}
-</body></html>
-"""
-        path.write_text(doc, encoding="utf-8")
+        status = html.unescape(self.status.value)
+        write_atomic(path, interactive_report(self._view, self.event, self.value_index, fd=self._fd, status=status))
         return path
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}: plotly's restyle/relayout paths (lists stay whole)."""
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _send_update(fig, traces: list[dict], layout: dict) -> None:
-    """Update ``fig``'s traces (one props dict each, same count) and layout in one
-    message.  ``plotly_update`` skips the per-value validation that ``trace.update``
-    does (~50 ms for a 600-node icicle); our props are validated by the unit tests."""
-    restyle: dict[str, list] = {}
-    for i, props in enumerate(traces):
-        for k, v in _flatten(props).items():
-            restyle.setdefault(k, [None] * len(traces))[i] = v
-    fig.plotly_update(restyle_data=restyle, relayout_data=_flatten(layout), trace_indexes=list(range(len(traces))))
-
-
-_TEMPLATES: dict = {}
-
-
-def _template(trace_types: tuple[str, ...]) -> dict:
-    """The default plotly template cut to what our figures use (layout basics and our
-    trace types), cached per default template: plotly would validate and deep-copy the
-    whole template (~10 ms) for every figure, and send it all to the browser."""
-    import plotly.io as pio
-
-    default = pio.templates.default
-    key = (default if isinstance(default, str) else id(default), trace_types)
-    hit = _TEMPLATES.get(key)
-    if hit is None:
-        if default is None:
-            hit = {}
-        else:
-            full = (pio.templates[default] if isinstance(default, str) else default).to_plotly_json()
-            lay = full.get("layout", {})
-            data = full.get("data", {})
-            hit = {
-                "layout": {k: lay[k] for k in _TEMPLATE_LAYOUT if k in lay},
-                "data": {t: data[t] for t in trace_types if t in data},
-            }
-        _TEMPLATES[key] = hit
-    return hit
-
-
-_TEMPLATE_LAYOUT = ("autotypenumbers", "colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor",
-                    "plot_bgcolor", "xaxis", "yaxis", "title", "legend", "margin")
-
-def _figure_widget(traces, layout: dict, trace_type: str):
-    """A FigureWidget of ``traces`` (props dicts: unvalidated, see ``_send_update``)."""
-    if isinstance(traces, dict):
-        traces = [traces]
-    data = [dict(t, type=trace_type) for t in traces]
-    layout = dict(layout, template=_template((trace_type,)))
-    fig = figure_widget_class()(data=data, layout=layout, _validate=False)
-    # Only the bulk data skips validation.  With validation off, plotly's object API
-    # (``fig.layout.autosize = True``, ``xaxis.update(range=...)``) would change the
-    # Python copy and send nothing to the browser: turn it back on for those edits.
-    fig._validate = True
-    fig._layout_obj._validate = True
-    for tr in fig.data:
-        tr._validate = True
-    return fig
-
-
-def _short_path(filename: str, parts: int = 2) -> str:
-    """The last ``parts`` components of a path: the table's rows stay readable; the
-    source view shows the full path."""
-    bits = filename.replace("\\", "/").split("/")
-    return "/".join(bits[-parts:]) if len(bits) > parts else filename
 
 
 def _primed(view: Profile, base: Profile) -> Profile:
@@ -720,5 +621,5 @@ def _primed(view: Profile, base: Profile) -> Profile:
     computing ``flat_stacks()`` again walks every frame in Python (~0.1 s at 50k stacks).
     """
     if view is not base and view.stacks is base.stacks and view._flat is None:
-        view._flat = F._csr(base)
+        view._flat = F.shared_csr(base)
     return view

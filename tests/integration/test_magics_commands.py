@@ -12,6 +12,7 @@ import ddprof_nb  # noqa: E402
 from ddprof_nb import magics  # noqa: E402
 from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.exporters import html as html_export  # noqa: E402
+from ddprof_nb.render import html as render_html  # noqa: E402
 from ddprof_nb.history import history  # noqa: E402
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
 from test_magics import assert_rooted_at, run, shell, top_name  # noqa: E402,F401 - the shared fixture
@@ -204,6 +205,28 @@ def test_widget_display_uses_the_explorer_mimebundle(shell):
     assert "busy" in data["text/html"]
 
 
+@pytest.mark.parametrize("mode", ["widget", "static", "text"])
+def test_show_opens_a_loaded_profile_without_timestamps(shell, capsys, tmp_path, mode):
+    # GIVEN a folded file (no threads, no timestamps, no counts) loaded into the history
+    (tmp_path / "cpu.folded").write_text("main;work;inner 10\nmain;other 5\n")
+    res, _ = run(shell, f"%ddprof load {tmp_path / 'cpu.folded'} -o folded")
+    assert res.success
+    capsys.readouterr()
+    # WHEN it is shown in each display mode
+    magics.display_mode = mode
+    res, _ = run(shell, "%ddprof show folded")
+    out = capsys.readouterr()
+    # THEN it opens, with its functions, and nothing failed
+    assert res.success and "failed" not in out.err and "Traceback" not in out.err
+    if mode == "text":
+        assert "inner" in out.out and shell.display_pub.outputs == []
+    else:
+        (output,) = shell.display_pub.outputs
+        data = output["data"]
+        assert ("application/vnd.jupyter.widget-view+json" in data) == (mode == "widget")
+        assert "inner" in data["text/plain"] and "inner" in data["text/html"]
+
+
 def test_terminal_display_prints_the_text_table(shell, capsys):
     # GIVEN a terminal (no rich display)
     magics.display_mode = "text"
@@ -230,7 +253,7 @@ def test_static_html_escapes_every_name_label_and_path(tmp_path):
     b.add(EventType.CPU, sid, tid, lid, 0, 5, 50_000_000)
     profile = b.build()
     # WHEN rendering the static report (document and fragment) and writing it
-    doc = html_export.render(profile, title="<title>")
+    doc = render_html.report(profile, title="<title>")
     fragment = magics.fallback_bundle(profile, name="<n>")["text/html"]
     html_export.write(profile, tmp_path / "r.html", static=True)
     written = (tmp_path / "r.html").read_text(encoding="utf-8")
@@ -241,3 +264,32 @@ def test_static_html_escapes_every_name_label_and_path(tmp_path):
         assert "leaf&amp;&lt;i&gt;" in text
     assert "&lt;b&gt;bob&lt;/b&gt;" in doc
     assert "&lt;title&gt;" in doc
+
+
+def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(shell, capsys, tmp_path):
+    # GIVEN one profile file with values at the formatter's edges (999.6 µs, 3 s, 620 ms)
+    pytest.importorskip("ipywidgets")
+    from ddprof_nb.__main__ import main as cli_main
+    from ddprof_nb.explorer.widget import Explorer
+
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=5 * 10**9, engine="native"))
+    tid = b.thread_id(1, "MainThread")
+    root = Frame("main", "/home/user/app.py", 10, 1)
+    for i, ns in enumerate((999_600, 3 * 10**9, 620 * 10**6, 3_210_000_000, 1_500)):
+        leaf = Frame(f"work_{i}", f"/home/user/pkg/mod{i}.py", 20 + i, 20 + i)
+        b.add(EventType.CPU, b.stack_of([root, leaf]), tid, 0, 0, 1 + i, ns)
+    path = tmp_path / "one.pprof"
+    b.build().save(path)
+    # WHEN the magic, the explorer's text fallback and the CLI show its top 20
+    run(shell, f"%ddprof load {path} -o one")
+    capsys.readouterr()
+    run(shell, "%ddprof top 20 one -e cpu")
+    magic_out = capsys.readouterr().out
+    widget_text = Explorer(history["one"])._repr_mimebundle_()["text/plain"]
+    assert cli_main(["report", str(path), "--top", "20", "-e", "cpu"]) == 0
+    cli_out = capsys.readouterr().out
+    # THEN all three print the very same table
+    assert widget_text.startswith("CPU time: top 20 functions")
+    assert magic_out == f"ddprof [one]\n{widget_text}\n"
+    assert cli_out.endswith(f"\n\n{widget_text}\n")
+    assert "1.00 ms" in widget_text and "3.00 s" in widget_text and "620 ms" in widget_text

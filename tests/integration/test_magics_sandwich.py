@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from ddprof_nb import summary  # noqa: E402
+from ddprof_nb.render import text as summary  # noqa: E402
 from ddprof_nb.history import history  # noqa: E402
 from ddprof_nb.model import Frame, Metadata, Profile, ProfileBuilder  # noqa: E402
 from test_magics import run, shell  # noqa: E402,F401 - the shared fixture

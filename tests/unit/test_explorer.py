@@ -16,7 +16,7 @@ pytest.importorskip("ipywidgets")
 
 from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.explorer import Explorer  # noqa: E402
-from ddprof_nb.explorer import figures as F  # noqa: E402
+from ddprof_nb import render as F  # noqa: E402
 from ddprof_nb.explorer.widget import parse_label_filter  # noqa: E402
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
 
@@ -79,8 +79,8 @@ def test_event_switch_changes_values_and_units(ex):
     # THEN the chart holds the allocation stacks, in bytes, and the value labels follow
     v = values(ex)
     assert set(v) == {"all (Allocated)", "main", "h"} and v["h"] == 2048
-    assert ex.flame.data[0].customdata[2][3] == "2 KiB"
-    assert [lab for lab, _ in ex.value_tb.options] == ["count", "bytes"]
+    assert ex.flame.data[0].customdata[2][3] == "2.00 KiB"
+    assert [lab for lab, _ in ex.value_tb.options] == ["objects", "bytes"]
 
 
 def test_value_toggle_switches_to_counts(ex):
@@ -175,7 +175,7 @@ def test_only_my_code_folds_stdlib_frames(ex):
     v = values(ex)
     assert "JSONDecoder.decode" not in v and v["f"] == 50 * MS
     k = list(ex.flame.data[0].labels).index("f")
-    assert ex.flame.data[0].customdata[k][2] == "50 ms"  # decode's time is f's self time now
+    assert ex.flame.data[0].customdata[k][2] == "50.0 ms"  # decode's time is f's self time now
 
 
 def test_flame_icicle_toggle(ex):
@@ -260,7 +260,7 @@ def test_figure_widgets_open_their_comm_with_their_data(ex, monkeypatch):
     opened = []
     real = comm.create_comm
     monkeypatch.setattr(comm, "create_comm", lambda **kw: (opened.append(kw["data"]["state"]), real(**kw))[1])
-    from ddprof_nb.explorer.widget import _figure_widget
+    from ddprof_nb.explorer.figure_widget import figure_widget as _figure_widget
 
     fd = ex.flame_data
     fw = _figure_widget(F.flame_trace_props(fd), F.flame_layout(fd), "icicle")
@@ -315,7 +315,7 @@ def test_first_draw_fills_the_width(ex):
 def test_repr_mimebundle_has_static_fallbacks_and_escapes(ex):
     bundle = ex._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert "f (/home/user/app.py:20)" in bundle["text/plain"]
+    assert any(line.split()[-2:] == ["f", "…/home/user/app.py:20"] for line in bundle["text/plain"].splitlines())
     html = bundle["text/html"]
     assert "<svg" in html and "<script" not in html and "<img" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -348,14 +348,14 @@ def test_diff_mode_shows_exact_changes_normalised_or_absolute():
         return tr.customdata[list(tr.labels).index(name)][4]
 
     # normalised by total (before scaled x2): f +30 ms, g -40 ms, h +10 ms
-    assert (change("f"), change("g"), change("h")) == ("+30 ms", "−40 ms", "+10 ms")
+    assert (change("f"), change("g"), change("h")) == ("+30.0 ms", "−40.0 ms", "+10.0 ms")
     assert dx.flame_data.raw[list(dx.flame.data[0].labels).index("g")][2] == -40 * MS
     # absolute: f +90 ms, g ±0
     dx.diff_norm_tb.value = False
-    assert (change("f"), change("g")) == ("+90 ms", "±0 ns")
+    assert (change("f"), change("g")) == ("+90.0 ms", "±0 ns")
     # the top table shows the change column and sorts by it
     rows = [lab for lab, _ in dx.top_sel.options]
-    assert "+100 ms  main (" in rows[0] and "+90 ms  f (" in rows[1] and "+10 ms  h (" in rows[2]
+    assert "+100 ms  main (" in rows[0] and "+90.0 ms  f (" in rows[1] and "+10.0 ms  h (" in rows[2]
     # the "before" and "after" views are plain flames of each side
     dx.diff_view_tb.value = "before"
     assert values(dx)["f"] == 60 * MS and "h" not in values(dx)
@@ -419,3 +419,15 @@ def test_layout_edits_through_plotly_objects_reach_the_browser(ex):
     sent.clear()
     ex.set_time_range(None)  # resets the axis through layout.xaxis.update(...)
     assert any(m.get("xaxis.range") == list(ex._extent_ms) for m in sent), sent
+
+
+def test_every_labelled_control_has_a_tooltip(ex):
+    # (ipywidgets writes title="null" on a description whose tooltip is None)
+    def walk(w):
+        yield w
+        for c in getattr(w, "children", ()):
+            yield from walk(c)
+
+    labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
+    assert len(labelled) >= 10
+    assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]

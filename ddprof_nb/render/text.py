@@ -1,7 +1,7 @@
 """Plain-text views of a Profile: the top table, the one-line status, the history list.
 
-These are what a terminal (or any frontend without widgets) shows: ``%ddprof top``,
-the text/plain part of the magics' output, ``python -m ddprof_nb report``.  Pure
+The one text top table: ``%ddprof top``, the text/plain part of the magics' output and
+of the explorer, and ``python -m ddprof_nb report`` all print ``top_table``.  Pure
 functions of the model; nothing here imports IPython.
 """
 
@@ -9,42 +9,20 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .events import EventType, FrameKind
-from .model import Profile
+from .. import aggregate
+from ..events import EventType, FrameKind
+from ..model import Profile
+from .format import format_bytes, format_duration, format_value, value_unit
 
 __all__ = [
-    "format_value", "format_duration", "top_table", "text_summary", "status_line",
+    "top_table", "text_summary", "status_line",
     "history_table", "diff_table", "sample_counts",
 ]
 
 
-def format_duration(ns: float) -> str:
-    """``1.23 s``, ``45.6 ms``, ``789 µs``, ``12 ns``."""
-    ns = float(ns)
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.0f} µs"
-    return f"{ns:.0f} ns"
-
-
-def format_bytes(n: float) -> str:
-    n = float(n)
-    a = abs(n)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def format_value(value: float, event: EventType, value_index: int = 1) -> str:
+def _fmt(value: float, event: EventType, value_index: int = 1) -> str:
     """A value of ``event`` in its unit (value 0 is always a count)."""
-    if value_index == 0:
-        return f"{int(value):,}"
-    return format_bytes(value) if event.unit == "bytes" else format_duration(value)
+    return format_value(value, value_unit(event, value_index))
 
 
 def sample_counts(profile: Profile) -> dict[EventType, int]:
@@ -71,11 +49,12 @@ def _clip(text: str, width: int) -> str:
 
 
 def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", value_index: int = 1,
-              width: int = 100) -> str:
+              width: int = 100, rows: Sequence | None = None) -> str:
     """The top ``n`` functions (or lines) of one event as a fixed-width text table.
 
     Columns: self, self %, total, total %, function, location.  The header names the
     event, its total and its sample count.  An event with no samples says so.
+    ``rows``: ``aggregate.top``'s rows when the caller has them already.
     """
     if event is None:
         if not profile.events:
@@ -85,16 +64,16 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
     total = profile.total(e, value_index)
     count = profile.total(e, 0)
     head = (f"{e.display_name}: top {n} {'lines' if by == 'line' else 'functions'} "
-            f"(total {format_value(total, e, value_index)}, {count:,} samples)")
-    rows = profile.top(e, n=n, by=by, value_index=value_index)
+            f"(total {_fmt(total, e, value_index)}, {count:,} samples)")
+    rows = list(aggregate.top(profile, e, n=n, by=by, value_index=value_index) if rows is None else rows)[:n]
     if not rows or total <= 0:
         return head + "\n  (no samples)"
     cols = [("self", "self%", "total", "total%", "function", "location")]
     for r in rows:
         cols.append((
-            format_value(r.self, e, value_index),
+            _fmt(r.self, e, value_index),
             f"{100 * r.self / total:.1f}%",
-            format_value(r.total, e, value_index),
+            _fmt(r.total, e, value_index),
             f"{100 * r.total / total:.1f}%",
             r.name,
             _location(r.filename, r.line, r.kind),
@@ -172,16 +151,16 @@ def diff_table(before: Profile, after: Profile, event=None, n: int = 10, value_i
             return "(the two profiles share no event type)"
         event = common[0]
     e = EventType.parse(event)
-    a = {(r.name, r.filename, r.line): r.self for r in before.top(e, n=None, value_index=value_index)}
-    b = {(r.name, r.filename, r.line): r.self for r in after.top(e, n=None, value_index=value_index)}
+    a = {(r.name, r.filename, r.line): r.self for r in aggregate.top(before, e, n=None, value_index=value_index)}
+    b = {(r.name, r.filename, r.line): r.self for r in aggregate.top(after, e, n=None, value_index=value_index)}
     ta, tb = before.total(e, value_index), after.total(e, value_index)
     deltas = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), key=lambda t: -abs(t[0]))[:n]
-    head = (f"{e.display_name}: {format_value(ta, e, value_index)} -> {format_value(tb, e, value_index)} "
-            f"({'+' if tb >= ta else '-'}{format_value(abs(tb - ta), e, value_index)}); biggest self changes")
+    head = (f"{e.display_name}: {_fmt(ta, e, value_index)} -> {_fmt(tb, e, value_index)} "
+            f"({'+' if tb >= ta else '-'}{_fmt(abs(tb - ta), e, value_index)}); biggest self changes")
     rows = [("change", "before", "after", "function", "location")]
     for d, k in deltas:
-        rows.append((("+" if d >= 0 else "-") + format_value(abs(d), e, value_index),
-                     format_value(a.get(k, 0), e, value_index), format_value(b.get(k, 0), e, value_index),
+        rows.append((("+" if d >= 0 else "-") + _fmt(abs(d), e, value_index),
+                     _fmt(a.get(k, 0), e, value_index), _fmt(b.get(k, 0), e, value_index),
                      k[0], _location(k[1], k[2], FrameKind.PYTHON)))
     w = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [head] + [

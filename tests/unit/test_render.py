@@ -1,4 +1,4 @@
-"""explorer.figures: Profile -> figure data, checked without a browser.
+"""render: Profile -> call trees, figure data, tables and HTML, checked without a browser.
 
 Profiles are built from synthetic samples with ProfileBuilder; expected values are
 computed by hand from those samples.
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from ddprof_nb.events import EventType, FrameKind
-from ddprof_nb.explorer import figures as F
+from ddprof_nb import render as F
+from ddprof_nb.explorer.sources import source_lines
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder
 
 MS = 1_000_000
@@ -112,8 +113,8 @@ def test_event_switch_changes_values_and_units():
     alloc = F.flame_data(F.call_tree(p, "alloc"))
     assert "f" in cpu.labels and "g" not in cpu.labels
     assert "g" in alloc.labels and "f" not in alloc.labels
-    assert cpu.customdata[cpu.labels.index("f")][3] == "3 ms"
-    assert alloc.customdata[alloc.labels.index("g")][3] == "3 MiB"
+    assert cpu.customdata[cpu.labels.index("f")][3] == "3.00 ms"
+    assert alloc.customdata[alloc.labels.index("g")][3] == "3.00 MiB"
 
 
 # --- pruning -------------------------------------------------------------------------
@@ -193,7 +194,7 @@ def test_deep_stacks_draw_a_limited_number_of_levels():
 def test_hover_shows_function_location_self_total_and_share():
     fd = F.flame_data(F.call_tree(basic(), "cpu"))
     name, loc, self_, total, pct = fd.customdata[fd.labels.index("f")]
-    assert (name, loc, self_, total, pct) == ("f", f"{APP}:20", "50 ms", "70 ms", "70.00%")
+    assert (name, loc, self_, total, pct) == ("f", f"{APP}:20", "50.0 ms", "70.0 ms", "70.00%")
     for key in ("customdata[0]", "customdata[1]", "customdata[2]", "customdata[3]", "customdata[4]"):
         assert key in fd.hovertemplate
 
@@ -202,18 +203,54 @@ def test_hover_shows_function_location_self_total_and_share():
     "value, unit, text",
     [
         (999, "nanoseconds", "999 ns"),
-        (1_500, "nanoseconds", "1.5 µs"),
-        (1_500_000, "nanoseconds", "1.5 ms"),
-        (2_000_000_000, "nanoseconds", "2 s"),
+        (1_500, "nanoseconds", "1.50 µs"),
+        (1_500_000, "nanoseconds", "1.50 ms"),
+        (2_000_000_000, "nanoseconds", "2.00 s"),
         (512, "bytes", "512 B"),
-        (1536, "bytes", "1.5 KiB"),
-        (3 * 1024**2, "bytes", "3 MiB"),
-        (5 * 1024**3, "bytes", "5 GiB"),
+        (1536, "bytes", "1.50 KiB"),
+        (3 * 1024**2, "bytes", "3.00 MiB"),
+        (5 * 1024**3, "bytes", "5.00 GiB"),
         (1234567, "count", "1,234,567"),
+        # the edges: never an exponent, one precision per column, the unit a rounding reaches
+        (999_500_000, "nanoseconds", "1.00 s"),
+        (999_990_000, "nanoseconds", "1.00 s"),
+        (999_499, "nanoseconds", "999 µs"),
+        (999_500, "nanoseconds", "1.00 ms"),
+        (999.5, "nanoseconds", "1.00 µs"),
+        (9_996_000, "nanoseconds", "10.0 ms"),
+        (3_000_000_000, "nanoseconds", "3.00 s"),
+        (3_210_000_000, "nanoseconds", "3.21 s"),
+        (3_004_000_000, "nanoseconds", "3.00 s"),
+        (620_000_000, "nanoseconds", "620 ms"),
+        (1_234_000_000_000, "nanoseconds", "1,234 s"),
+        (0, "nanoseconds", "0 ns"),
+        (-1_500, "nanoseconds", "-1.50 µs"),
+        (1023, "bytes", "1,023 B"),
+        (1.02e3 * 1024, "bytes", "0.996 MiB"),
+        (1023.9 * 1024, "bytes", "1.00 MiB"),
+        (1000 * 1024**3, "bytes", "0.977 TiB"),
+        (12.345, "count", "12.3"),
     ],
 )
 def test_format_value_units(value, unit, text):
     assert F.format_value(value, unit) == text
+
+
+@pytest.mark.parametrize("unit", ["nanoseconds", "bytes"])
+def test_format_value_never_writes_an_exponent_or_more_than_three_digits(unit):
+    # values from 1 to 10**13 and the 999.5 / 1024 boundaries of each unit: no "e+", at
+    # most three significant digits, except whole numbers of the base unit (ns, B) and of
+    # the largest (s, TiB), which print every digit
+    values = [v * 10.0**k for k in range(13) for v in (1, 1.5, 9.994, 9.995, 9.996, 99.95, 999.4, 999.5, 999.99)]
+    values += [1024.0**k * v for k in range(5) for v in (999.5, 1000, 1023.4, 1023.6)]
+    for v in values:
+        text = F.format_value(v, unit)
+        number, name = text.split()
+        assert "e" not in number, text
+        whole = "." not in number and name in ("ns", "B", "s", "TiB")
+        assert whole or len(number.replace(",", "").replace(".", "").lstrip("0")) <= 3, text
+        if "." in number:  # decimals kept: three significant digits exactly
+            assert len(number.replace(".", "").lstrip("0")) == 3, text
 
 
 def test_names_and_paths_are_escaped_in_labels_and_hover():
@@ -244,7 +281,7 @@ def test_colours_are_stable_per_package_and_not_random():
     # THEN the package decides the colour, and the colour is a fixed function of its name
     assert F.module_of(a) == F.module_of(b) == "numpy"
     assert F.module_of(c) == "json"
-    assert F._frame_color(a) == F._frame_color(b) != F._frame_color(c)
+    assert F.frame_color(a) == F.frame_color(b) != F.frame_color(c)
     assert F.color_for("numpy") == F.color_for("numpy")
     # crc32-based: the same in every process (Python's str hash is salted per process)
     assert F.color_for("numpy") == "#a4d6df"
@@ -376,7 +413,7 @@ def test_diff_normalised_by_total_is_exact_and_coloured():
     assert r > g_ and r > b
     r, g_, b = (int(fd.colors[fd.labels.index("g")][i : i + 2], 16) for i in (1, 3, 5))
     assert b > r and b > g_
-    assert fd.customdata[fd.labels.index("g")][4] == "−40 ms"
+    assert fd.customdata[fd.labels.index("g")][4] == "−40.0 ms"
     assert "normalised" in fd.title
     assert_consistent(fd)
 
@@ -446,7 +483,7 @@ def test_source_view_shows_per_line_values(tmp_path):
         ([main, l7], EventType.CPU, 1, 30 * MS),
         ([main, l7, decode], EventType.CPU, 1, 5 * MS),
     ])
-    sv = F.source_view(p, "cpu", ("work", fn, 4))
+    sv = F.source_view(p, "cpu", ("work", fn, 4), read_lines=source_lines)
     # THEN the function's lines are listed, from its def to its last line, with values
     assert [ln.line for ln in sv.lines] == list(range(4, 10))
     by_line = {ln.line: ln for ln in sv.lines}
@@ -455,7 +492,7 @@ def test_source_view_shows_per_line_values(tmp_path):
     assert (by_line[7].self, by_line[7].total) == (30 * MS, 35 * MS)
     assert sv.total == 45 * MS and sv.has_source
     html = F.source_html(sv)
-    assert "total += i * i" in html and "35 ms" in html
+    assert "total += i * i" in html and "35.0 ms" in html
 
 
 def test_source_view_of_a_notebook_cell_comes_from_linecache():
@@ -465,7 +502,7 @@ def test_source_view_of_a_notebook_cell_comes_from_linecache():
     linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
     try:
         fr = Frame("<module>", name, 3, 1)
-        sv = F.source_view(build([([fr], EventType.CPU, 1, 10 * MS)]), "cpu", fr)
+        sv = F.source_view(build([([fr], EventType.CPU, 1, 10 * MS)]), "cpu", fr, read_lines=source_lines)
     finally:
         del linecache.cache[name]
     # THEN its lines show, with the value on line 3, and the code is escaped in HTML
@@ -476,7 +513,7 @@ def test_source_view_of_a_notebook_cell_comes_from_linecache():
 
 def test_source_view_without_source_lists_sampled_lines():
     fr = Frame("gone", "/nonexistent/file.py", 9, 5)
-    sv = F.source_view(build([([fr], EventType.CPU, 1, MS)]), "cpu", fr)
+    sv = F.source_view(build([([fr], EventType.CPU, 1, MS)]), "cpu", fr, read_lines=source_lines)
     assert not sv.has_source and [(ln.line, ln.text) for ln in sv.lines] == [(9, None)]
 
 
@@ -500,9 +537,9 @@ def test_top_table_text_and_html():
 
     p = basic()
     rows = aggregate.top(p, "cpu")
-    text = F.top_table_text(rows, EventType.CPU, 1, p.total("cpu"))
-    assert text.splitlines()[2].split()[:4] == ["50", "ms", "50.0%", "70"]
-    assert "f (/home/user/app.py:20)" in text
+    text = F.top_table(p, EventType.CPU, n=10, value_index=1, rows=rows)
+    assert text.splitlines()[2].split() == ["50.0", "ms", "50.0%", "70.0", "ms", "70.0%", "f", "…/home/user/app.py:20"]
+    assert text == F.top_table(p, "cpu")  # the rows given are the rows it would compute
     html = F.top_table_html([r._replace(name=EVIL) for r in rows], EventType.CPU, 1, p.total("cpu"))
     assert "<script>" not in html and "&lt;script&gt;" in html
 
@@ -581,3 +618,15 @@ def test_csr_stacks_behave_as_the_tuple_table():
     with pytest.raises(IndexError):
         st[4]
     assert pickle.loads(pickle.dumps(st)) == table
+
+
+def test_value_labels_name_what_each_value_counts():
+    labels = {e.label: (F.value_label(e, 0), F.value_label(e, 1)) for e in EventType}
+    assert labels == {"cpu": ("samples", "time"), "wall": ("samples", "time"), "alloc": ("objects", "bytes"),
+                      "live": ("objects", "bytes"), "lock": ("waits", "time"), "park": ("waits", "time")}
+
+
+def test_flame_titles_name_the_event_and_its_total_once():
+    p = basic()
+    assert F.flame_data(F.call_tree(p, "cpu", 1)).title == "CPU time: 100 ms"
+    assert F.flame_data(F.call_tree(p, "cpu", 0)).title.startswith("CPU time (samples): ")

@@ -1,0 +1,44 @@
+"""Rendering: Profile -> what a person reads.  One call-tree core, one module per output.
+
+- ``format``   the one number formatter (three significant digits) and the one ``esc``
+- ``colors``   the one colour scheme (module -> hue; pseudo-frames by kind)
+- ``tree``     the call-tree core: build, diff (numpy, cached per stacks table)
+- ``flame``    a call tree pruned to ``FlameData``: what every flame chart draws
+- ``timeline`` samples over time per thread (or "no time axis")
+- ``source``   per-line values of one function
+- ``text``     text tables: top table, status line, history, diff
+- ``html``     static HTML: SVG flame, top table, source view, the static report
+- ``figures``  plotly figures and the interactive HTML report
+
+Pure: these modules read Profiles and return data and strings; they never read files,
+write files or touch IPython.  They import the model layer (``events``, ``model``,
+``aggregate``) and each other, nothing above.  The names below are the public API.
+"""
+
+from .colors import (HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, TEXT_COLOR, color_for, diff_color, faded,
+                     frame_color, is_library, module_of, state_color)
+from .figures import (MAX_LEVELS, NO_TIME_AXIS, flame_figure, flame_layout, flame_trace_props, timeline_figure,
+                      timeline_layout, timeline_traces)
+from .format import (esc, format_bytes, format_change, format_duration, format_signed, format_value, value_label,
+                     value_unit)
+from .html import source_html, static_flame_html, top_table_html
+from .source import SourceLine, SourceView, source_view
+from .text import diff_table, history_table, status_line, text_summary, top_table
+from .timeline import TimelineData, has_time_axis, timeline_data
+from .flame import DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, flame_data, search_regex
+from .tree import CallTree, call_tree, diff_tree, pick_event, shared_csr
+
+__all__ = [
+    "HIT_LINE", "LINE", "OTHER_COLOR", "ROOT_COLOR", "TEXT_COLOR", "color_for", "diff_color", "faded",
+    "frame_color", "is_library", "module_of", "state_color",
+    "MAX_LEVELS", "NO_TIME_AXIS", "flame_figure", "flame_layout", "flame_trace_props", "timeline_figure",
+    "timeline_layout", "timeline_traces",
+    "esc", "format_bytes", "format_change", "format_duration", "format_signed", "format_value", "value_label",
+    "value_unit",
+    "source_html", "static_flame_html", "top_table_html",
+    "SourceLine", "SourceView", "source_view",
+    "diff_table", "history_table", "status_line", "text_summary", "top_table",
+    "TimelineData", "has_time_axis", "timeline_data",
+    "DEFAULT_MAX_NODES", "DEFAULT_MIN_PCT", "OTHER", "CallTree", "FlameData", "call_tree", "diff_tree",
+    "flame_data", "pick_event", "search_regex", "shared_csr",
+]

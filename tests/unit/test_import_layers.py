@@ -1,0 +1,225 @@
+"""The package's import directions (docs/architecture.md, "Layers"): read from the source
+with ``ast``, nothing imported.
+
+- an import at the top of a file goes to the same layer or a lower one;
+- the graph of top-of-file imports has no cycle;
+- an import inside a function is one of the few listed below, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "ddprof_nb"
+
+# lowest first: a module may import its own layer and the ones before it
+LAYERS = [
+    ("facts", ["_native", "events", "config", "errors", "_steptypes"]),  # _native: the compiled native/
+    ("model", ["model", "aggregate", "transforms"]),
+    ("render", ["render"]),
+    ("exporters", ["exporters", "loading", "importers"]),
+    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "asyncio_support", "children",
+                 "dask_support"]),
+    ("session", ["sampler", "pipeline", "cells", "history"]),
+    ("explorer", ["explorer"]),
+    ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo"]),  # "": the package's __init__
+]
+
+# (importer, imported) -> why it sits inside a function
+INNER_IMPORTS = {
+    # Profile's convenience methods (filter, top, save, to_html...) call up into the layers
+    # that implement them; those layers import the model at the top
+    ("model", "aggregate"): "a cycle: aggregate builds Profiles",
+    ("model", "transforms"): "a cycle: transforms build Profiles",
+    ("model", "exporters"): "a cycle: exporters build Profiles",
+    ("model", "exporters.html"): "a cycle: exporters build Profiles",
+    # the format modules import the package's helpers (write_atomic, read_source...)
+    ("exporters", "exporters.folded"): "a cycle: format modules import the package",
+    ("exporters", "exporters.pprof"): "a cycle: format modules import the package",
+    ("exporters", "exporters.speedscope"): "a cycle: format modules import the package",
+    ("exporters", "exporters.html"): "a cycle: format modules import the package",
+    ("loading", "exporters.folded"): "readers load when a file of their format is read",
+    ("loading", "exporters.pprof"): "readers load when a file of their format is read",
+    ("loading", "exporters.speedscope"): "readers load when a file of their format is read",
+    ("loading", "exporters"): "readers load when a file of their format is read",
+    ("loading", "exporters.pprof_proto"): "readers load when a file of their format is read",
+    ("loading", "importers"): "readers load when a file of their format is read",
+    ("loading", "importers.gecko"): "readers load when a file of their format is read",
+    # a broken native build must not break ``import ddprof_nb``
+    ("_binding", "_native"): "a broken native build must not break import: loaded once and checked",
+    ("sampler", "engines.native"): "a broken native build must not break import",
+    # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
+    ("sampler", "asyncio_support"): "import cost",
+    ("pipeline", "asyncio_support"): "import cost",
+    # child processes and Dask workers run a Sampler themselves (a cycle until they are sources)
+    ("sampler", "children"): "a cycle: children run a Sampler",
+    ("sampler", "dask_support"): "a cycle: workers run a Sampler",
+    ("children", "sampler"): "a cycle: children run a Sampler",
+    ("dask_support", "sampler"): "a cycle: workers run a Sampler",
+    # optional or heavy front-end pieces: ipywidgets, IPython
+    ("", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("", "magics"): "IPython loads with the extension",
+    ("", "loading"): "the public load() keeps import ddprof_nb light",
+    ("", "history"): "``ddprof_nb.history`` is the History object, not the module",
+    ("explorer", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("magics", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+}
+# children.py and dask_support.py run inside child processes and Dask workers, where
+# their functions are looked up by name; their imports inside functions are theirs to keep
+# until they become sources (an engine-like interface)
+INNER_OK_MODULES = {"children", "dask_support"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    for i, (_, roots) in enumerate(LAYERS):
+        for root in roots:
+            if module == root or (root and module.startswith(root + ".")):
+                return i
+    raise AssertionError(f"ddprof_nb.{module} is in no layer: add it to LAYERS and docs/architecture.md")
+
+
+def _targets(module: str, node) -> list[str]:
+    """Internal modules an import statement reads ("" is the package itself)."""
+    is_pkg = MODULES[module].name == "__init__.py"
+    here = module.split(".") if module else []
+    package = here if is_pkg else here[:-1]
+    out = []
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package[: len(package) - node.level + 1]
+        elif (node.module or "").split(".")[0] == "ddprof_nb":
+            base = []
+        else:
+            return []
+        mod = ".".join(base + ([m for m in (node.module or "").split(".") if m] if node.level else
+                                (node.module or "").split(".")[1:]))
+        for alias in node.names:
+            sub = f"{mod}.{alias.name}" if mod else alias.name
+            out.append(sub if sub in MODULES or sub == "_native" else mod)
+    else:
+        for alias in node.names:
+            if alias.name.split(".")[0] == "ddprof_nb":
+                out.append(".".join(alias.name.split(".")[1:]))
+    return [t for t in out if t != module and (t in MODULES or t == "" or t == "_native")]
+
+
+def _imports():
+    """(module, target, line, at_top) for every internal import."""
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top: set[int] = set()
+
+        def collect(stmts):
+            for s in stmts:
+                if isinstance(s, (ast.Import, ast.ImportFrom)):
+                    top.add(id(s))
+                elif isinstance(s, (ast.If, ast.Try)):
+                    collect(s.body)
+                    collect(s.orelse)
+                    collect(getattr(s, "finalbody", []))
+                    for h in getattr(s, "handlers", []):
+                        collect(h.body)
+
+        collect(tree.body)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for t in _targets(module, node):
+                    yield module, t, node.lineno, id(node) in top
+
+
+IMPORTS = list(_imports())
+
+
+def test_the_parser_sees_the_imports_it_should():
+    edges = {(m, t) for m, t, _, top in IMPORTS if top}
+    assert ("aggregate", "model") in edges and ("render.tree", "model") in edges
+    assert ("explorer.widget", "render") in edges and ("exporters.html", "render.html") in edges
+    assert ("model", "aggregate") in {(m, t) for m, t, _, top in IMPORTS if not top}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+    for _, t, _, _ in IMPORTS:
+        _layer(t)
+
+
+def test_imports_at_the_top_of_files_go_down_the_layers():
+    wrong = [
+        f"ddprof_nb/{MODULES[m].relative_to(PKG)}:{line} imports ddprof_nb.{t} "
+        f"({LAYERS[_layer(m)][0]} -> {LAYERS[_layer(t)][0]})"
+        for m, t, line, top in IMPORTS
+        if top and _layer(t) > _layer(m)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_imports_at_the_top_of_files_have_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for m, t, _, top in IMPORTS:
+        if top:
+            graph.setdefault(m, set()).add(t)
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_imports_inside_functions_are_the_listed_ones():
+    unlisted = [
+        f"ddprof_nb/{MODULES[m].relative_to(PKG)}:{line} imports ddprof_nb.{t} inside a function"
+        for m, t, line, top in IMPORTS
+        if not top and m not in INNER_OK_MODULES and (m, t) not in INNER_IMPORTS
+    ]
+    assert not unlisted, ("move these to the top of the file, or list them in INNER_IMPORTS with the "
+                          "cycle or cost that keeps them inside:\n" + "\n".join(unlisted))
+
+
+def test_render_and_model_never_import_upwards_even_inside_functions():
+    # the pure layers: render reads Profiles and returns strings and data
+    for m, t, line, _ in IMPORTS:
+        if m.startswith("render"):
+            assert _layer(t) <= _layer(m), f"render module {m}:{line} imports {t}"
+        if m in ("events", "config", "errors"):
+            assert _layer(t) == 0, f"{m}:{line} imports {t}"
+
+
+def test_render_reads_no_files_and_no_shell():
+    # render is pure: source text, cells and files are read by its callers (explorer.sources)
+    for module, path in MODULES.items():
+        if not module.startswith("render"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names.add((node.module or "").split(".")[0])
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id != "open", f"{module} opens a file"
+        assert not names & {"IPython", "ipywidgets", "linecache", "ipykernel"}, (module, names)
