@@ -608,7 +608,7 @@ static const PyMemAllocatorEx hook_fns[2][N_SLOTS] = {
     { DDP_HOOK_FNS(1, 0), DDP_HOOK_FNS(1, 1), DDP_HOOK_FNS(1, 2), DDP_HOOK_FNS(1, 3) },
 };
 
-/* ---- sessions (called by sampler.c with the GIL held / taken) ---------------------------------- */
+/* ---- sessions (the engine table, engine.h: started with the GIL held, stop takes it) ---------- */
 static const PyMemAllocatorDomain domains[2] = { PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ };
 
 static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)

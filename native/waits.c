@@ -26,7 +26,7 @@
  * Waits across the session's edges count for their part inside it: a wait in flight at
  * stop is recorded by stop, from its start to the stop, with the waiting thread's stack
  * (the in-flight table below); a thread already blocked when the session started (not in
- * a wrapper: the slot was not patched yet) is found by the wall thread (sampler.c,
+ * a wrapper: the slot was not patched yet) is found by the wall thread (parked.c,
  * parked_at_start) and recorded from the start to when it wakes.
  *
  * Cost control: a wait shorter than the threshold T is recorded with probability d/T and
