@@ -38,7 +38,7 @@ static _Atomic int engine_on[MAX_ENGINES];
 static uint32_t engines_events(void)
 {
     uint32_t events = 0;
-    for (int i = 0; ddp_engines[i]; i++)
+    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         events |= ddp_engines[i]->events;
     return events;
 }
@@ -48,7 +48,7 @@ static uint32_t engines_events(void)
  * fails stays off. */
 static int engines_start(int with_gil)
 {
-    for (int i = 0; ddp_engines[i] && i < MAX_ENGINES; i++) {
+    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++) {
         const ddp_engine *e = ddp_engines[i];
         if (e->with_gil != with_gil || !(sess_cfg.events & e->events))
             continue;
@@ -69,7 +69,7 @@ static int engines_start(int with_gil)
 static void engines_stop(int with_gil)
 {
     int n = 0;
-    while (ddp_engines[n] && n < MAX_ENGINES)
+    while (n < MAX_ENGINES && ddp_engines[n])
         n++;
     for (int i = n - 1; i >= 0; i--)
         if (ddp_engines[i]->with_gil == with_gil)
@@ -78,14 +78,14 @@ static void engines_stop(int with_gil)
 
 void engines_tick(int64_t now, int final)
 {
-    for (int i = 0; ddp_engines[i] && i < MAX_ENGINES; i++)
+    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         if (ddp_engines[i]->tick && atomic_load(&engine_on[i]))
             ddp_engines[i]->tick(now, final);
 }
 
 static int engines_emitting(void)
 {
-    for (int i = 0; ddp_engines[i]; i++)
+    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         if (ddp_engines[i]->emitting && ddp_engines[i]->emitting())
             return 1;
     return 0;
@@ -138,7 +138,7 @@ static void atfork_child(void)
     cpu_after_fork();
     ddp_saferead_after_fork_child();
     ddp_py_after_fork_child();
-    for (int i = 0; ddp_engines[i]; i++) /* (alloc: its hooks become pass-throughs) */
+    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++) /* (alloc: its hooks become pass-throughs) */
         if (ddp_engines[i]->after_fork)
             ddp_engines[i]->after_fork();
     wall_after_fork();
