@@ -72,6 +72,7 @@
 #include <unistd.h>
 #include <Python.h>
 #include "ddp_internal.h"
+#include "engine.h"
 
 #define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
 #define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
@@ -560,7 +561,7 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
 /* The hooks of layer (D, K).  Every branch ends in a tail call (no stack frame); the hot path
  * is a subtraction at a constant address, one predictable branch and the jump to the previous
  * allocator through a constant address, with ctx passed on untouched: the layer installs the
- * previous allocator's ctx as its own (ddp_alloc_start).  Frees go to the live table whether or not
+ * previous allocator's ctx as its own (alloc_start).  Frees go to the live table whether or not
  * the layer is active: removing a freed pointer is always right (idempotent), and the filter
  * is empty outside sessions. */
 #define DDP_ALLOC_HOOKS(D, K)                                                                         \
@@ -607,7 +608,7 @@ static const PyMemAllocatorEx hook_fns[2][N_SLOTS] = {
     { DDP_HOOK_FNS(1, 0), DDP_HOOK_FNS(1, 1), DDP_HOOK_FNS(1, 2), DDP_HOOK_FNS(1, 3) },
 };
 
-/* ---- sessions (called by sampler.c with the GIL held / taken) ---------------------------------- */
+/* ---- sessions (the engine table, engine.h: started with the GIL held, stop takes it) ---------- */
 static const PyMemAllocatorDomain domains[2] = { PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ };
 
 static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
@@ -673,7 +674,7 @@ static int slot_usable(int k, const PyMemAllocatorEx cur[2], int *reused)
     return 1;
 }
 
-int ddp_alloc_start(const ddp_config *c)
+static int alloc_start(const ddp_config *c)
 {
     int64_t r = c->alloc_rate ? c->alloc_rate : 512 * 1024;
     if (r < 1 || r > ((int64_t)1 << 40))
@@ -793,22 +794,22 @@ static void stop_gil(void)
     filter_clear();
 }
 
-void ddp_alloc_stop_locked(void)
+static void alloc_stop_locked(void)
 {
     if (top[0] || top[1])
         stop_gil();
 }
 
-void ddp_alloc_stop(void)
+static void alloc_stop(void)
 {
     if (!(top[0] || top[1]) || !Py_IsInitialized())
         return;
     PyGILState_STATE g = PyGILState_Ensure();
-    ddp_alloc_stop_locked();
+    alloc_stop_locked();
     PyGILState_Release(g);
 }
 
-void ddp_alloc_after_fork_child(void)
+static void alloc_after_fork(void)
 {
     /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
     atomic_store(&active_slot, -1);
@@ -820,6 +821,17 @@ void ddp_alloc_after_fork_child(void)
     pthread_mutex_init(&notes_lock, NULL); /* another thread may have held it at fork */
     notes_head = notes_len = 0;
 }
+
+const ddp_engine ddp_alloc_engine = {
+    .name = "alloc",
+    .events = 1u << DDP_EVENT_ALLOC,
+    .with_gil = 1, /* PyMem_SetAllocator needs it */
+    .start = alloc_start,
+    .stop = alloc_stop,
+    .tick = NULL,
+    .emitting = NULL,
+    .after_fork = alloc_after_fork, /* the hooks stay, as pass-throughs */
+};
 
 /* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
 int ddp_alloc_types_pop(ddp_alloc_info *out, int max)

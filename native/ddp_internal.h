@@ -1,8 +1,9 @@
 /* ddp_internal.h — what the native files share beyond the public API (ddprof.h).
  *
  * pyframes.c is the only file compiled against CPython's internal headers; the rest
- * (sampler.c, ring.c, saferead.c) sees interpreter state only through the functions
- * declared here, so version-specific layout stays in one place.
+ * sees interpreter state only through the functions declared here, so version-specific
+ * layout stays in one place.  The sampler core's own state is in core.h, the event
+ * engines' interface in engine.h.
  */
 #ifndef DDP_INTERNAL_H
 #define DDP_INTERNAL_H
@@ -104,29 +105,6 @@ void ddp_known_clear(void);
 extern _Atomic int ddp_new_code_seen; /* a sample named code the drain has not resolved */
 
 int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
-/* Record `event` with the calling thread's own Python stack (from ordinary code, e.g. the
- * allocator hook or a lock-wait wrapper).  DDP_ENOTRUNNING without a session, DDP_EINVAL
- * when the event is not enabled or the caller is not a Python thread, DDP_ENOMEM when the
- * ring is full (counted as dropped). */
-int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux);
-/* The same for another (blocked) Python thread of the session, walked through safe reads. */
-int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t aux, int64_t ts);
-/* ---- lock/park (waits.c) ---- */
-uint32_t ddp_waits_events_mask(void);      /* the events waits.c produces */
-int ddp_waits_start(const ddp_config *cfg); /* patch the GOT slots (no GIL held), start recording */
-void ddp_waits_stop(void);                  /* stop recording, restore every slot exactly */
-int ddp_waits_emitting(void);               /* wrappers inside ddp_emit_own now */
-void ddp_waits_tick(void);                  /* wall thread: patch objects loaded since the last pass */
-int ddp_waits_inflight(int32_t tid);        /* 1: tid is in a wait a wrapper is recording */
-int ddp_waits_event_for(int kind);          /* the provisional event of a DDP_WAIT_* kind, -1 not wanted */
-void ddp_waits_count_edge(void);            /* one more wait recorded across the session's start */
-/* ---- end lock/park ---- */
-/* ---- allocations (alloc.c) ---- */
-int ddp_alloc_start(const ddp_config *cfg); /* with the GIL: install the PyMem hooks */
-void ddp_alloc_stop(void);                  /* takes the GIL: uninstall (or pass through), freeze LIVE */
-void ddp_alloc_stop_locked(void);           /* same, GIL already held */
-void ddp_alloc_after_fork_child(void);
-/* ---- end allocations ---- */
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);

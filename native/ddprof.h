@@ -34,7 +34,7 @@ int ddp_last_errno(void);
 /* PY_VERSION_HEX of the headers this module was compiled against. */
 uint32_t ddp_compiled_python_version(void);
 
-/* ---- native sampler (sampler.c, ring.c, pyframes.c) ---------------------------------- */
+/* ---- native sampler (session.c and the core files of core.h) --------------------------- */
 #define DDP_STATE_UNKNOWN 0  /* wall-sample thread states (ddp_record.state) */
 #define DDP_STATE_CPU 1      /* running or runnable */
 #define DDP_STATE_OFFCPU 2   /* blocked (sleep, I/O, lock, ...) */

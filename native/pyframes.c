@@ -131,7 +131,7 @@ void ddp_bloom_clear(void)
 }
 
 /* ---- code the drain has resolved: its "known" filter -------------------------------------
- * A sample that names code outside it makes the drain come soon (sampler.c, DDP_WAKE_CODE):
+ * A sample that names code outside it makes the drain come soon (drain.c, DDP_WAKE_CODE):
  * code can die, and where its death goes unrecorded (graveyard full, no code watcher free,
  * the 3.11 dealloc wrapper taken out by another tool) only a look while it lives names
  * it.  Samples of known code wait for the drain's interval.  A false positive (two pointers, one bit) only

@@ -26,7 +26,7 @@
  * Waits across the session's edges count for their part inside it: a wait in flight at
  * stop is recorded by stop, from its start to the stop, with the waiting thread's stack
  * (the in-flight table below); a thread already blocked when the session started (not in
- * a wrapper: the slot was not patched yet) is found by the wall thread (sampler.c,
+ * a wrapper: the slot was not patched yet) is found by the wall thread (parked.c,
  * parked_at_start) and recorded from the start to when it wakes.
  *
  * Cost control: a wait shorter than the threshold T is recorded with probability d/T and
@@ -63,6 +63,7 @@
 #include <unistd.h>
 #include <Python.h>
 #include "ddp_internal.h"
+#include "engine.h"
 
 #define MAX_PATCHES 1024
 #define DEFAULT_THRESHOLD_NS 100000
@@ -460,7 +461,7 @@ static const hook_t *hook_by_name(const char *name)
  * the iteration, loads only), resolve them (outside it), patch (inside a second iteration:
  * an object on the list cannot be unmapped under us, dlclose unmaps after unlisting).
  * Restoring also runs inside an iteration, so it only ever writes into mapped objects.
- * Objects loaded during a session are found by the wall thread's tick (ddp_waits_tick),
+ * Objects loaded during a session are found by the wall thread's tick (patch_new_objects),
  * from the loader's load counter: dlopen itself is not wrapped, because glibc's dlopen
  * resolves relative names and $ORIGIN against its caller's address, which a wrapper
  * would change for every caller. */
@@ -915,9 +916,11 @@ static void atfork_child(void)
         restore_all(0);
 }
 
-uint32_t ddp_waits_events_mask(void) { return (1u << DDP_EVENT_LOCK) | (1u << DDP_EVENT_PARK); }
+#define W_EVENTS ((1u << DDP_EVENT_LOCK) | (1u << DDP_EVENT_PARK))
+/* threads blocked since before the start: looked for at the first tick, then followed */
+static _Atomic int w_parked_scanned;
 
-int ddp_waits_start(const ddp_config *cfg)
+static int waits_start(const ddp_config *cfg)
 {
 #ifdef DDP_WAITS_NO_ARCH
     (void)cfg;
@@ -929,7 +932,8 @@ int ddp_waits_start(const ddp_config *cfg)
     }
     pthread_mutex_lock(&patch_lock);
     memset(&ws, 0, sizeof ws);
-    w_events = cfg->events & ddp_waits_events_mask();
+    w_events = cfg->events & W_EVENTS;
+    atomic_store(&w_parked_scanned, 0);
     w_threshold = cfg->wait_threshold_ns > 0 ? cfg->wait_threshold_ns : DEFAULT_THRESHOLD_NS;
     int rate = cfg->wait_max_rate > 0 ? cfg->wait_max_rate : DEFAULT_MAX_RATE;
     w_rate = rate / 2 > 0 ? rate / 2 : 1; /* thinning aims at half the cap: the cap then rarely bites */
@@ -950,7 +954,8 @@ int ddp_waits_start(const ddp_config *cfg)
 #endif
 }
 
-void ddp_waits_tick(void)
+/* Objects loaded since the last pass get their waits hooked. */
+static void patch_new_objects(void)
 {
 #ifndef DDP_WAITS_NO_ARCH
     if (!atomic_load(&w_on))
@@ -986,7 +991,7 @@ static void flush_inflight(void)
     }
 }
 
-void ddp_waits_stop(void)
+static void waits_stop(void)
 {
     pthread_mutex_lock(&patch_lock);
     atomic_store(&w_on, 0);
@@ -1000,7 +1005,7 @@ void ddp_waits_stop(void)
     pthread_mutex_unlock(&patch_lock);
 }
 
-int ddp_waits_inflight(int32_t tid)
+static int waits_inflight(int32_t tid)
 {
     uint64_t gen = atomic_load(&w_gen);
     int n = atomic_load(&inflight_hi);
@@ -1010,11 +1015,35 @@ int ddp_waits_inflight(int32_t tid)
     return 0;
 }
 
-int ddp_waits_event_for(int kind) { return atomic_load(&w_on) ? provisional_event(kind) : -1; }
+static int waits_event_for(int kind) { return atomic_load(&w_on) ? provisional_event(kind) : -1; }
 
-void ddp_waits_count_edge(void) { atomic_fetch_add_explicit(&ws.edge_records, 1, memory_order_relaxed); }
+static int waits_emitting(void) { return atomic_load(&w_emitting); }
 
-int ddp_waits_emitting(void) { return atomic_load(&w_emitting); }
+static void waits_tick(int64_t now, int final)
+{
+    int edges = 0;
+    if (final) {
+        edges = ddp_parked_tick(now, 1); /* every wait still going on since the start */
+    } else {
+        patch_new_objects();
+        if (!atomic_exchange(&w_parked_scanned, 1))
+            ddp_parked_scan(now, waits_inflight, waits_event_for);
+        else
+            edges = ddp_parked_tick(now, 0);
+    }
+    atomic_fetch_add_explicit(&ws.edge_records, (uint64_t)edges, memory_order_relaxed);
+}
+
+const ddp_engine ddp_waits_engine = {
+    .name = "waits",
+    .events = W_EVENTS,
+    .with_gil = 0,
+    .start = waits_start,
+    .stop = waits_stop,
+    .tick = waits_tick,
+    .emitting = waits_emitting,
+    .after_fork = NULL, /* its own pthread_atfork: the prepare handler takes patch_lock */
+};
 
 int ddp_wait_get_stats(ddp_wait_stats *out)
 {

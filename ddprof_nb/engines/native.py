@@ -1,4 +1,4 @@
-"""The native engine: per-thread CPU timers + a native wall sampler (native/sampler.c).
+"""The native engine: per-thread CPU timers + a native wall sampler (native/cpu.c, native/wall.c).
 
 The heavy lifting is in C and in ``ddprof_nb._binding``; this class wires a session to a
 drain thread and a ProfileBuilder.  The drain thread ("ddprof_nb-drain") is started
@@ -44,7 +44,7 @@ def _after_fork_child() -> None:
     _binding.after_fork_child()
 
 
-# ---- labels: each thread's label word (native/sampler.c), written by ddprof_nb.labeling ----------
+# ---- labels: each thread's label word (native/labels.c), written by ddprof_nb.labeling ----------
 _labels_pid = 0  # the process whose threads' words were synced (a fork child syncs again)
 
 

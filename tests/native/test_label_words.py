@@ -1,4 +1,4 @@
-"""Native label words (native/sampler.c): labeling writes them through memoryviews that
+"""Native label words (native/labels.c): labeling writes them through memoryviews that
 outlive sessions and threads; samples must carry the labels of their own thread."""
 
 from nhelpers import run_script

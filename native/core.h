@@ -1,0 +1,154 @@
+/* core.h — what the sampler core's files share: the session, its thread slots and stats.
+ *
+ * The core is threads.c, labels.c, cpu.c, records.c, wall.c, parked.c, drain.c, session.c
+ * and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
+ * core through engine.h alone.  Every name declared here is hidden: it binds inside the
+ * module and can never be interposed by, or interpose on, another library's symbol.
+ */
+#ifndef DDP_CORE_H
+#define DDP_CORE_H
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "ddp_internal.h"
+#include "engine.h"
+
+#pragma GCC visibility push(hidden)
+
+#define MAX_SLOTS 4096
+
+enum { ST_IDLE, ST_STARTING, ST_RUNNING, ST_STOPPED };
+
+typedef struct {
+    _Atomic int32_t tid;
+    _Atomic int32_t active;       /* sampled: has a thread state, not excluded, present */
+    _Atomic uintptr_t tstate;
+    /* cached label word, (epoch << 32) | (index + 1), valid while epoch is the table's
+     * (label_of): one word, as the CPU handler and the wall thread both refresh it */
+    _Atomic uint64_t lw_cache;
+    _Atomic int32_t excluded;
+    int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
+    _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
+    /* below: owned by the sampler thread (or by start/stop when it is not running) */
+    int has_timer;
+    int timer_failed;
+    timer_t timer;
+    clockid_t clock;
+    int64_t last_wall_ns;
+    int64_t last_cpu_ns;
+    int64_t cpu_first_ns;         /* its CPU clock when first sampled this session (-1: unread) */
+    int absent;
+    uint32_t seen_gen;
+    ddp_record *wlast;            /* last WALL sample (rec_size bytes, malloc'ed on first use) */
+    int wfresh;                   /* wlast was taken at last_wall_ns/last_cpu_ns: reusable if not run since */
+    int wpend;                    /* wlast not yet written: merged samples accumulate in its count/value */
+    int64_t wpend_bucket;
+    uintptr_t wlast_tstate;
+    ddp_record *park;             /* blocked in a wait when the session started: that wait's record */
+    int park_on;                  /* park holds a wait not over yet ... */
+    int64_t park_cpu, park_checked; /* ... as its CPU clock, unmoved at the last check, says */
+    int dead;                     /* its thread exited: the slot goes back to the pool once flushed */
+    int64_t cpu_used_stop;        /* at stop: CPU its clock says it used since first seen (timer threads) */
+    int recycled;                 /* in the pool */
+} slot_t;
+
+typedef struct {
+    _Atomic uint64_t samples[8], dropped_full[8], dropped_torn[8];
+    _Atomic uint64_t carried_full[8]; /* samples whose weight went to their thread's next one: buffers full */
+    uint64_t agg_in, agg_out;         /* records into the aggregates, aggregated records out */
+    uint64_t agg_full;                /* times the active aggregate was full when records waited */
+    _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
+    _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
+    _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
+    int64_t start_mono_ns, stop_mono_ns;
+    int64_t cpu_used_ns, cpu_sampled_ns; /* at stop, threads with a CPU timer then */
+    _Atomic int32_t prof_replaced;       /* another SIGPROF handler replaced ours: CPU sampling stopped */
+    int32_t parked_at_start;             /* threads found blocked in a wait at the start */
+} sess_stats_t;
+
+/* ---- the session (session.c) ---------------------------------------------------------- */
+extern _Atomic int sess_state;      /* ST_* */
+extern ddp_config sess_cfg;
+extern ddp_ring *sess_ring;
+extern size_t sess_rec_size;        /* a record with room for max_depth frames */
+extern slot_t *sess_slots;          /* MAX_SLOTS of them, never moved during a session */
+extern _Atomic int32_t sess_nslots; /* slots handed out so far */
+extern sess_stats_t sess_stats;
+extern _Atomic uint32_t sess_gen;   /* numbers sessions: per-thread slot caches of another are stale */
+extern int sess_pid;
+extern uintptr_t sess_gil_lo, sess_gil_hi; /* the GIL's address range (a futex there: waiting for it) */
+/* The started engines' ticks, each wall tick (final: once as the wall thread ends). */
+void engines_tick(int64_t now, int final);
+
+/* ---- threads (threads.c): the slot registry ------------------------------------------- */
+/* The calling thread's tid, cached per thread (a syscall per ALLOC sample otherwise); the
+ * fork child's thread gets a new tid, so threads_after_fork forgets it.  tls_slot caches the
+ * thread's slot for the session numbered tls_gen (its tid is checked: slots are recycled). */
+extern DDP_TLS int32_t tls_tid;
+extern DDP_TLS int32_t tls_slot;
+extern DDP_TLS uint32_t tls_gen;
+static inline int32_t my_tid(void)
+{
+    int32_t t = tls_tid;
+    if (__builtin_expect(!t, 0))
+        t = tls_tid = (int32_t)syscall(SYS_gettid);
+    return t;
+}
+int slot_lookup(int32_t tid);           /* lock-free; -1 none */
+int slot_get_or_create(int32_t tid);    /* -1 when every slot is taken (counted) */
+int64_t thread_cpu_ns(slot_t *s);       /* its thread's CPU clock, -1 unreadable */
+int register_at_start(void);            /* with the GIL: every thread of the interpreter now */
+#define SCAN_MAX (MAX_SLOTS * 2)
+typedef struct {
+    uintptr_t tstate[SCAN_MAX];
+    int32_t tid[SCAN_MAX];
+    int n;
+} scan_buf;
+void registry_tick(scan_buf *b, uint32_t gen, int64_t now); /* wall thread: rescan, retire, recycle */
+void threads_reset(void);               /* session start: an empty map, no slot handed out */
+void threads_after_fork(void);
+
+/* ---- label words (labels.c) ----------------------------------------------------------- */
+uint64_t label_of(slot_t *s);           /* its thread's label id (async-signal-safe) */
+
+/* ---- CPU timers and the SIGPROF handler (cpu.c) --------------------------------------- */
+void timer_arm(slot_t *s);
+void timer_disarm(slot_t *s);
+void cpu_seed(void);                    /* session start: the timers' first-expiry jitter */
+int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
+int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
+void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */
+void cpu_prof_forget(void);             /* put the saved disposition back (failed start, fork child) */
+void cpu_prof_stop(void);               /* at stop: restore only if still ours, wait for handlers */
+int cpu_handlers_inside(void);
+void cpu_totals_at_stop(void);          /* each timer thread's CPU used, against its samples */
+void cpu_after_fork(void);
+
+/* ---- producing records (records.c) ---------------------------------------------------- */
+enum { PROD_OK, PROD_FULL, PROD_TORN };
+int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
+int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
+int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */
+void records_reset(void);
+
+/* ---- the wall thread (wall.c) --------------------------------------------------------- */
+int wall_flush(slot_t *s);              /* pending WALL record to the ring; 0 ring full */
+int wall_thread_start(void);            /* 0 or pthread_create's error */
+void wall_thread_stop(void);            /* wake it, join it: it flushes what is pending */
+void wall_after_fork(void);
+
+/* ---- aggregates and the drain (drain.c) ----------------------------------------------- */
+extern _Atomic int drain_new_thread;    /* a thread to name: a reason to wake the drain */
+void drain_begin(void);                 /* session start: waits may wait again */
+int drain_alloc(void);                  /* the session's aggregates; -1 no memory */
+void drain_end(void);                   /* session stop: waiting drains return */
+void drain_free(void);
+void drain_after_fork(void);
+void drain_stats(ddp_stats *out);
+void agg_fill(void);                    /* ring -> active aggregate */
+void drain_poke(void);                  /* wake a waiting drain if it has a reason */
+
+#pragma GCC visibility pop
+#endif /* DDP_CORE_H */

@@ -1,0 +1,252 @@
+/* cpu.c — CPU samples: per-thread CPU timers and the SIGPROF handler.
+ *
+ * One POSIX timer per thread on that thread's CPU-time clock ((~tid << 3) | 6, as
+ * async-profiler's ctimer), SIGEV_THREAD_ID -> SIGPROF delivered to that very thread, first
+ * expiry uniform in (0, period] (as Go does).  The handler walks its own thread's frames:
+ * no malloc, no locks, no CPython API.  Weight = period * (1 + overruns).  At stop, each
+ * thread's CPU clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
+ *
+ * Includes: core.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include "core.h"
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+static struct sigaction old_prof;
+static int prof_installed;
+static _Atomic int in_handler;
+static uint64_t rng_state;
+
+static uint64_t rng_next(void)
+{
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+void timer_arm(slot_t *s)
+{
+    if (s->has_timer || s->timer_failed || !(sess_cfg.events & (1u << DDP_EVENT_CPU)) || atomic_load(&sess_stats.prof_replaced))
+        return;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev.sigev_value.sival_ptr = s;
+    sev.sigev_notify_thread_id = atomic_load(&s->tid);
+    if (timer_create(s->clock, &sev, &s->timer) != 0) {
+        /* EAGAIN (signal queue limit) and friends: this thread gets no CPU samples. */
+        int e = errno, zero = 0;
+        s->timer_failed = 1;
+        if (e != EINVAL && e != ESRCH) { /* EINVAL: the thread exited meanwhile */
+            atomic_fetch_add(&sess_stats.timer_failures, 1);
+            atomic_compare_exchange_strong(&sess_stats.timer_errno, &zero, e);
+        }
+        ddp_set_errno(e);
+        return;
+    }
+    int64_t period = sess_cfg.interval_ns;
+    int64_t first = 1 + (int64_t)(rng_next() % (uint64_t)period); /* uniform in (0, period] */
+    struct itimerspec its;
+    its.it_interval.tv_sec = period / 1000000000LL;
+    its.it_interval.tv_nsec = period % 1000000000LL;
+    its.it_value.tv_sec = first / 1000000000LL;
+    its.it_value.tv_nsec = first % 1000000000LL;
+    if (timer_settime(s->timer, 0, &its, NULL) != 0) {
+        int e = errno, zero = 0;
+        timer_delete(s->timer);
+        s->timer_failed = 1;
+        atomic_fetch_add(&sess_stats.timer_failures, 1);
+        atomic_compare_exchange_strong(&sess_stats.timer_errno, &zero, e);
+        return;
+    }
+    s->has_timer = 1;
+}
+
+void timer_disarm(slot_t *s)
+{
+    if (s->has_timer) {
+        timer_delete(s->timer);
+        s->has_timer = 0;
+    }
+}
+
+static void on_sigprof(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig, (void)uc;
+    int saved_errno = errno;
+    atomic_fetch_add(&in_handler, 1);
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
+        goto out;
+    slot_t *s = si->si_value.sival_ptr;
+    slot_t *base = sess_slots;
+    if (!base || s < base || s >= base + MAX_SLOTS || ((char *)s - (char *)base) % sizeof(slot_t)) {
+        atomic_fetch_add(&sess_stats.stale_signals, 1);
+        goto out;
+    }
+    if (atomic_load(&s->tid) != my_tid()) {
+        atomic_fetch_add(&sess_stats.stale_signals, 1);
+        goto out;
+    }
+    if (!atomic_load(&s->active) || atomic_load(&s->excluded))
+        goto out;
+    int64_t t0 = ddp_now_ns();
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
+        mode = DDP_READ_SYSCALL; /* our fault handler was replaced: never risk a fault */
+    int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
+    int64_t weight = sess_cfg.interval_ns * (1 + overrun) + s->cpu_carry;
+    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
+    /* a torn read or a full ring: the weight goes to this thread's next sample (totals stay exact) */
+    s->cpu_carry = r == PROD_TORN || r == PROD_FULL ? weight : 0;
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+    if (r == PROD_OK)
+        atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sess_stats.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&sess_stats.handler_calls, 1, memory_order_relaxed);
+out:
+    atomic_fetch_sub(&in_handler, 1);
+    errno = saved_errno;
+}
+
+static int prof_is_ours(void)
+{
+    struct sigaction cur;
+    return sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigprof;
+}
+
+/* Someone replaced our SIGPROF handler during the session (a vmprof- or Scalene-style tool
+ * starting its own): our timers' signals would now land in their handler and skew their
+ * profile, so every CPU timer goes, and the CPU view ends here (said in the notes). */
+void cpu_prof_check(void)
+{
+    if (!prof_installed || atomic_load(&sess_stats.prof_replaced) || prof_is_ours())
+        return;
+    atomic_store(&sess_stats.prof_replaced, 1);
+    int n = atomic_load(&sess_nslots);
+    for (int i = 0; i < n && i < MAX_SLOTS; i++)
+        timer_disarm(&sess_slots[i]);
+}
+
+void cpu_seed(void)
+{
+    rng_state = (uint64_t)ddp_now_ns() ^ ((uint64_t)sess_pid << 32) ^ 0x9E3779B97F4A7C15ULL;
+    if (!rng_state)
+        rng_state = 1;
+}
+
+int cpu_prof_foreign(void)
+{
+    struct sigaction cur;
+    sigaction(SIGPROF, NULL, &cur);
+    /* (our own handler, put back by a tool that saved it while we ran, is no one else's) */
+    return (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL && cur.sa_sigaction != on_sigprof
+                                       : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
+}
+
+int cpu_prof_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigprof;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGPROF, &sa, &old_prof) != 0) {
+        ddp_set_errno(errno);
+        return DDP_ESYS;
+    }
+    prof_installed = 1;
+    return DDP_OK;
+}
+
+void cpu_prof_forget(void)
+{
+    if (prof_installed) {
+        sigaction(SIGPROF, &old_prof, NULL);
+        prof_installed = 0;
+    }
+}
+
+void cpu_prof_stop(void)
+{
+    if (prof_installed) {
+        if (prof_is_ours()) {
+            /* SIG_IGN discards SIGPROFs still queued for any thread, so restoring a SIG_DFL
+             * disposition can never let a late timer signal kill the process. */
+            struct sigaction ign;
+            memset(&ign, 0, sizeof ign);
+            ign.sa_handler = SIG_IGN;
+            sigemptyset(&ign.sa_mask);
+            sigaction(SIGPROF, &ign, NULL);
+            sigaction(SIGPROF, &old_prof, NULL);
+        } else {
+            /* Another tool installed its SIGPROF handler over ours: it stays (what we saved
+             * would take SIGPROF from it, and its timer's next signal could kill the process). */
+            atomic_store(&sess_stats.prof_replaced, 1);
+        }
+        prof_installed = 0;
+    }
+    for (int spins = 0; atomic_load(&in_handler) && spins < 1000000; spins++)
+        sched_yield();
+}
+
+int cpu_handlers_inside(void) { return atomic_load(&in_handler); }
+
+/* What the CPU timers' signals accounted against what the threads' clocks say they
+ * used: a kernel that checks CPU timers only at ticks the thread is on CPU for (an
+ * overloaded machine or VM) delivers late, coalesced or no signals (seen: none for
+ * 0.1 s of CPU beside CPU hogs on 2 vCPUs); the engine says so in a note. */
+void cpu_totals_at_stop(void)
+{
+    int n = atomic_load(&sess_nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    for (int i = 0; sess_slots && i < n; i++) {
+        slot_t *s = &sess_slots[i];
+        int64_t now = s->has_timer && s->cpu_first_ns > 0 ? thread_cpu_ns(s) : -1;
+        s->cpu_used_stop = 0;
+        if (now >= s->cpu_first_ns && s->cpu_first_ns > 0) {
+            s->cpu_used_stop = now - s->cpu_first_ns;
+            sess_stats.cpu_used_ns += s->cpu_used_stop;
+            sess_stats.cpu_sampled_ns += atomic_load_explicit(&s->cpu_sampled, memory_order_relaxed);
+        }
+    }
+}
+
+void cpu_after_fork(void)
+{
+    /* POSIX: the child has no timers; our handler goes (no signal of ours comes). */
+    cpu_prof_forget();
+    atomic_store(&in_handler, 0);
+}
+
+int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap)
+{
+    if (cap < 0 || (cap && (!tid || !used || !sampled)))
+        return DDP_EINVAL;
+    if (atomic_load(&sess_state) != ST_STOPPED || !sess_slots)
+        return DDP_ENOTRUNNING;
+    int n = 0, ns = atomic_load(&sess_nslots);
+    for (int i = 0; i < ns && i < MAX_SLOTS; i++) {
+        slot_t *s = &sess_slots[i];
+        if (s->cpu_used_stop <= 0)
+            continue;
+        if (n < cap) {
+            tid[n] = atomic_load(&s->tid);
+            used[n] = s->cpu_used_stop;
+            sampled[n] = atomic_load(&s->cpu_sampled);
+        }
+        n++;
+    }
+    return n;
+}

@@ -1,0 +1,11 @@
+/* engines.c — the table of event engines the session drives (engine.h), in start order.
+ *
+ * The only place that names the engines: the core sees them through this table alone.
+ * Includes: engine.h.
+ */
+#include "engine.h"
+
+extern const ddp_engine ddp_alloc_engine; /* alloc.c */
+extern const ddp_engine ddp_waits_engine; /* waits.c */
+
+const ddp_engine *const ddp_engines[] = { &ddp_alloc_engine, &ddp_waits_engine, NULL };

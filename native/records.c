@@ -1,0 +1,200 @@
+/* records.c — producing records: a thread's frames into a ring record, from any producer.
+ *
+ * The CPU handler, the wall thread and the engines' hooks (ddp_emit_own, ddp_emit_for) all
+ * write a record the same way: reserve a ring cell, fill it, walk the frames into it (under
+ * a fault guard or through syscall reads), publish it.  No locks, no malloc: async-signal-safe.
+ * Also the time bucket a WALL sample may be merged in (ddp_merge_bucket).
+ *
+ * Includes: core.h.
+ */
+#define _GNU_SOURCE
+#include <string.h>
+#include "core.h"
+
+/* Stack identity for the consumer (it looks stacks up by this instead of their bytes):
+ * every byte of the frames, the depth and the flags that change the stack. */
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
+{
+    const uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xC2B2AE3D27D4EB4FULL;
+    uint64_t h = k2 ^ ((uint64_t)(flags & (DDP_REC_TRUNCATED | DDP_REC_GC)) << 32) ^ (uint64_t)depth;
+    for (int i = 0; i < depth; i++) {
+        uint64_t w3 = ((uint64_t)(uint32_t)f[i].lasti << 32) | (uint32_t)f[i].firstlineno;
+        h = rotl64(h ^ (f[i].code * k1), 31) * k2;
+        h = rotl64(h ^ (f[i].fp * k1), 31) * k2;
+        h = rotl64(h ^ (w3 * k1), 31) * k2;
+    }
+    h ^= h >> 33; /* murmur3's finalizer */
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Walk `tstate`'s frames into rec (depth, flags, stack_hash); 0 ok, -1 torn (flags INVALID). */
+int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
+{
+    long tid = rec->tid;
+    ddp_frame *frames = (ddp_frame *)(rec + 1);
+    volatile int depth = -1;
+    volatile uint16_t flags = 0;
+    if (mode == DDP_READ_GUARDED) {
+        ddp_guard g, *prev = ddp_tls_guard; /* keep an interrupted guard (bench code) intact */
+        if (sigsetjmp(g.jb, 0) == 0) {
+            DDP_GUARD_ARM(&g);
+            uint16_t f = 0;
+            int d = ddp_py_walk(tstate, tid, mode, frames, sess_cfg.max_depth, &f);
+            if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
+                f |= DDP_REC_GC;
+            flags = f;
+            depth = d;
+        } else {
+            depth = -1;
+        }
+        DDP_GUARD_SET(prev);
+    } else {
+        uint16_t f = 0;
+        int d = ddp_py_walk(tstate, tid, mode, frames, sess_cfg.max_depth, &f);
+        if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
+            f |= DDP_REC_GC;
+        flags = f;
+        depth = d;
+    }
+    if (depth < 0) {
+        rec->depth = 0;
+        rec->flags = DDP_REC_INVALID;
+        rec->stack_hash = 0;
+        return -1;
+    }
+    rec->depth = (uint16_t)depth;
+    rec->flags = flags;
+    rec->stack_hash = stack_hash_of(flags, depth, frames);
+    return 0;
+}
+
+static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
+                      int tstate_kind, int mode, int64_t ts)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec)
+        return PROD_FULL; /* (counted by the caller: dropped, or carried to a later sample) */
+    rec->event = (uint8_t)event;
+    rec->state = (uint8_t)tstate_kind;
+    rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+    rec->label_id = label_of(s);
+    rec->ts_ns = ts;
+    rec->count = count;
+    rec->value = weight;
+    rec->aux = aux;
+    rec->reserved = 0;
+    rec->reserved2 = 0;
+    int torn = walk_into(rec, tstate, mode) < 0;
+    ddp_ring_publish(sess_ring, ticket);
+    if (torn) {
+        atomic_fetch_add_explicit(&sess_stats.dropped_torn[event], 1, memory_order_relaxed);
+        return PROD_TORN;
+    }
+    atomic_fetch_add_explicit(&sess_stats.samples[event], 1, memory_order_relaxed);
+    return PROD_OK;
+}
+
+int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+{
+    return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
+                      tstate_kind, mode, ts);
+}
+
+/* Record an event with the CALLING thread's own stack, from ordinary code (the allocator
+ * hook, lock/park wrappers) rather than a signal handler.  The caller's frame chain is
+ * stable (only this thread changes it), so the same guarded walk as the CPU handler
+ * applies; a SIGPROF arriving meanwhile nests safely (the ring is MPMC, guards nest). */
+#define SEGV_CHECK_NS 1000000
+static _Atomic int64_t own_segv_checked_ns = INT64_MIN / 2;
+
+int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
+{
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire))
+        return DDP_ENOTRUNNING;
+    if (event < 0 || event >= DDP_EVENT_COUNT || !(sess_cfg.events & (1u << event)))
+        return DDP_EINVAL;
+    uintptr_t tstate = ddp_py_current_tstate();
+    if (!tstate)
+        return DDP_EINVAL; /* not a Python thread */
+    uint32_t gen = atomic_load_explicit(&sess_gen, memory_order_relaxed);
+    int idx = tls_slot;
+    /* (a cached slot is checked against our tid: an exited thread's slot serves another) */
+    if (tls_gen != gen || (idx >= 0 && atomic_load_explicit(&sess_slots[idx].tid, memory_order_relaxed) != my_tid())) {
+        idx = slot_get_or_create(my_tid());
+        tls_slot = idx;
+        tls_gen = gen;
+    }
+    if (idx < 0)
+        return DDP_ENOMEM;
+    slot_t *s = &sess_slots[idx];
+    if (atomic_load(&s->excluded))
+        return DDP_OK;
+    int64_t now = ddp_now_ns();
+    int mode = atomic_load(&ddp_read_mode_now);
+    /* Our SIGSEGV handler still in place?  One sigaction syscall, at most once per
+     * SEGV_CHECK_NS here (not per sample: ALLOC samples come ~2000/s): this walk reads the
+     * calling thread's own frames, which it alone changes, so a fault needs corrupt state;
+     * the wall thread also checks every tick, and a failed check switches to syscall reads
+     * for good. */
+    if (mode == DDP_READ_GUARDED && now - atomic_load_explicit(&own_segv_checked_ns, memory_order_relaxed) >= SEGV_CHECK_NS) {
+        if (!ddp_saferead_check_segv())
+            mode = DDP_READ_SYSCALL;
+        else
+            atomic_store_explicit(&own_segv_checked_ns, now, memory_order_relaxed);
+    }
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now);
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
+    return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
+}
+
+int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t aux, int64_t ts)
+{
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !sess_slots || !sess_ring)
+        return DDP_ENOTRUNNING;
+    if (event < 0 || event >= DDP_EVENT_COUNT || !(sess_cfg.events & (1u << event)))
+        return DDP_EINVAL;
+    int idx = slot_lookup(tid);
+    if (idx < 0)
+        return DDP_EINVAL;
+    slot_t *s = &sess_slots[idx];
+    uintptr_t tstate = atomic_load(&s->tstate);
+    if (!tstate || atomic_load(&s->excluded))
+        return DDP_EINVAL;
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
+        mode = DDP_READ_SYSCALL;
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts);
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
+    return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
+}
+
+/* The start (ns since session start) of the time bucket a WALL sample at `elapsed` may be
+ * merged in: model.tick_for's rule, min_tick * 2**k with at most max_ticks ticks over the
+ * elapsed time.  A profile's final tick is tick_for(its duration) >= this, a power-of-two
+ * multiple aligned at 0, so samples merged here share one tick of the final Profile. */
+int64_t ddp_merge_bucket(int64_t elapsed, int64_t min_tick, int32_t max_ticks)
+{
+    if (min_tick <= 0 || max_ticks <= 0)
+        return -1;
+    if (elapsed < 0)
+        elapsed = 0;
+    int64_t tick = min_tick;
+    while (tick < INT64_MAX / 2 / max_ticks && elapsed > tick * max_ticks)
+        tick <<= 1;
+    return elapsed / tick * tick;
+}
+
+int64_t bucket_of(int64_t ts)
+{
+    return ddp_merge_bucket(ts - sess_stats.start_mono_ns, sess_cfg.merge_tick_ns, sess_cfg.merge_max_ticks);
+}
+
+void records_reset(void) { atomic_store(&own_segv_checked_ns, INT64_MIN / 2); }

@@ -1,0 +1,339 @@
+/* wall.c — the wall thread: WALL samples, and the tick that drives the whole session.
+ *
+ * A pthread (never a Python thread, all async signals blocked) wakes every interval and
+ * samples up to N registered threads (round-robin) through safe reads, without the GIL and
+ * without signalling them.  Weight = wall time since that thread's previous wall sample, so
+ * skipped or torn ticks never lose time.
+ *
+ * Idle threads (a notebook kernel has 6-10, nearly all blocked) are cheap: a thread whose
+ * CPU clock has not moved since its last wall sample has not run, so its frames, state and
+ * GC flag cannot have changed (only a thread changes its own frame chain): the last sample
+ * is reused without a walk or a /proc read.  Consecutive identical samples of a thread in
+ * one time bucket (cfg.merge_tick_ns) are merged into one record, count and value summed;
+ * the bucket is the Profile's own time tick at that elapsed time, and ticks only coarsen
+ * as the profile grows, so the Profile is the same as with one record per sample.
+ *
+ * Each tick also checks our signal handlers, rescans the thread registry, runs the started
+ * engines' ticks, moves the ring's records into the aggregate and pokes the drain.
+ *
+ * Includes: core.h.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+#define IDLE_TICK_NS 50000000LL /* the sampler thread's period when no event needs ticks (lock/park, alloc) */
+#define DEFAULT_WALL_PER_TICK 64
+
+static pthread_t sampler_thread;
+static int sampler_started;
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cond;
+static int wake_stop;
+
+/* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
+static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
+{
+    int64_t dcpu = (cpu_now >= 0 && s->last_cpu_ns >= 0) ? cpu_now - s->last_cpu_ns : -1;
+    if (dcpu >= 0 && dwall > 0 && dcpu * 2 >= dwall)
+        return DDP_STATE_CPU;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)atomic_load(&s->tid));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return DDP_STATE_OFFCPU;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return DDP_STATE_OFFCPU;
+    buf[n] = 0;
+    if (!strncmp(buf, "running", 7))
+        return DDP_STATE_CPU;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    if (nr == SYS_futex && sess_gil_lo) {
+        unsigned long long uaddr = strtoull(end, NULL, 16);
+        if (uaddr >= sess_gil_lo && uaddr < sess_gil_hi) /* blocked on the GIL's mutex or condition */
+            return DDP_STATE_GIL;
+    }
+    return DDP_STATE_OFFCPU;
+}
+
+/* Write a slot's pending WALL record (count samples) to the ring; 0 when the ring is full
+ * (the record stays pending: later samples of the thread add to it). */
+int wall_flush(slot_t *s)
+{
+    ddp_record *p = s->wlast;
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec)
+        return 0;
+    s->wpend = 0;
+    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+    ddp_ring_publish(sess_ring, ticket);
+    atomic_fetch_add_explicit(&sess_stats.samples[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sess_stats.wall_records, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* Test mode: the sample as its own record (aux 1), to check merged records against. */
+static void wall_shadow(const ddp_record *src, int64_t dwall, int64_t now)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec)
+        return;
+    memcpy(rec, src, sizeof(ddp_record) + (size_t)src->depth * sizeof(ddp_frame));
+    rec->count = 1;
+    rec->value = dwall;
+    rec->ts_ns = now;
+    rec->aux = 1;
+    ddp_ring_publish(sess_ring, ticket);
+}
+
+static int same_sample(const ddp_record *a, const ddp_record *b)
+{
+    return a->state == b->state && a->flags == b->flags && a->depth == b->depth && a->label_id == b->label_id &&
+           a->stack_hash == b->stack_hash && !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
+}
+
+/* Pending records whose bucket is over, or whose thread left, go to the ring now. */
+static void wall_flush_stale(int64_t now, int all)
+{
+    int n = atomic_load(&sess_nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    int64_t bucket = bucket_of(now);
+    for (int i = 0; i < n; i++) {
+        slot_t *s = &sess_slots[i];
+        if (s->wpend && (all || bucket < 0 || s->wpend_bucket != bucket || !atomic_load(&s->active) ||
+                         atomic_load(&s->excluded)))
+            wall_flush(s);
+    }
+}
+
+/* One WALL sample of slot s into *scratch (swapped with the slot's wlast when kept). */
+static void wall_sample(slot_t *s, ddp_record **scratch)
+{
+    int64_t now = ddp_now_ns();
+    int64_t dwall = now - s->last_wall_ns;
+    if (dwall <= 0)
+        return;
+    if (!s->wlast && !(s->wlast = malloc(sess_rec_size)))
+        return; /* no memory: its time carries to a later sample */
+    int64_t cpu_now = thread_cpu_ns(s);
+    uint64_t label = label_of(s);
+    uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
+    ddp_record *last = s->wlast;
+    /* Not run since its last sample: same frames, state and GC flag. */
+    int unchanged = s->wfresh && cpu_now >= 0 && cpu_now == s->last_cpu_ns && last->label_id == label &&
+                    s->wlast_tstate == tstate;
+    ddp_record *rec = last;
+    if (unchanged) {
+        atomic_fetch_add_explicit(&sess_stats.wall_unchanged, 1, memory_order_relaxed);
+    } else {
+        rec = *scratch;
+        memset(rec, 0, sizeof *rec);
+        rec->event = DDP_EVENT_WALL;
+        rec->state = (uint8_t)thread_state_of(s, dwall, cpu_now);
+        rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
+        /* The thread runs on while we read it, so its label is read right before its
+         * frames (not before the state above, whose /proc read can take 50 us), and again
+         * after them: if it changed (this thread was preempted during the walk, and an
+         * asyncio task's step ended meanwhile), label and frames are of different moments
+         * (the idle loop under the task's labels): read both again, so they are of one;
+         * a thread that changes labels faster than we can walk it (ASan) is a torn read. */
+        rec->label_id = label_of(s);
+        int torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+        for (int tries = 0; !torn; tries++) {
+            uint64_t now_label = label_of(s);
+            if (now_label == rec->label_id)
+                break;
+            if (tries == 2) {
+                torn = 1;
+                break;
+            }
+            rec->label_id = now_label;
+            torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+        }
+        if (torn) {
+            atomic_fetch_add_explicit(&sess_stats.dropped_torn[DDP_EVENT_WALL], 1, memory_order_relaxed);
+            return; /* a torn read keeps its time for the next sample */
+        }
+    }
+    if (sess_cfg.merge_shadow)
+        wall_shadow(rec, dwall, now);
+    int64_t bucket = bucket_of(now);
+    int fresh = 1; /* after this sample, wlast holds the thread's current stack */
+    if (s->wpend && bucket >= 0 && s->wpend_bucket == bucket && (unchanged || same_sample(last, rec))) {
+        last->count += 1;
+        last->value += dwall;
+        last->ts_ns = now;
+    } else if (s->wpend && !wall_flush(s)) {
+        /* the ring is full: this sample's time goes to the thread's pending record (its stack
+         * stands for both), so the thread's wall total stays exact */
+        last->count += 1;
+        last->value += dwall;
+        last->ts_ns = now;
+        atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
+        fresh = unchanged; /* a new stack was walked and not kept: the pending one is not reusable */
+    } else {
+        if (!unchanged) {
+            s->wlast = rec;
+            *scratch = last;
+            last = rec;
+        }
+        last->count = 1;
+        last->value = dwall;
+        last->ts_ns = now;
+        s->wpend = 1;
+        s->wpend_bucket = bucket;
+        if (bucket < 0)
+            wall_flush(s); /* merging off */
+    }
+    s->wfresh = fresh;
+    s->wlast_tstate = tstate;
+    s->last_wall_ns = now;
+    s->last_cpu_ns = cpu_now;
+}
+
+static void wall_tick(int *cursor, ddp_record **scratch)
+{
+    wall_flush_stale(ddp_now_ns(), 0);
+    int n = atomic_load(&sess_nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    int budget = sess_cfg.wall_threads_per_tick > 0 ? sess_cfg.wall_threads_per_tick : DEFAULT_WALL_PER_TICK;
+    int start = n ? *cursor % n : 0;
+    for (int k = 0; k < n && budget > 0; k++) {
+        int i = (start + k) % n;
+        slot_t *s = &sess_slots[i];
+        if (!atomic_load(&s->active) || atomic_load(&s->excluded))
+            continue;
+        budget--;
+        wall_sample(s, scratch);
+        *cursor = (i + 1) % n;
+    }
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, SIGSEGV); /* synchronous faults must stay deliverable (guarded reads) */
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    pthread_sigmask(SIG_SETMASK, &set, NULL);
+    pthread_setname_np(pthread_self(), "ddprof_nb-wall"); /* its comm in /proc: benchmarks find it */
+    scan_buf *b = malloc(sizeof *b);
+    ddp_record *scratch = malloc(sess_rec_size);
+    if (!b || !scratch) {
+        free(b);
+        free(scratch);
+        return NULL;
+    }
+    uint32_t gen = 1; /* 1 was the start-time registration */
+    int cursor = 0;
+    /* Without CPU or WALL events a tick only notices new threads (a drain wake names them),
+     * prefaults the ring and pokes the drain: 20 per second do, and each tick is a thread
+     * wake on a possibly busy CPU (lock/park: 35 of 140 context switches a 0.35 s session
+     * added to bench_locks' thread pool, 0.9 ms of its 3.8 ms of direct CPU). */
+    int64_t period = sess_cfg.interval_ns;
+    if (!(sess_cfg.events & ((1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL))) && period < IDLE_TICK_NS)
+        period = IDLE_TICK_NS;
+    int64_t next = ddp_now_ns() + period;
+    pthread_mutex_lock(&wake_lock);
+    while (!wake_stop) {
+        struct timespec ts = { next / 1000000000LL, next % 1000000000LL };
+        int rc = pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+        if (wake_stop)
+            break;
+        if (rc != ETIMEDOUT)
+            continue;
+        pthread_mutex_unlock(&wake_lock);
+        int64_t t0 = ddp_now_ns();
+        /* Our SIGSEGV handler every tick (wall reads rely on it), SIGBUS every 16th (one
+         * sigaction syscall each; a bus error needs a truncated mapping, far rarer). */
+        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED) {
+            if (gen & 15)
+                ddp_saferead_check_segv();
+            else
+                ddp_saferead_check();
+        }
+        cpu_prof_check(); /* one sigaction syscall */
+        registry_tick(b, ++gen, t0);
+        if (sess_cfg.events & (1u << DDP_EVENT_WALL))
+            wall_tick(&cursor, &scratch);
+        engines_tick(t0, 0); /* (waits: objects loaded since hooked, threads blocked since the start) */
+        agg_fill();
+        drain_poke();
+        ddp_ring_prefault(sess_ring); /* pages ahead of the producers, off their path (ring.c) */
+        int64_t t1 = ddp_now_ns();
+        atomic_fetch_add(&sess_stats.wall_ticks, 1);
+        atomic_fetch_add(&sess_stats.wall_ns, (uint64_t)(t1 - t0));
+        next += period;
+        if (next <= t1)
+            next = t1 + period; /* late: skip ticks (weights are time-based) */
+        pthread_mutex_lock(&wake_lock);
+    }
+    pthread_mutex_unlock(&wake_lock);
+    agg_fill();                        /* room in the ring for the last records */
+    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
+    engines_tick(ddp_now_ns(), 1);     /* and the engines' last records (waits since the start) */
+    agg_fill();
+    for (int i = 0; i < atomic_load(&sess_nslots) && i < MAX_SLOTS; i++)
+        if (sess_slots[i].wpend) { /* the ring stayed full: lost, and said */
+            atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], (uint64_t)sess_slots[i].wlast->count,
+                                      memory_order_relaxed);
+            sess_slots[i].wpend = 0;
+        }
+    free(b);
+    free(scratch);
+    return NULL;
+}
+
+int wall_thread_start(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    wake_stop = 0;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the sampler thread starts with signals blocked */
+    int prc = pthread_create(&sampler_thread, NULL, sampler_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc == 0)
+        sampler_started = 1;
+    return prc;
+}
+
+void wall_thread_stop(void)
+{
+    if (sampler_started) {
+        pthread_mutex_lock(&wake_lock);
+        wake_stop = 1;
+        pthread_cond_signal(&wake_cond);
+        pthread_mutex_unlock(&wake_lock);
+        pthread_join(sampler_thread, NULL);
+        sampler_started = 0;
+        pthread_cond_destroy(&wake_cond);
+    }
+}
+
+void wall_after_fork(void)
+{
+    /* POSIX: the child has no sampler thread */
+    pthread_mutex_init(&wake_lock, NULL);
+    sampler_started = 0;
+}
