@@ -869,13 +869,18 @@ def wait_stats() -> dict:
 
 def cpu_thread_totals() -> dict[int, tuple[int, int]]:
     """After a session's stop, before its release: {tid: (CPU its clock says it used, CPU its
-    samples carried)} for each thread that had a CPU timer at stop."""
+    samples carried)} for each thread that had a CPU timer in the session, those that exited
+    too (a tid that left Python and came back is summed)."""
     n = lib.ddp_cpu_thread_totals(ffi.NULL, ffi.NULL, ffi.NULL, 0)
     if n <= 0:
         return {}
     tid, used, sampled = ffi.new("int32_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
     n = min(n, lib.ddp_cpu_thread_totals(tid, used, sampled, n))
-    return {tid[i]: (used[i], sampled[i]) for i in range(n)}
+    totals: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        u, s = totals.get(tid[i], (0, 0))
+        totals[tid[i]] = (u + used[i], s + sampled[i])
+    return totals
 
 
 def after_fork_child() -> None:

@@ -39,6 +39,11 @@ typedef struct {
     int64_t last_wall_ns;
     int64_t last_cpu_ns;
     int64_t cpu_first_ns;         /* its CPU clock when first sampled this session (-1: unread) */
+    int64_t cpu_base_ns;          /* what its clock read when the session began for it: 0 for a thread
+                                   * born during the session, else cpu_first_ns */
+    int64_t cpu_seen_ns;          /* its clock at the latest read: what it used if it exits unseen */
+    int cpu_counted;              /* had a CPU timer: its clock's total calibrates its samples */
+    int cpu_left;                 /* left Python once: what it used then is with the exited threads */
     int absent;
     uint32_t seen_gen;
     ddp_record *wlast;            /* last WALL sample (rec_size bytes, malloc'ed on first use) */
@@ -116,7 +121,9 @@ uint64_t label_of(slot_t *s);           /* its thread's label id (async-signal-s
 /* ---- CPU timers and the SIGPROF handler (cpu.c) --------------------------------------- */
 void timer_arm(slot_t *s);
 void timer_disarm(slot_t *s);
-void cpu_seed(void);                    /* session start: the timers' first-expiry jitter */
+void cpu_begin(void);                   /* session start: the timers' jitter; no exited threads yet */
+void cpu_thread_left(slot_t *s);        /* wall thread: a timer thread exited or left Python */
+int thread_born_in_session(int32_t tid); /* not among the process's threads at the start */
 int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
 int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
 void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */

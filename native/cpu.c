@@ -70,6 +70,7 @@ void timer_arm(slot_t *s)
         return;
     }
     s->has_timer = 1;
+    s->cpu_counted = 1;
 }
 
 void timer_disarm(slot_t *s)
@@ -138,11 +139,42 @@ void cpu_prof_check(void)
         timer_disarm(&sess_slots[i]);
 }
 
-void cpu_seed(void)
+/* Threads that exited (or left Python) during the session, with the CPU their clocks said
+ * they used in it: their slots serve new threads, and the calibration at stop must still
+ * see them, or a short worker keeps only what its timer's signals carried. */
+#define MAX_EXITED 4096
+static int32_t exited_tid[MAX_EXITED];
+static int64_t exited_used[MAX_EXITED], exited_sampled[MAX_EXITED];
+static int n_exited;
+
+void cpu_begin(void)
 {
     rng_state = (uint64_t)ddp_now_ns() ^ ((uint64_t)sess_pid << 32) ^ 0x9E3779B97F4A7C15ULL;
     if (!rng_state)
         rng_state = 1;
+    n_exited = 0;
+}
+
+void cpu_thread_left(slot_t *s)
+{
+    if (!s->cpu_counted)
+        return;
+    s->cpu_counted = 0;
+    int64_t now = s->cpu_seen_ns;
+    if (!s->dead) { /* alive, out of Python: its clock still reads */
+        int64_t c = thread_cpu_ns(s);
+        if (c >= 0)
+            now = c;
+    }
+    int64_t sampled = atomic_exchange(&s->cpu_sampled, 0);
+    if (now >= s->cpu_base_ns && n_exited < MAX_EXITED) {
+        exited_tid[n_exited] = atomic_load(&s->tid);
+        exited_used[n_exited] = now - s->cpu_base_ns;
+        exited_sampled[n_exited] = sampled;
+        n_exited++;
+    }
+    s->cpu_first_ns = 0; /* back in Python later: a new base */
+    s->cpu_left = 1;
 }
 
 int cpu_prof_foreign(void)
@@ -213,13 +245,21 @@ void cpu_totals_at_stop(void)
         n = MAX_SLOTS;
     for (int i = 0; sess_slots && i < n; i++) {
         slot_t *s = &sess_slots[i];
-        int64_t now = s->has_timer && s->cpu_first_ns > 0 ? thread_cpu_ns(s) : -1;
         s->cpu_used_stop = 0;
-        if (now >= s->cpu_first_ns && s->cpu_first_ns > 0) {
-            s->cpu_used_stop = now - s->cpu_first_ns;
+        if (!s->cpu_counted || s->cpu_first_ns <= 0)
+            continue;
+        int64_t now = s->has_timer ? thread_cpu_ns(s) : -1;
+        if (now < 0)
+            now = s->cpu_seen_ns; /* exited since the last tick: its latest read */
+        if (now >= s->cpu_base_ns) {
+            s->cpu_used_stop = now - s->cpu_base_ns;
             sess_stats.cpu_used_ns += s->cpu_used_stop;
             sess_stats.cpu_sampled_ns += atomic_load_explicit(&s->cpu_sampled, memory_order_relaxed);
         }
+    }
+    for (int i = 0; i < n_exited; i++) {
+        sess_stats.cpu_used_ns += exited_used[i];
+        sess_stats.cpu_sampled_ns += exited_sampled[i];
     }
 }
 
@@ -248,5 +288,11 @@ int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap
         }
         n++;
     }
+    for (int i = 0; i < n_exited; i++, n++) /* a tid may repeat (it left Python and came back) */
+        if (n < cap) {
+            tid[n] = exited_tid[i];
+            used[n] = exited_used[i];
+            sampled[n] = exited_sampled[i];
+        }
     return n;
 }

@@ -180,7 +180,7 @@ int ddp_start(const ddp_config *c)
     sess_cfg = *c;
     sess_pid = getpid();
     ddp_saferead_set_pid(sess_pid);
-    cpu_seed();
+    cpu_begin();
     memset(&sess_stats, 0, sizeof sess_stats);
     for (int i = 0; i < MAX_ENGINES; i++)
         atomic_store(&engine_on[i], 0);

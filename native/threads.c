@@ -16,6 +16,7 @@
  * Includes: core.h (and Python.h for the start-time list, taken under the GIL).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -166,6 +167,51 @@ static int is_excluded_cfg(int32_t tid)
     return 0;
 }
 
+/* The process's threads at the start (sorted): a thread not among them was born during
+ * the session, so all the CPU its clock shows is the session's, including what it used
+ * before a tick first found it. */
+static int32_t *start_tids;
+static int n_start_tids;
+
+static int cmp_tid(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void list_start_tids(void)
+{
+    n_start_tids = -1; /* unknown: every thread is taken as older than the session */
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    int cap = 0, n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long tid = strtol(e->d_name, NULL, 10);
+        if (tid <= 0)
+            continue;
+        if (n == cap) {
+            int32_t *grown = realloc(start_tids, sizeof(int32_t) * (size_t)(cap ? cap * 2 : 256));
+            if (!grown) {
+                closedir(d);
+                return;
+            }
+            start_tids = grown;
+            cap = cap ? cap * 2 : 256;
+        }
+        start_tids[n++] = (int32_t)tid;
+    }
+    closedir(d);
+    qsort(start_tids, (size_t)n, sizeof(int32_t), cmp_tid);
+    n_start_tids = n;
+}
+
+int thread_born_in_session(int32_t tid)
+{
+    return n_start_tids >= 0 && !bsearch(&tid, start_tids, (size_t)n_start_tids, sizeof(int32_t), cmp_tid);
+}
+
 int64_t thread_cpu_ns(slot_t *s)
 {
     struct timespec ts;
@@ -197,6 +243,7 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
     s->absent = 0;
     if (atomic_load(&s->excluded)) {
         atomic_store(&s->active, 0);
+        s->cpu_counted = 0;
         timer_disarm(s);
         return;
     }
@@ -209,8 +256,12 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
         s->wfresh = 0; /* back after an absence: its frames are new */
         s->last_wall_ns = now;
         s->last_cpu_ns = thread_cpu_ns(s);
-        if (!s->cpu_first_ns)
+        if (!s->cpu_first_ns) {
             s->cpu_first_ns = s->last_cpu_ns ? s->last_cpu_ns : -1;
+            /* gen 1: found at the start; cpu_left: back in Python, its earlier CPU counted */
+            s->cpu_base_ns = gen != 1 && !s->cpu_left && thread_born_in_session(tid) ? 0 : s->cpu_first_ns;
+        }
+        s->cpu_seen_ns = s->last_cpu_ns;
         atomic_store(&s->active, 1);
         atomic_store(&drain_new_thread, 1);
     }
@@ -256,11 +307,20 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
             continue;
         if (atomic_load(&s->excluded)) {
             atomic_store(&s->active, 0);
+            s->cpu_counted = 0; /* the profiler's own thread: not the user's CPU */
             timer_disarm(s);
             continue;
         }
-        if (s->seen_gen == gen)
+        if (s->seen_gen == gen) {
+            /* its clock now, for the case it exits before stop (the wall sampler reads it
+             * anyway: one more syscall per thread per tick only in CPU-only sessions) */
+            if (s->has_timer && !(sess_cfg.events & (1u << DDP_EVENT_WALL))) {
+                int64_t c = thread_cpu_ns(s);
+                if (c >= 0)
+                    s->cpu_seen_ns = c;
+            }
             continue;
+        }
         /* Not in this scan.  Gone from the kernel: certainly exited.  Still alive but
          * missing from two complete scans: its thread state is gone (it left Python). */
         int dead = syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0;
@@ -268,8 +328,9 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
             s->absent++;
         if (dead || s->absent >= 2) {
             atomic_store(&s->active, 0);
-            timer_disarm(s);
             s->dead = dead;
+            cpu_thread_left(s);
+            timer_disarm(s);
         }
     }
     /* Near full: slots that never became active (a thread seen only by its own records, e.g.
@@ -292,6 +353,7 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
 
 int register_at_start(void)
 {
+    list_start_tids();
     /* Under the GIL: the official API gives a consistent list. */
     int64_t now = ddp_now_ns();
     PyInterpreterState *interp = PyInterpreterState_Get();

@@ -201,6 +201,8 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     s->wlast_tstate = tstate;
     s->last_wall_ns = now;
     s->last_cpu_ns = cpu_now;
+    if (cpu_now >= 0)
+        s->cpu_seen_ns = cpu_now;
 }
 
 static void wall_tick(int *cursor, ddp_record **scratch)

@@ -203,12 +203,14 @@ def test_park_totals_and_blockers():
         """
     )
     tot, res, truth = r["tot"], r["res"], r["truth"]
-    # THEN the PARK totals are within +-5% of the waits as the workload timed them (1 s, 2 s,
-    # 0.6 s nominal) and the blockers are named
-    assert abs(tot.get("sleeper|[sleep]", 0) - truth["sleep"]) <= 0.05 * truth["sleep"], (tot, truth)
-    assert abs(tot.get("eventer|[Event.wait]", 0) - truth["event"]) <= 0.05 * truth["event"], (tot, truth)
+    # THEN each PARK total lies between the wait's nominal length (1 s, 2 s, 0.6 s: the kernel
+    # never ends a timed wait early; 3 % for the Python work inside our hooks' span) and the
+    # wait as the workload timed it (which adds taking the GIL back after the wait: ~70 ms
+    # seen at load 12 on 2 cores), and the blockers are named
+    for key, leaf, nominal in (("sleep", "sleeper|[sleep]", 1.0), ("event", "eventer|[Event.wait]", 2.0),
+                               ("sel", "selector|[select]", 0.6)):
+        assert 0.97 * nominal * 1e9 <= tot.get(leaf, 0) <= 1.02 * truth[key] + 5e6, (leaf, tot, truth)
     assert tot.get("getter|[Queue.get]", 0) > 0.4e9, tot
-    assert abs(tot.get("selector|[select]", 0) - truth["sel"]) <= 0.05 * truth["sel"], (tot, truth)
     assert tot.get("receiver|[socket.recv]", 0) > 0.4e9, tot
     assert tot.get("timed|[socket.recv]", 0) > 0.35e9, tot
     assert any(k.startswith("joiner|[join") for k in tot), tot

@@ -348,3 +348,30 @@ def test_profiler_threads_never_sampled_and_cpu_timers_are_per_thread():
     # the sleeping main thread gets its own CPU (start and stop's work, which a loaded
     # machine makes tens of ms), never the worker's
     assert r["cpu"].get("MainThread", 0) <= r["main_used"] * 1e9 + 4e6, r
+
+
+def test_threads_that_exit_before_stop_keep_their_clocks_cpu():
+    # GIVEN four workers born after the start, each burning 0.2 s of its own CPU and exiting
+    #       well before stop (their slots then serve other threads)
+    r = run_script(
+        """
+        used = {}
+        def work(name):
+            burn(0.2)
+            used[name] = time.thread_time()  # all of its CPU: it was born in the session
+        e = engine(interval="20ms")
+        e.start()
+        ths = [threading.Thread(target=work, args=(f"w{i}",), name=f"w{i}") for i in range(4)]
+        for t in ths: t.start()
+        for t in ths: t.join()
+        time.sleep(0.2)
+        p = e.stop()
+        emit(used=used, cpu=dict(totals(p, EventType.CPU, lambda s: s.thread.name)), notes=p.metadata.notes)
+        """
+    )
+    # THEN each one's CPU is what its clock said when it ended, less at most the last tick's
+    # worth (its clock is read at each tick; a dead thread's cannot be read), not only what
+    # its timer's signals carried (which a loaded machine delivers late, or not at all)
+    for name, used in r["used"].items():
+        got = r["cpu"].get(name, 0) / 1e9
+        assert used - 0.02 - 0.1 * used <= got <= used * 1.05 + 0.005, (name, used, got, r["notes"])
