@@ -1,12 +1,15 @@
-"""The command line: ``python -m ddprof_nb record | convert | report``.
+"""The command line: ``python -m ddprof_nb record | dump | convert | report``.
 
 ``record`` runs a script (or ``-m module``) exactly as ``python script.py`` would — its
 folder first on ``sys.path``, ``__name__ == "__main__"``, its own ``sys.argv``, its exit
 code (``SystemExit`` codes included) — under the sampler, then writes the profile.  An
 exception in the script prints its traceback and exits 1; the profile is still written.
 ``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the top
-table.  Our own errors (bad options, unreadable files) print one line on stderr and
-exit 2.  The magics never import this module.
+table.  ``dump PID`` prints the Python stack of every thread of another CPython process;
+``record --pid PID`` samples one from outside (ddprof_nb.remote): a target of another
+Python minor version is handed to its own interpreter when ddprof_nb is importable
+there.  Our own errors (bad options, unreadable files, unreadable processes) print one
+line on stderr and exit 2.  The magics never import this module.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _parser() -> _Parser:
     from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS
 
     p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
-    sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{record,dump,convert,report}", parser_class=_Parser)
     rec = sub.add_parser(
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
@@ -62,6 +65,9 @@ def _parser() -> _Parser:
                      help="profile file: .pprof/.pb.gz, .speedscope.json, .folded or .html (default <script>.pprof)")
     rec.add_argument("--folded", default=None, metavar="DIR", help="also write <event>.folded files into DIR")
     rec.add_argument("--html", default=None, metavar="FILE", help="also write an HTML report")
+    dump = sub.add_parser("dump", help="print the Python stack of every thread of a running CPython process",
+                          usage=f"{PROG} dump PID")
+    dump.add_argument("pid", type=int, metavar="PID")
     conv = sub.add_parser("convert", help="convert a profile file to another format",
                           usage=f"{PROG} convert IN OUT")
     conv.add_argument("input", metavar="IN")
@@ -302,6 +308,53 @@ def _report(args) -> int:
     return 0
 
 
+def _remote_target(pid: int, argv: list[str]):
+    """Open ``pid`` for reading; a target of another Python version is handed to its own
+    interpreter (this process is replaced) when ddprof_nb can read it from there."""
+    from .remote import RemoteError, Target, VersionMismatch
+
+    try:
+        return Target(pid)
+    except VersionMismatch as exc:
+        _reexec(exc, argv)
+    except RemoteError as exc:
+        raise CLIError(f"{PROG}: {exc}") from None
+
+
+def _reexec(exc, argv: list[str]) -> None:
+    """Run this command with the target's interpreter if ddprof_nb's native engine loads there
+    (this process is replaced); otherwise refuse, naming both versions."""
+    import subprocess
+
+    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    handed_over = bool(os.environ.get("DDPROF_NB_REEXEC"))  # once only: never loop between interpreters
+    for exe in [] if handed_over else exc.interpreters:
+        try:
+            ok = subprocess.run([exe, "-c", probe], capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            sys.stderr.flush()
+            os.execve(exe, [exe, "-m", "ddprof_nb", *argv], {**os.environ, "DDPROF_NB_REEXEC": "1"})
+    want = ".".join(map(str, exc.version))
+    tried = ", ".join(exc.interpreters) or "its executable"
+    raise CLIError(f"{PROG}: {exc}. ddprof_nb's native engine cannot be loaded by the target's interpreter "
+                   f"({tried}): install ddprof_nb for CPython {want} there, or run this command with it")
+
+
+def _dump(args, argv: list[str]) -> int:
+    from .remote import RemoteError, format_dump
+
+    target = _remote_target(args.pid, argv)
+    try:
+        with target:
+            text = format_dump(target, target.dump())
+    except RemoteError as exc:
+        raise CLIError(f"{PROG} dump: {exc}") from None
+    sys.stdout.write(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -312,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             options, script, module, target_args = _split_record(argv[1:])
             return _record(options, script, module, target_args)
         args = _parser().parse_args(argv)
+        if args.command == "dump":
+            return _dump(args, argv)
         if args.command == "convert":
             return _convert(args)
         if args.command == "report":
