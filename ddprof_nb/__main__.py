@@ -27,7 +27,7 @@ __all__ = ["main"]
 PROG = "python -m ddprof_nb"
 _OUTPUT_SUFFIXES = (".pprof", ".pb.gz", ".speedscope.json", ".folded", ".html")
 _RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "--asyncio", "-o", "--output",
-                         "--folded", "--html", "-l", "--label", "--max-depth"}
+                         "--folded", "--html", "-l", "--label", "--max-depth", "--pid", "--duration"}
 
 
 class CLIError(Exception):
@@ -47,7 +47,8 @@ def _parser() -> _Parser:
     rec = sub.add_parser(
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
-              f"       {PROG} record [options] -m module [args ...]")
+              f"       {PROG} record [options] -m module [args ...]\n"
+              f"       {PROG} record --pid PID [--duration S] [-i INTERVAL] [-o out.pprof]")
     events = ",".join(e.label for e in DEFAULT_EVENTS)  # the defaults, as config.py has them
     interval, alloc_rate = f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", f"{DEFAULT_ALLOC_RATE // 1024}KiB"
     rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
@@ -57,6 +58,10 @@ def _parser() -> _Parser:
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
     rec.add_argument("--max-depth", type=int, default=None, help="frames kept per stack")
+    rec.add_argument("--pid", type=int, default=None,
+                     help="sample this running CPython process from outside instead (wall with state, and cpu)")
+    rec.add_argument("--duration", type=float, default=None, metavar="S",
+                     help="with --pid: seconds to sample (default: until Ctrl-C or the process exits)")
     rec.add_argument("--children", action="store_true",  # [children]
                      help="also profile child Python processes (multiprocessing, subprocess); labels pid, process")
     rec.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
@@ -170,6 +175,12 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     from .sampler import Sampler
 
     args = _parser().parse_args(["record", *options])
+    if args.pid is not None:
+        if script is not None or module is not None:
+            raise CLIError(f"{PROG} record: --pid samples a running process; give it no script or module")
+        return _record_pid(args, ["record", *options])
+    if args.duration is not None:
+        raise CLIError(f"{PROG} record: --duration goes with --pid")
     if script is None and module is None:
         raise CLIError(f"{PROG} record: nothing to run; give -- script.py [args] or -m module [args]")
     if script is not None and not os.path.isfile(script):
@@ -268,6 +279,39 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     print(f"ddprof_nb: wrote {', '.join(written)} — {status_line(profile, wall_s=elapsed).split(': ', 1)[1]}",
           file=sys.stderr)
     return code
+
+
+def _record_pid(args, argv: list[str]) -> int:
+    from .config import SamplerConfig
+    from .remote import RemoteError
+    from .remote_record import record
+    from .summary import status_line
+
+    if args.duration is not None and not args.duration > 0:
+        raise CLIError(f"{PROG} record: --duration must be a positive number of seconds")
+    try:
+        interval_ns = SamplerConfig.make(interval=args.interval).interval_ns
+    except ValueError as exc:
+        raise CLIError(f"{PROG} record: {exc}") from None
+    output = args.output or f"pid{args.pid}.pprof"
+    _check_output(output, "-o")
+    target = _remote_target(args.pid, argv)
+    print(f"ddprof_nb: sampling process {args.pid} (CPython {target.version_text})"
+          f"{'' if args.duration is None else f' for {args.duration:g} s'}; Ctrl-C stops", file=sys.stderr)
+    try:
+        with target:
+            profile = record(target, args.duration, interval_ns)
+    except RemoteError as exc:
+        raise CLIError(f"{PROG} record: {exc}") from None
+    try:
+        profile.save(output)
+        if args.html:
+            profile.to_html(args.html)
+    except (OSError, ValueError, ImportError) as exc:
+        raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
+    written = ", ".join([output] + ([args.html] if args.html else []))
+    print(f"ddprof_nb: wrote {written} — {status_line(profile).split(': ', 1)[1]}", file=sys.stderr)
+    return 0
 
 
 def _load(path: str):

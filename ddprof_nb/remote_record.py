@@ -1,0 +1,132 @@
+"""Sample another CPython process from outside into a normal Profile.
+
+At every tick each thread of the target is walked (ddprof_nb.remote) and gets a WALL
+sample weighted by the time since its previous one, labelled with its state (``cpu``:
+running or runnable in /proc, ``gil``: in a futex wait on the GIL's memory, ``off-cpu``).
+CPU comes from the thread's own CPU time in /proc (utime + stime, counted in clock ticks):
+each increase is spread evenly over the samples taken since the previous increase that
+saw the thread on CPU (all of them when none did), so a thread's CPU total is exactly
+what the kernel counted, at the kernel's tick resolution.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from .events import EventType, FrameKind
+from .model import Frame, Metadata, Profile, ProfileBuilder
+from .remote import RemoteError, Target, thread_stat
+
+__all__ = ["record"]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class _Thread:
+    index: int  # the builder's thread id
+    last_wall: int  # monotonic ns of its previous sample
+    last_ticks: int | None  # utime + stime at its previous sample
+    pending: list[int] = field(default_factory=list)  # stacks since the last CPU increase (seen on CPU)
+    pending_any: list[int] = field(default_factory=list)  # ... whatever their state
+
+
+def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_000, should_stop=None) -> Profile:
+    """Sample ``target`` for ``duration_s`` seconds (None: until it exits or ``should_stop()``
+    says so).  The profile ends early, with a note, when the target exits."""
+    start_ns, start_mono = time.time_ns(), time.monotonic_ns()
+    builder = ProfileBuilder(Metadata(start_ns=start_ns, interval_ns=interval_ns, engine="remote", pid=target.pid,
+                                      python_version=target.version_text))
+    states = {s: builder.labels_id({"state": s}) for s in ("cpu", "off-cpu", "gil")}
+    unknown = builder.labels_id(None)
+    truncated = builder.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+    stacks: dict[tuple, int] = {}
+    threads: dict[int, _Thread] = {}
+    torn = ticks = 0
+    end_reason = ""
+    deadline = None if duration_s is None else start_mono + int(duration_s * 1e9)
+    next_tick = start_mono
+    try:  # Ctrl-C ends the sampling; the profile of what was sampled is still built
+        while True:
+            now = time.monotonic_ns()
+            if (deadline is not None and now >= deadline) or (should_stop is not None and should_stop()):
+                break
+            if now < next_tick:
+                time.sleep((next_tick - now) / 1e9)
+                continue
+            next_tick += interval_ns * max(1, (now - next_tick) // interval_ns + 1)  # late: skip, never burst
+            try:
+                listed = target.threads()
+            except RemoteError as exc:
+                end_reason = str(exc)
+                break
+            ticks += 1
+            for tstate, tid in listed:
+                st = thread_stat(target.pid, tid)
+                if st is None:
+                    continue  # it ended between the list and the look
+                try:
+                    raw = target.raw_stack(tstate, tid)
+                except RemoteError as exc:
+                    end_reason = str(exc)
+                    break
+                if raw is None:
+                    torn += 1
+                    continue
+                sid = stacks.get((raw[1], *raw[0]))
+                if sid is None:
+                    frames = [target.frame(c, fp, lasti) for c, fp, lasti, _first in raw[0]]
+                    if any(f is None for f in frames):
+                        torn += 1
+                        continue
+                    ids = [builder.frame_id(f) for f in reversed(frames)]  # root first
+                    if raw[1]:
+                        ids.insert(0, truncated)
+                    sid = stacks[(raw[1], *raw[0])] = builder.stack_id(ids)
+                sample_at = time.monotonic_ns()
+                th = threads.get(tid)
+                if th is None:
+                    th = threads[tid] = _Thread(builder.thread_id(tid, target.thread_name(tid) or f"Thread {tid}"),
+                                                sample_at - interval_ns, None)
+                state = target.state_of(st)
+                rel = sample_at - start_mono
+                builder.add(EventType.WALL, sid, th.index, states.get(state, unknown), rel, 1, sample_at - th.last_wall)
+                th.last_wall = sample_at
+                _account_cpu(builder, th, st.cpu_ticks, sid, state == "cpu", rel)
+            if end_reason:
+                break
+    except KeyboardInterrupt:
+        end_reason = "interrupted (Ctrl-C)"
+    end_mono = time.monotonic_ns()
+    notes = [f"sampled from outside: process {target.pid} ({target.cmdline or '?'}), CPython {target.version_text}",
+             f"wall: {ticks} ticks ({ticks / max((end_mono - start_mono) / 1e9, 1e-9):.0f}/s); "
+             f"cpu: each thread's /proc CPU time, spread over its samples ({_CLK_TCK} ticks/s resolution)"]
+    if end_reason:
+        notes.append(f"stopped early: {end_reason}")
+    builder.metadata = builder.metadata.replace(
+        notes=tuple(notes), dropped={EventType.WALL: torn} if torn else {},
+        extra={"wall_state_label": "state=cpu|off-cpu|gil", "target_pid": str(target.pid)})
+    return builder.build(end_ns=start_ns + (end_mono - start_mono))
+
+
+def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int, on_cpu: bool, rel: int) -> None:
+    """Spread the thread's CPU increase since its previous sample over the samples waiting for it."""
+    th.pending_any.append(sid)
+    if on_cpu:
+        th.pending.append(sid)
+    if th.last_ticks is None:
+        th.last_ticks = cpu_ticks
+        th.pending_any.clear(), th.pending.clear()
+        return
+    delta = cpu_ticks - th.last_ticks
+    if delta <= 0:
+        return
+    th.last_ticks = cpu_ticks
+    ns = delta * 1_000_000_000 // _CLK_TCK
+    owners = th.pending or th.pending_any
+    share, rest = divmod(ns, len(owners))
+    for i, owner in enumerate(owners):
+        builder.add(EventType.CPU, owner, th.index, 0, rel, 1, share + (1 if i < rest else 0))
+    th.pending.clear(), th.pending_any.clear()

@@ -1,0 +1,127 @@
+"""``python -m ddprof_nb record --pid PID``: sampling another process from outside.
+
+The workload child has a known wall split: three threads alive for the whole recording,
+one sleeping in ``a_sleeps``, one burning CPU in ``b_burns``, the main thread waiting in
+``c_waits``: a third of the wall each, the CPU almost all ``b_burns``'s."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import ddprof_nb
+from ddprof_nb import remote
+from ddprof_nb._binding import unavailable_reason
+from ddprof_nb.events import EventType
+from ddprof_nb.loading import load
+from ddprof_nb.remote_record import record
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
+
+REPO = str(Path(ddprof_nb.__file__).resolve().parent.parent)
+
+WORKLOAD = textwrap.dedent("""\
+    import sys, threading, time
+    stop = threading.Event()
+
+    def a_sleeps():
+        while not stop.is_set():
+            time.sleep(0.003)
+
+    def b_burns():
+        n = 0
+        while not stop.is_set():
+            for _ in range(1000):
+                n += 1
+
+    def c_waits():
+        threads = [threading.Thread(target=a_sleeps), threading.Thread(target=b_burns)]
+        for t in threads:
+            t.start()
+        print("ready", flush=True)
+        stop.wait(float(sys.argv[1]))
+        stop.set()
+
+    c_waits()
+""")
+
+
+def start(tmp_path, lifetime="120"):
+    script = tmp_path / "workload.py"
+    script.write_text(WORKLOAD)
+    proc = subprocess.Popen([sys.executable, str(script), lifetime], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def split(profile, event):
+    """Share of the event's value (%) per workload function, and per (function, state)."""
+    per_func, per_state, total = {}, {}, 0
+    for s in profile.samples():
+        if s.event is not event:
+            continue
+        total += s.values[1]
+        names = {f.name for f in s.stack}
+        for func in ("a_sleeps", "b_burns", "c_waits"):
+            if func in names:
+                per_func[func] = per_func.get(func, 0) + s.values[1]
+                key = (func, s.labels.get("state"))
+                per_state[key] = per_state.get(key, 0) + s.values[1]
+    pct = {k: 100 * v / total for k, v in per_func.items()}
+    return pct, per_state, total
+
+
+def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
+    proc = start(tmp_path)
+    out = tmp_path / "remote.pprof"
+    try:
+        result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration", "3",
+                                 "-o", str(out)], capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, PYTHONPATH=REPO))
+        assert result.returncode == 0, result.stderr
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    profile = load(str(out))
+    wall, wall_states, wall_total = split(profile, EventType.WALL)
+    print("wall split %", {k: round(v, 1) for k, v in wall.items()})
+    for func in ("a_sleeps", "b_burns", "c_waits"):
+        assert abs(wall[func] - 100 / 3) <= 5, wall
+    # three threads for ~3 s: ~9 s of wall in all (the sampler's ticks cover the recording)
+    assert 3 * 2.5e9 <= wall_total <= 3 * 3.5e9
+    # states: the waiter is off CPU; the sleeper too, or waiting for the GIL the burner holds (its
+    # switch interval, 5 ms, is longer than the 3 ms sleeps); the burner on CPU (running or runnable)
+    a_off = (wall_states.get(("a_sleeps", "off-cpu"), 0) + wall_states.get(("a_sleeps", "gil"), 0)) / sum(v for (f, _), v in wall_states.items() if f == "a_sleeps")
+    b_on = wall_states.get(("b_burns", "cpu"), 0) / sum(v for (f, _), v in wall_states.items() if f == "b_burns")
+    c_off = wall_states.get(("c_waits", "off-cpu"), 0) / sum(v for (f, _), v in wall_states.items() if f == "c_waits")
+    print(f"a off-cpu {a_off:.2f}, b cpu {b_on:.2f}, c off-cpu {c_off:.2f}")
+    assert a_off >= 0.6 and c_off >= 0.95 and b_on >= 0.8
+    assert wall_states.get(("a_sleeps", "gil"), 0) >= 0.2 * wall_states.get(("a_sleeps", "off-cpu"), 1)
+    cpu, _, cpu_total = split(profile, EventType.CPU)
+    print("cpu split %", {k: round(v, 1) for k, v in cpu.items()}, "cpu s", cpu_total / 1e9)
+    assert cpu.get("b_burns", 0) >= 80
+    assert cpu_total <= 3.5e9  # one burning thread: at most the recording's length of CPU
+
+
+def test_record_stops_with_a_note_when_the_target_exits(tmp_path):
+    proc = start(tmp_path, lifetime="1.0")
+    target = remote.Target(proc.pid)
+    profile = record(target, duration_s=30)
+    proc.wait(timeout=30)
+    assert profile.metadata.duration_ns < 20e9
+    assert any("stopped early" in n and "exited" in n for n in profile.metadata.notes), profile.metadata.notes
+    wall, _, _ = split(profile, EventType.WALL)
+    assert set(wall) == {"a_sleeps", "b_burns", "c_waits"}
+
+
+def test_record_pid_refuses_a_script_too(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", "1", "--", "x.py"],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    assert result.returncode == 2 and "give it no script" in result.stderr
