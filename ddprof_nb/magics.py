@@ -76,7 +76,8 @@ _KERNEL_MACHINERY = (
 _MARKER = "__cell__"
 _HOOKS_ATTR = "_ddprof_cell"
 _CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
-_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "status", "help")
+_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "status", "help",
+                "kernels", "dump", "allow-attach")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
@@ -92,7 +93,10 @@ USAGE = """\
 %ddprof save NAME PATH          write a profile (.pprof, .pb.gz, .speedscope.json, .folded, .html)
 %ddprof load PATH [-o NAME]     read a profile file into the history
 %ddprof diff A B                compare two stored profiles
-%ddprof status                  is a profile running? what does the history hold?"""
+%ddprof status                  is a profile running? what does the history hold?
+%ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle
+%ddprof dump KERNEL             every thread's Python stack in another kernel (PID or kernel id prefix)
+%ddprof allow-attach [off]      let processes of your user read this kernel (%ddprof allow-attach -h)"""
 
 
 # ----------------------------------------------------------------------------------
@@ -589,7 +593,7 @@ class DDProfMagics(Magics):
             return None
         if word in _SUBCOMMANDS:
             rest = self._expand(rest)
-            return getattr(self, f"_cmd_{word}")(rest.strip())
+            return getattr(self, f"_cmd_{word.replace('-', '_')}")(rest.strip())
         return self._statement(line)
 
     def _expand(self, text: str) -> str:
@@ -771,6 +775,56 @@ class DDProfMagics(Magics):
 
     def _cmd_help(self, rest: str):
         print(USAGE)
+
+    # -- other kernels (ddprof_nb.kernels, ddprof_nb.remote) ----------------------------
+    def _cmd_kernels(self, rest: str):
+        from .kernels import list_kernels, runtime_dir
+
+        if rest:
+            raise UsageError(f"%ddprof kernels takes no arguments (got {rest!r})")
+        found = list_kernels()
+        if not found:
+            print(f"ddprof: no kernel connection files in {runtime_dir()}")
+            return
+        print(f"{'kernel id':<38} {'pid':>8}  state")
+        for k in found:
+            mine = " (this kernel)" if k.pid == os.getpid() else ""
+            print(f"{k.kernel_id:<38} {k.pid or '-':>8}  {k.state or 'no process'}{mine}")
+
+    def _cmd_dump(self, rest: str):
+        from .kernels import find_kernel
+        from .remote import RemoteError, VersionMismatch, dump_text
+
+        if not rest or len(_split(rest)) != 1:
+            raise UsageError("usage: %ddprof dump KERNEL  (a PID or a kernel id prefix, see %ddprof kernels)")
+        try:
+            pid = find_kernel(_split(rest)[0])
+            if pid == os.getpid():
+                raise UsageError("%ddprof dump: that is this kernel; its threads can be read with "
+                                 "%ddprof start/stop, or from another notebook")
+            print(dump_text(pid), end="")
+        except VersionMismatch:
+            # another Python: the command line hands it to the target's interpreter when it can
+            import subprocess
+
+            done = subprocess.run([sys.executable, "-m", "ddprof_nb", "dump", str(pid)], capture_output=True,
+                                  text=True, timeout=120)
+            if done.returncode == 0:
+                print(done.stdout, end="")
+            else:
+                print(done.stderr.strip(), file=sys.stderr)
+        except (ValueError, RemoteError) as exc:
+            print(f"ddprof: {exc}", file=sys.stderr)
+
+    def _cmd_allow_attach(self, rest: str):
+        from .kernels import ALLOW_ATTACH_HELP, allow_attach
+
+        if rest in ("-h", "--help", "help"):
+            print(ALLOW_ATTACH_HELP)
+            return
+        if rest not in ("", "on", "off"):
+            raise UsageError("usage: %ddprof allow-attach [off]  (see %ddprof allow-attach -h)")
+        print(f"ddprof: {allow_attach(rest != 'off')}")
 
 
 def _split(text: str) -> list[str]:
