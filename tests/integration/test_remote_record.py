@@ -110,6 +110,37 @@ def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
     assert cpu_total <= 3.5e9  # one burning thread: at most the recording's length of CPU
 
 
+def test_record_pid_agrees_with_the_in_process_engine(tmp_path):
+    # the same workload recorded at the same time from inside (the native engine, by the command
+    # line's record) and from outside: the same split of the workload threads' wall
+    script = tmp_path / "workload.py"
+    script.write_text(WORKLOAD)
+    inside, outside = tmp_path / "inside.pprof", tmp_path / "outside.pprof"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "ddprof_nb", "record", "-e", "wall,cpu", "--engine", "native",
+                             "-o", str(inside), "--", str(script), "4"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration",
+                                 "2.5", "-o", str(outside)], capture_output=True, text=True, timeout=120, env=env)
+        assert result.returncode == 0, result.stderr
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def workload_split(path):
+        wall, _, _ = split(load(str(path)), EventType.WALL)
+        total = sum(wall.values())  # the profiler's own threads left out: the workload's three only
+        return {k: 100 * v / total for k, v in wall.items()}
+
+    a, b = workload_split(inside), workload_split(outside)
+    print("in-process", {k: round(v, 1) for k, v in a.items()}, "outside", {k: round(v, 1) for k, v in b.items()})
+    for func in ("a_sleeps", "b_burns", "c_waits"):
+        assert abs(a[func] - b[func]) <= 5 and abs(b[func] - 100 / 3) <= 5
+
+
 def test_record_stops_with_a_note_when_the_target_exits(tmp_path):
     proc = start(tmp_path, lifetime="1.0")
     target = remote.Target(proc.pid)
