@@ -77,7 +77,7 @@ _MARKER = "__cell__"
 _HOOKS_ATTR = "_ddprof_cell"
 _CELL_LINE = re.compile(r"^%%ddprof(?:[ \t]+(?P<args>.*?))?[ \t]*(?:\r?\n)?$")
 _SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "status", "help",
-                "kernels", "dump", "allow-attach")
+                "kernels", "dump", "attach", "allow-attach")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
@@ -96,6 +96,7 @@ USAGE = """\
 %ddprof status                  is a profile running? what does the history hold?
 %ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle
 %ddprof dump KERNEL             every thread's Python stack in another kernel (PID or kernel id prefix)
+%ddprof attach KERNEL [-d S] [-i INTERVAL] [-o NAME]   sample another kernel from outside, then show it
 %ddprof allow-attach [off]      let processes of your user read this kernel (%ddprof allow-attach -h)"""
 
 
@@ -159,6 +160,13 @@ def _make_parser(prog: str, statement: bool = False) -> _Parser:
 _CELL_PARSER = _make_parser("%%ddprof")
 _START_PARSER = _make_parser("%ddprof start")
 _STMT_PARSER = _make_parser("%ddprof", statement=True)
+_ATTACH_PARSER = _Parser("%ddprof attach")
+_ATTACH_PARSER.add_argument("kernel", metavar="KERNEL", help="a PID or a kernel id prefix (see %%ddprof kernels)")
+_ATTACH_PARSER.add_argument("-d", "--duration", type=float, default=10.0, metavar="S", help="seconds to sample (default 10)")
+_ATTACH_PARSER.add_argument("-i", "--interval", default=f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", metavar="INTERVAL",
+                            help=f"sampling interval (default {DEFAULT_INTERVAL_NS // 1_000_000}ms)")
+_ATTACH_PARSER.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history (default pidPID)")
+_ATTACH_PARSER.add_argument("-h", "--help", action="store_true", help="show this help")
 
 
 def _labels(items) -> dict[str, str]:
@@ -816,6 +824,40 @@ class DDProfMagics(Magics):
         except (ValueError, RemoteError) as exc:
             print(f"ddprof: {exc}", file=sys.stderr)
 
+    def _cmd_attach(self, rest: str):
+        from .history import history
+        from .kernels import find_kernel
+        from .remote import RemoteError, Target, VersionMismatch
+        from .remote_record import record
+
+        args = _ATTACH_PARSER.parse_argstring(rest)
+        if args.help:
+            print(_help(_ATTACH_PARSER))
+            return
+        try:
+            interval_ns = SamplerConfig.make(interval=args.interval).interval_ns
+            if not args.duration > 0:
+                raise ValueError(f"-d {args.duration!r}: give a positive number of seconds")
+            pid = find_kernel(args.kernel)
+            if pid == os.getpid():
+                raise ValueError("that is this kernel: profile it with %%ddprof or %ddprof start/stop")
+        except ValueError as exc:
+            raise UsageError(f"%ddprof attach: {exc}") from None
+        print(f"ddprof: sampling process {pid} for {args.duration:g} s from outside")
+        try:
+            with Target(pid) as target:
+                profile = record(target, args.duration, interval_ns)
+        except VersionMismatch:
+            profile = _record_with_command_line(pid, args.duration, interval_ns)
+        except RemoteError as exc:
+            print(f"ddprof: {exc}", file=sys.stderr)
+            return
+        if profile is None:
+            return
+        name = history.add(profile, args.name or f"pid{pid}")
+        print(summary.status_line(profile, name))
+        show(profile, name, shell=self.shell)
+
     def _cmd_allow_attach(self, rest: str):
         from .kernels import ALLOW_ATTACH_HELP, allow_attach
 
@@ -825,6 +867,25 @@ class DDProfMagics(Magics):
         if rest not in ("", "on", "off"):
             raise UsageError("usage: %ddprof allow-attach [off]  (see %ddprof allow-attach -h)")
         print(f"ddprof: {allow_attach(rest != 'off')}")
+
+
+def _record_with_command_line(pid: int, duration_s: float, interval_ns: int) -> Profile | None:
+    """Sample a process of another Python version: the command line hands it to the target's
+    interpreter.  None (the reason printed) when that fails."""
+    import subprocess
+    import tempfile
+
+    from .loading import load
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "attach.pprof")
+        done = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(pid), "--duration",
+                               str(duration_s), "-i", f"{interval_ns}ns", "-o", out],
+                              capture_output=True, text=True, timeout=duration_s + 120)
+        if done.returncode != 0:
+            print(done.stderr.strip(), file=sys.stderr)
+            return None
+        return load(out)
 
 
 def _split(text: str) -> list[str]:

@@ -122,3 +122,53 @@ def test_allow_attach_sets_and_clears_the_ptracer(shell, capsys):
     assert ("may read it again" in out) if yama else ("nothing was changed" in out)
     res, _ = run(shell, "%ddprof allow-attach sometimes")
     assert not res.success
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
+def test_attach_samples_another_kernel_into_the_history(shell, kernel_like, capsys):
+    from ddprof_nb.events import EventType
+    from ddprof_nb.history import history
+
+    proc = kernel_like("--busy")
+    res, _ = run(shell, f"%ddprof attach {KERNEL_ID[:8]} -d 1 -o other")
+    assert res.success
+    profile = history["other"]
+    assert profile.metadata.pid == proc.pid and profile.metadata.engine == "remote"
+    walls = [s for s in profile.samples() if s.event is EventType.WALL]
+    assert walls and all(s.stack[-1].name == "kernel_like_handles_request" for s in walls)
+    # a busy loop: its wall is on CPU, and it has CPU samples
+    assert sum(s.values[1] for s in walls if s.labels.get("state") == "cpu") >= 0.8 * sum(s.values[1] for s in walls)
+    assert any(s.event is EventType.CPU for s in profile.samples())
+    res, _ = run(shell, "%ddprof attach nosuchkernel")
+    assert not res.success
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
+def test_dump_and_attach_of_a_kernel_of_another_python_version(shell, tmp_path, monkeypatch, capsys):
+    from test_remote_dump import _other_versions
+
+    from ddprof_nb.history import history
+
+    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    usable = [p for p in _other_versions().values()
+              if subprocess.run([p, "-c", probe], env=dict(os.environ, PYTHONPATH=REPO)).returncode == 0]
+    if not usable:
+        pytest.skip("no interpreter of another Python version with ddprof_nb's native module built")
+    monkeypatch.setenv("PYTHONPATH", REPO)  # the hand-over to the target's interpreter finds this ddprof_nb
+    script = tmp_path / "kernel_like.py"
+    script.write_text(KERNEL_LIKE)
+    proc = subprocess.Popen([usable[0], str(script)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        res, _ = run(shell, f"%ddprof dump {proc.pid}")
+        assert res.success
+        assert "kernel_like_handles_request" in capsys.readouterr().out
+        res, _ = run(shell, f"%ddprof attach {proc.pid} -d 0.5 -o older")
+        assert res.success
+        walls = [s for s in history["older"].samples() if s.stack]
+        assert walls and all("kernel_like_handles_request" in [f.name for f in s.stack] for s in walls)
+        assert history["older"].metadata.python_version != ".".join(map(str, sys.version_info[:3]))
+    finally:
+        proc.kill()
+        proc.wait()
