@@ -365,6 +365,8 @@ class Target:
             except RemoteError as exc:
                 if not os.path.exists(f"/proc/{self.pid}"):
                     raise RemoteError(f"process {self.pid} exited while reading its threads") from None
+                if not os.path.exists(f"/proc/{self.pid}/task/{tid}"):
+                    continue  # the thread ended while read: it is no longer part of the process
                 info.error = str(exc)
             out.append(info)
         out.sort(key=lambda t: (not t.main, t.tid))

@@ -256,3 +256,55 @@ def test_the_target_survives_a_dump(tmp_path):
         assert proc.wait(timeout=30) == -signal.SIGTERM
     finally:
         stop(proc)
+
+
+CHURN = textwrap.dedent("""\
+    import threading, time
+
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        time.sleep(0.001)
+
+    def short_lived():
+        deep(50)
+
+    def churn():
+        # threads start and end, code objects are made and freed, stacks grow and shrink
+        i = 0
+        while True:
+            t = threading.Thread(target=short_lived)
+            t.start()
+            ns = {}
+            exec(f"def made_{i % 7}(k):\\n    return sum(range(k))", ns)
+            ns[f"made_{i % 7}"](1000)
+            deep(i % 300)
+            t.join()
+            i += 1
+
+    for _ in range(3):
+        threading.Thread(target=churn, daemon=True).start()
+    print("ready", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_path):
+    proc = start_target(tmp_path, source=CHURN)
+    try:
+        for _ in range(15):
+            result = run_dump(proc.pid)
+            assert result.returncode in (0, 2), result.stderr
+            assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+            if result.returncode == 0:
+                assert "Thread " in result.stdout
+            else:  # a stack that kept changing is said, never guessed
+                assert result.stderr.startswith("python -m ddprof_nb"), result.stderr
+        out = tmp_path / "churn.pprof"
+        rec = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration", "1",
+                              "-o", str(out)], capture_output=True, text=True, timeout=120, env=_env())
+        assert rec.returncode == 0, rec.stderr
+        assert out.stat().st_size > 0
+        assert proc.poll() is None
+    finally:
+        stop(proc)
