@@ -2,9 +2,11 @@
 
 ``list_kernels()`` reads the Jupyter runtime folder's ``kernel-*.json`` connection files
 and finds each kernel's process by its command line (kernels are started with ``-f
-<connection file>``); busy or idle is told from its CPU time over a short look (a kernel
-blocked in a long sleep or lock looks idle: /proc cannot tell that from waiting for a
-request).  ``find_kernel()`` takes a PID or a kernel id prefix.  ``allow_attach()`` sets
+<connection file>``).  The Jupyter servers of the same folder (``jpserver-*.json``: their
+URL and token) are asked for their sessions: a kernel's notebook and its own busy/idle
+status.  Without a server that knows it, busy or idle is told from the kernel's CPU time
+over a short look (a kernel blocked in a long sleep or lock then looks idle: /proc cannot
+tell that from waiting for a request).  ``find_kernel()`` takes a PID or a kernel id prefix.  ``allow_attach()`` sets
 PR_SET_PTRACER so that processes of the same user may read this kernel's memory under
 Yama's ptrace_scope 1 (``%ddprof allow-attach``).
 """
@@ -14,8 +16,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
+import json
 import os
 import time
+import urllib.request
 from dataclasses import dataclass
 
 __all__ = ["KernelInfo", "runtime_dir", "list_kernels", "find_kernel", "allow_attach", "ALLOW_ATTACH_HELP"]
@@ -55,8 +59,9 @@ class KernelInfo:
     kernel_id: str
     connection_file: str
     pid: int | None  # None: no process of this user has that connection file on its command line
-    state: str  # "busy", "idle", "" (no process)
+    state: str  # "busy", "idle", "" (no process); the server's word when one knows the kernel
     cmdline: str = ""
+    notebook: str = ""  # the session's path, when a Jupyter server knows the kernel
 
 
 def _cmdlines() -> dict[int, list[str]]:
@@ -86,6 +91,28 @@ def _cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def _server_sessions(folder: str, timeout_s: float = 1.0) -> dict[str, tuple[str, str]]:
+    """kernel id -> (notebook path, execution state) from the Jupyter servers whose info files
+    are in ``folder``; a server that does not answer is skipped."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "jpserver-*.json")) + glob.glob(os.path.join(folder, "nbserver-*.json"))):
+        try:
+            with open(path) as f:
+                info = json.load(f)
+            url = info["url"].rstrip("/") + "/api/sessions"
+            req = urllib.request.Request(url, headers={"Authorization": f"token {info.get('token', '')}"})
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the user's own server
+                sessions = json.load(resp)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for sess in sessions if isinstance(sessions, list) else []:
+            kernel = sess.get("kernel") if isinstance(sess, dict) else None
+            if isinstance(kernel, dict) and kernel.get("id"):
+                notebook = str(sess.get("path") or sess.get("name") or "")
+                out[kernel["id"]] = (notebook, str(kernel.get("execution_state") or ""))
+    return out
+
+
 def list_kernels(look_s: float = 0.2) -> list[KernelInfo]:
     """The kernels with a connection file in the runtime folder, with their PIDs and states."""
     files = sorted(glob.glob(os.path.join(runtime_dir(), "kernel-*.json")))
@@ -99,11 +126,16 @@ def list_kernels(look_s: float = 0.2) -> list[KernelInfo]:
         pythons = [p for p in pids if os.path.basename(procs[p][0]).startswith("python")]
         pid = (pythons or pids or [None])[0]
         out.append(KernelInfo(kid, path, pid, "", " ".join(procs.get(pid, [])) if pid else ""))
-    before = {k.pid: _cpu_ticks(k.pid) for k in out if k.pid}
+    sessions = _server_sessions(runtime_dir()) if out else {}
+    for k in out:
+        k.notebook, k.state = sessions.get(k.kernel_id, ("", ""))
+        if k.state not in ("busy", "idle"):
+            k.state = ""
+    before = {k.pid: _cpu_ticks(k.pid) for k in out if k.pid and not k.state}
     if before:
         time.sleep(look_s)
     for k in out:
-        if k.pid:
+        if k.pid and k.pid in before:
             after = _cpu_ticks(k.pid)
             if after is None or before.get(k.pid) is None:
                 k.state = ""

@@ -94,7 +94,7 @@ USAGE = """\
 %ddprof load PATH [-o NAME]     read a profile file into the history
 %ddprof diff A B                compare two stored profiles
 %ddprof status                  is a profile running? what does the history hold?
-%ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle
+%ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle, notebook
 %ddprof dump KERNEL             every thread's Python stack in another kernel (PID or kernel id prefix)
 %ddprof attach KERNEL [-d S] [-i INTERVAL] [-o NAME]   sample another kernel from outside, then show it
 %ddprof allow-attach [off]      let processes of your user read this kernel (%ddprof allow-attach -h)"""
@@ -794,10 +794,11 @@ class DDProfMagics(Magics):
         if not found:
             print(f"ddprof: no kernel connection files in {runtime_dir()}")
             return
-        print(f"{'kernel id':<38} {'pid':>8}  state")
+        print(f"{'kernel id':<38} {'pid':>8}  {'state':<10}  notebook")
         for k in found:
             mine = " (this kernel)" if k.pid == os.getpid() else ""
-            print(f"{k.kernel_id:<38} {k.pid or '-':>8}  {k.state or 'no process'}{mine}")
+            state = k.state or ("no process" if k.pid is None else "?")
+            print(f"{k.kernel_id:<38} {k.pid or '-':>8}  {state:<10}  {k.notebook or '-'}{mine}")
 
     def _cmd_dump(self, rest: str):
         from .kernels import find_kernel

@@ -172,3 +172,46 @@ def test_dump_and_attach_of_a_kernel_of_another_python_version(shell, tmp_path, 
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_kernels_names_notebooks_and_states_a_jupyter_server_knows(shell, kernel_like, capsys, tmp_path):
+    import http.server
+    import json
+    import threading
+
+    proc = kernel_like()  # idle by its CPU time; the server says busy (a cell blocked in a sleep, say)
+    token = "s3cret"
+    seen = []
+
+    class Sessions(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path != "/api/sessions" or self.headers.get("Authorization") != f"token {token}":
+                self.send_response(403)
+                self.end_headers()
+                return
+            body = json.dumps([{"id": "s1", "path": "work/analysis.ipynb", "type": "notebook",
+                                "kernel": {"id": KERNEL_ID, "name": "python3", "execution_state": "busy"}}]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Sessions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        runtime = Path(os.environ["JUPYTER_RUNTIME_DIR"])
+        (runtime / "jpserver-4242.json").write_text(json.dumps(
+            {"url": f"http://127.0.0.1:{server.server_port}/", "token": token, "pid": 4242}))
+        (runtime / "jpserver-4243.json").write_text(json.dumps({"url": "http://127.0.0.1:9/", "token": "x"}))  # gone
+        res, _ = run(shell, "%ddprof kernels")
+        assert res.success
+        out = capsys.readouterr().out
+        line = next(ln for ln in out.splitlines() if ln.startswith(KERNEL_ID))
+        assert line.split()[1:] == [str(proc.pid), "busy", "work/analysis.ipynb"], out
+        assert seen == [("/api/sessions", f"token {token}")]
+    finally:
+        server.shutdown()
