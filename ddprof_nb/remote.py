@@ -143,6 +143,17 @@ class ThreadInfo:
     error: str | None = None  # why the stack could not be read
 
 
+def _version_in_name(path: str) -> tuple[int, int] | None:
+    """(major, minor) in a libpython or pythonX.Y file name."""
+    hit = _LIBPYTHON.search(path) or re.search(r"/python(\d+)\.(\d+)[^/]*$", path)
+    return (int(hit.group(1)), int(hit.group(2))) if hit else None
+
+
+def _free_threaded_name(path: str) -> bool:
+    hit = _LIBPYTHON.search(path)
+    return bool(hit.group(3)) if hit else bool(re.search(r"/python\d+\.\d+t$", path))
+
+
 def _python_from_argv0(pid: int) -> str | None:
     raw = _read_text(f"/proc/{pid}/cmdline") or ""
     argv0 = raw.split("\0", 1)[0]
@@ -180,6 +191,10 @@ class Target:
             base = elfsyms.load_base(data, maps, binary)
         except (OSError, elfsyms.ElfError) as exc:
             raise RemoteError(f"process {pid}: cannot read the symbols of {binary}: {exc}") from None
+        named = _version_in_name(binary)
+        if named and named < (3, 11):
+            raise RemoteError(f"process {pid} runs CPython {named[0]}.{named[1]} ({binary}); ddprof_nb reads CPython "
+                              "3.11 and later")
         if "_PyRuntime" not in syms or base is None:
             raise RemoteError(f"process {pid} ({self._exe_name()}) is not a CPython process: no _PyRuntime symbol "
                               f"in {binary}")
@@ -226,13 +241,13 @@ class Target:
             return self.cmdline.split(" ", 1)[0] or "?"
 
     def _python_binary(self, maps) -> tuple[str, bool]:
+        """The file holding the interpreter (libpython, else the executable), and whether its
+        name says free-threaded (libpython3.13t.so, python3.13t)."""
         for m in maps:
-            hit = _LIBPYTHON.search(m.path)
-            if hit:
-                return m.path, bool(hit.group(3))
+            if _LIBPYTHON.search(m.path):
+                return m.path, _free_threaded_name(m.path)
         exe = self._exe_name()
-        name = os.path.basename(exe)
-        return exe, bool(re.fullmatch(r"python\d+\.\d+t", name))
+        return exe, _free_threaded_name(exe)
 
     def _read_version(self, addr: int) -> tuple[int, int, int]:
         buf = self._ffi.new("uint64_t *")

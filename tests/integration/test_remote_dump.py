@@ -308,3 +308,37 @@ def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_pat
         assert proc.poll() is None
     finally:
         stop(proc)
+
+
+def test_interpreter_names_give_version_and_build():
+    assert remote._version_in_name("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0") == (3, 12)
+    assert remote._version_in_name("/opt/py/lib/libpython3.6m.so.1.0") == (3, 6)
+    assert remote._version_in_name("/usr/bin/python3.13t") == (3, 13)
+    assert remote._version_in_name("/usr/bin/sleep") is None
+    assert remote._free_threaded_name("/opt/py/lib/libpython3.13t.so.1.0")
+    assert remote._free_threaded_name("/usr/bin/python3.14t")
+    assert not remote._free_threaded_name("/opt/py/lib/libpython3.13.so.1.0")
+    assert not remote._free_threaded_name("/usr/bin/python3.13")
+
+
+def test_dump_of_a_python_older_than_3_11_names_its_version():
+    # an older CPython installed next to this one (pyenv, /opt/python...), if any
+    installs = Path(sys.base_prefix).parent
+    old = None
+    for py in sorted(installs.glob("*/bin/python[23].*")):
+        if not re.fullmatch(r"python\d\.\d+", py.name) or not os.access(py, os.X_OK):
+            continue
+        major, minor = map(int, py.name[len("python"):].split("."))
+        if (major, minor) < (3, 11):
+            old = (py, f"{major}.{minor}")
+            break
+    if old is None:
+        pytest.skip("no CPython older than 3.11 installed next to this one")
+    proc = subprocess.Popen([str(old[0]), "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        result = run_dump(proc.pid)
+        assert result.returncode == 2
+        assert f"runs CPython {old[1]} " in result.stderr and "3.11 and later" in result.stderr, result.stderr
+    finally:
+        stop(proc)
