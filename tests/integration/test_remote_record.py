@@ -8,6 +8,7 @@ almost all ``b_burns``'s."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"nativ
 REPO = str(Path(ddprof_nb.__file__).resolve().parent.parent)
 
 WORKLOAD = textwrap.dedent("""\
-    import sys, threading, time
+    import json, sys, threading, time
     stop = threading.Event()
 
     def a_short():
@@ -37,16 +38,15 @@ WORKLOAD = textwrap.dedent("""\
     def a_long():
         time.sleep(0.03)
 
-    spent = [0, 0]  # the truth: ns inside a_short and a_long (waking waits for the GIL included)
+    spans = []  # the truth: (start, switch, end) of each a_short + a_long, epoch ns (waits for the GIL included)
 
     def a_sleeps():
         while not stop.is_set():
-            t0 = time.monotonic_ns()
+            t0 = time.time_ns()
             a_short()
-            t1 = time.monotonic_ns()
+            t1 = time.time_ns()
             a_long()
-            spent[0] += t1 - t0
-            spent[1] += time.monotonic_ns() - t1
+            spans.append((t0, t1, time.time_ns()))
 
     def b_burns():
         n = 0
@@ -63,7 +63,7 @@ WORKLOAD = textwrap.dedent("""\
         stop.set()
         for t in threads:
             t.join()
-        print("truth", *spent, flush=True)
+        print("truth", json.dumps(spans), flush=True)
 
     c_waits()
 """)
@@ -103,7 +103,7 @@ def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
                                  "-o", str(out)], capture_output=True, text=True, timeout=120,
                                 env=dict(os.environ, PYTHONPATH=REPO))
         assert result.returncode == 0, result.stderr
-        word, short_ns, long_ns = proc.stdout.readline().split()
+        word, spans = proc.stdout.readline().split(" ", 1)
         assert word == "truth" and proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
@@ -114,9 +114,11 @@ def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
     print("wall split %", {k: round(v, 1) for k, v in wall.items()})
     for func in ("a_sleeps", "b_burns", "c_waits"):
         assert abs(wall[func] - 100 / 3) <= 5, wall
-    # inside the sleeper: a_short's share of its time, as the child measured it
+    # inside the sleeper: a_short's share of its time, as the child measured it over the recording
+    meta = profile.metadata
+    inside = [(t0, t1, t2) for t0, t1, t2 in json.loads(spans) if meta.start_ns <= t0 and t2 <= meta.end_ns]
     short = 100 * wall["a_short"] / (wall["a_short"] + wall["a_long"])
-    truth = 100 * int(short_ns) / (int(short_ns) + int(long_ns))
+    truth = 100 * sum(t1 - t0 for t0, t1, _ in inside) / sum(t2 - t0 for t0, _, t2 in inside)
     print(f"a_short's share of the sleeper: {short:.1f}% (truth {truth:.1f}%)")
     assert abs(short - truth) <= 5
     # three threads for ~3 s: ~9 s of wall in all (the sampler's ticks cover the recording)
@@ -157,12 +159,16 @@ def test_record_pid_agrees_with_the_in_process_engine(tmp_path):
             proc.kill()
             proc.wait()
 
-    def workload_split(path):
-        wall, _, _ = split(load(str(path)), EventType.WALL)
+    def workload_split(profile):
+        wall, _, _ = split(profile, EventType.WALL)
         total = sum(wall[f] for f in ("a_sleeps", "b_burns", "c_waits"))  # the profiler's own threads left out
         return {k: 100 * v / total for k, v in wall.items()}
 
-    a, b = workload_split(inside), workload_split(outside)
+    inner, outer = load(str(inside)), load(str(outside))
+    # the in-process profile over the outside recording's time only (the load changes over time)
+    lo = outer.metadata.start_ns - inner.metadata.start_ns
+    inner = inner.filter(time_range=(lo, lo + outer.metadata.duration_ns))
+    a, b = workload_split(inner), workload_split(outer)
     print("in-process", {k: round(v, 1) for k, v in a.items()}, "outside", {k: round(v, 1) for k, v in b.items()})
     for func in ("a_sleeps", "b_burns", "c_waits", "a_short", "a_long"):
         assert abs(a[func] - b[func]) <= 5
