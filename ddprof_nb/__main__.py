@@ -283,6 +283,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
 
 def _record_pid(args, argv: list[str]) -> int:
     from .config import SamplerConfig
+    from .events import EventType
     from .remote import RemoteError
     from .remote_record import record
     from .summary import status_line
@@ -290,9 +291,13 @@ def _record_pid(args, argv: list[str]) -> int:
     if args.duration is not None and not args.duration > 0:
         raise CLIError(f"{PROG} record: --duration must be a positive number of seconds")
     try:
-        interval_ns = SamplerConfig.make(interval=args.interval).interval_ns
+        config = SamplerConfig.make(interval=args.interval, events=args.events)
     except ValueError as exc:
         raise CLIError(f"{PROG} record: {exc}") from None
+    other = [e.label for e in config.events if e not in (EventType.CPU, EventType.WALL)]
+    if other:
+        raise CLIError(f"{PROG} record --pid: samples cpu and wall only; {', '.join(other)} need the in-process "
+                       "sampler (record a script, or %%ddprof in the kernel)")
     output = args.output or f"pid{args.pid}.pprof"
     _check_output(output, "-o")
     target = _remote_target(args.pid, argv)
@@ -300,7 +305,7 @@ def _record_pid(args, argv: list[str]) -> int:
           f"{'' if args.duration is None else f' for {args.duration:g} s'}; Ctrl-C stops", file=sys.stderr)
     try:
         with target:
-            profile = record(target, args.duration, interval_ns)
+            profile = record(target, args.duration, config.interval_ns, events=config.events)
     except RemoteError as exc:
         raise CLIError(f"{PROG} record: {exc}") from None
     try:

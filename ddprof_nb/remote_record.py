@@ -33,9 +33,14 @@ class _Thread:
     pending_any: list[int] = field(default_factory=list)  # ... whatever their state
 
 
-def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_000, should_stop=None) -> Profile:
+def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_000, should_stop=None,
+           events=(EventType.CPU, EventType.WALL)) -> Profile:
     """Sample ``target`` for ``duration_s`` seconds (None: until it exits or ``should_stop()``
-    says so).  The profile ends early, with a note, when the target exits."""
+    says so) into a profile of ``events`` (cpu and/or wall).  The profile ends early, with a
+    note, when the target exits."""
+    want_wall, want_cpu = EventType.WALL in events, EventType.CPU in events
+    if not (want_wall or want_cpu) or set(events) - {EventType.CPU, EventType.WALL}:
+        raise ValueError("sampling from outside records cpu and wall only")
     start_ns, start_mono = time.time_ns(), time.monotonic_ns()
     builder = ProfileBuilder(Metadata(start_ns=start_ns, interval_ns=interval_ns, engine="remote", pid=target.pid,
                                       python_version=target.version_text))
@@ -92,9 +97,12 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
                                                 sample_at - interval_ns, None)
                 state = target.state_of(st)
                 rel = sample_at - start_mono
-                builder.add(EventType.WALL, sid, th.index, states.get(state, unknown), rel, 1, sample_at - th.last_wall)
+                if want_wall:
+                    builder.add(EventType.WALL, sid, th.index, states.get(state, unknown), rel, 1,
+                                sample_at - th.last_wall)
                 th.last_wall = sample_at
-                _account_cpu(builder, th, st.cpu_ticks, sid, state == "cpu", rel)
+                if want_cpu:
+                    _account_cpu(builder, th, st.cpu_ticks, sid, state == "cpu", rel)
             if end_reason:
                 break
     except KeyboardInterrupt:

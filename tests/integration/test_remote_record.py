@@ -189,3 +189,20 @@ def test_record_pid_refuses_a_script_too(tmp_path):
     result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", "1", "--", "x.py"],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     assert result.returncode == 2 and "give it no script" in result.stderr
+
+
+def test_record_pid_events_are_cpu_and_wall_only(tmp_path):
+    proc = start(tmp_path)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    try:
+        out = tmp_path / "wall.pprof"
+        result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "-e", "wall",
+                                 "--duration", "0.5", "-o", str(out)], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        assert load(str(out)).events == (EventType.WALL,)
+        result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "-e", "cpu,alloc",
+                                 "--duration", "0.5", "-o", str(out)], capture_output=True, text=True, env=env)
+        assert result.returncode == 2 and "alloc need the in-process sampler" in result.stderr, result.stderr
+    finally:
+        proc.kill()
+        proc.wait()
