@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from . import elfsyms
 from .model import Frame
 
-__all__ = ["RemoteError", "VersionMismatch", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
+__all__ = ["RemoteError", "TornRead", "VersionMismatch", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
            "dump_text"]
 
 _SYMBOLS = ("_PyRuntime", "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version")
@@ -37,6 +37,10 @@ MAX_DEPTH = 512
 
 class RemoteError(Exception):
     """The target cannot be read; the message says why (and what to do, when anything can be)."""
+
+
+class TornRead(RemoteError):
+    """The target's interpreter state changed under every try of a read (a sampler skips the look)."""
 
 
 class VersionMismatch(RemoteError):
@@ -246,7 +250,12 @@ class Target:
         for m in maps:
             if _LIBPYTHON.search(m.path):
                 return m.path, _free_threaded_name(m.path)
-        exe = self._exe_name()
+        try:
+            exe = os.readlink(f"/proc/{self.pid}/exe")
+        except OSError as exc:
+            if not maps:  # no memory and no executable: it has exited (a zombie) or is a kernel thread
+                raise RemoteError(f"process {self.pid} has exited (or is a kernel thread): nothing to read") from None
+            raise _os_error(self.pid, exc.errno or errno.EACCES, "finding its executable") from None
         return exe, _free_threaded_name(exe)
 
     def _read_version(self, addr: int) -> tuple[int, int, int]:
@@ -269,7 +278,7 @@ class Target:
             raise RemoteError(f"process {self.pid} (CPython {self.version_text}): {msg}")
         if not os.path.exists(f"/proc/{self.pid}"):
             raise RemoteError(f"process {self.pid} exited while {what}")
-        raise RemoteError(f"process {self.pid}: its interpreter state changed while {what}; try again")
+        raise TornRead(f"process {self.pid}: its interpreter state changed while {what}; try again")
 
     # -- reading --------------------------------------------------------------------------
     def threads(self) -> list[tuple[int, int]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .events import EventType, FrameKind
 from .model import Frame, Metadata, Profile, ProfileBuilder
-from .remote import RemoteError, Target, thread_stat
+from .remote import RemoteError, Target, TornRead, thread_stat
 
 __all__ = ["record"]
 
@@ -64,6 +64,8 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
             next_tick += interval_ns * max(1, (now - next_tick) // interval_ns + 1)  # late: skip, never burst
             try:
                 listed = target.threads()
+            except TornRead:
+                continue  # the thread list changed under every try: the next tick looks again
             except RemoteError as exc:
                 end_reason = str(exc)
                 break
@@ -73,23 +75,13 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
                 if st is None:
                     continue  # it ended between the list and the look
                 try:
-                    raw = target.raw_stack(tstate, tid)
+                    sid = _stack_id(target, builder, stacks, truncated, tstate, tid)
                 except RemoteError as exc:
                     end_reason = str(exc)
                     break
-                if raw is None:
-                    torn += 1
-                    continue
-                sid = stacks.get((raw[1], *raw[0]))
                 if sid is None:
-                    frames = [target.frame(c, fp, lasti) for c, fp, lasti, _first in raw[0]]
-                    if any(f is None for f in frames):
-                        torn += 1
-                        continue
-                    ids = [builder.frame_id(f) for f in reversed(frames)]  # root first
-                    if raw[1]:
-                        ids.insert(0, truncated)
-                    sid = stacks[(raw[1], *raw[0])] = builder.stack_id(ids)
+                    torn += 1  # its time goes to the thread's next sample
+                    continue
                 sample_at = time.monotonic_ns()
                 th = threads.get(tid)
                 if th is None:
@@ -117,6 +109,30 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
         notes=tuple(notes), dropped={EventType.WALL: torn} if torn else {},
         extra={"wall_state_label": "state=cpu|off-cpu|gil", "target_pid": str(target.pid)})
     return builder.build(end_ns=start_ns + (end_mono - start_mono))
+
+
+def _stack_id(target: Target, builder: ProfileBuilder, stacks: dict, truncated: int, tstate: int, tid: int,
+              tries: int = 3) -> int | None:
+    """The builder's stack id of the thread's stack now; None when every try was torn.  A torn
+    read is tried again at once: its time would otherwise go to the next sample, which is
+    biased toward what the thread does after the change that tore it."""
+    for _ in range(tries):
+        raw = target.raw_stack(tstate, tid)
+        if raw is None:
+            continue
+        key = (raw[1], *raw[0])
+        sid = stacks.get(key)
+        if sid is not None:
+            return sid
+        frames = [target.frame(c, fp, lasti) for c, fp, lasti, _first in raw[0]]
+        if any(f is None for f in frames):
+            continue
+        ids = [builder.frame_id(f) for f in reversed(frames)]  # root first
+        if raw[1]:
+            ids.insert(0, truncated)
+        sid = stacks[key] = builder.stack_id(ids)
+        return sid
+    return None
 
 
 def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int, on_cpu: bool, rel: int) -> None:

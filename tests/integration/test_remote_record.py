@@ -59,7 +59,10 @@ WORKLOAD = textwrap.dedent("""\
         for t in threads:
             t.start()
         print("ready", flush=True)
-        stop.wait(float(sys.argv[1]))
+        if sys.argv[1] == "stdin":  # until the test closes our stdin
+            sys.stdin.read()
+        else:
+            stop.wait(float(sys.argv[1]))
         stop.set()
         for t in threads:
             t.join()
@@ -72,7 +75,7 @@ WORKLOAD = textwrap.dedent("""\
 def start(tmp_path, lifetime="120"):
     script = tmp_path / "workload.py"
     script.write_text(WORKLOAD)
-    proc = subprocess.Popen([sys.executable, str(script), lifetime], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, str(script), lifetime], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -96,13 +99,14 @@ def split(profile, event):
 
 
 def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
-    proc = start(tmp_path, lifetime="4")
+    proc = start(tmp_path, lifetime="stdin")
     out = tmp_path / "remote.pprof"
     try:
         result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration", "3",
                                  "-o", str(out)], capture_output=True, text=True, timeout=120,
                                 env=dict(os.environ, PYTHONPATH=REPO))
         assert result.returncode == 0, result.stderr
+        proc.stdin.close()  # the workload ends after the recording, whatever the time it took to start
         word, spans = proc.stdout.readline().split(" ", 1)
         assert word == "truth" and proc.wait(timeout=60) == 0
     finally:
@@ -145,14 +149,14 @@ def test_record_pid_agrees_with_the_in_process_engine(tmp_path):
     inside, outside = tmp_path / "inside.pprof", tmp_path / "outside.pprof"
     env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.Popen([sys.executable, "-m", "ddprof_nb", "record", "-e", "wall,cpu", "--engine", "native",
-                             "-o", str(inside), "--", str(script), "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             "-o", str(inside), "--", str(script), "stdin"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "ready"
         result = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration",
                                  "2.5", "-o", str(outside)], capture_output=True, text=True, timeout=120, env=env)
         assert result.returncode == 0, result.stderr
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(input="", timeout=60)
         assert proc.returncode == 0, err
     finally:
         if proc.poll() is None:
