@@ -214,6 +214,12 @@ class Target:
                 f"process {pid} runs CPython {self.version_text}; this is CPython {platform.python_version()}, and "
                 "ddprof_nb's native module reads the internal layout of the version it was built for",
                 self.version, [p for p in (_python_from_argv0(pid), os.path.realpath(f"/proc/{pid}/exe")) if p])
+        # 3.13+ targets have their published offsets checked at open; 3.11/3.12 publish none,
+        # so another patch release is read with this build's layout (every read validated)
+        self.layout_note = ""
+        if self.version != tuple(sys.version_info[:3]) and self.version[:2] < (3, 13):
+            self.layout_note = (f"read with CPython {platform.python_version()}'s layout ({self.version_text} publishes "
+                                "no offsets to check it against; every read is validated)")
         missing = [s for s in _SYMBOLS if s not in syms]
         if missing:
             raise RemoteError(f"process {pid}: {binary} lacks the symbols {', '.join(missing)}")
@@ -413,7 +419,8 @@ _STATE_TEXT = {"cpu": "on CPU", "off-cpu": "off CPU", "gil": "waiting for the GI
 def format_dump(target: Target, threads: list[ThreadInfo]) -> str:
     """The dump as text, innermost call first in each thread (as py-spy prints it)."""
     lines = [f"Process {target.pid}: {target.cmdline or '?'}",
-             f"Python {target.version_text} ({target.binary})",
+             f"Python {target.version_text} ({target.binary})"
+             + (f"; {target.layout_note}" if target.layout_note else ""),
              "Stacks: innermost call first.", ""]
     for t in threads:
         tags = (["main thread"] if t.main else []) + (["holds the GIL"] if t.holds_gil else []) + [_STATE_TEXT[t.state]]

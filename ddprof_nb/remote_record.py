@@ -103,6 +103,8 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
     notes = [f"sampled from outside: process {target.pid} ({target.cmdline or '?'}), CPython {target.version_text}",
              f"wall: {ticks} ticks ({ticks / max((end_mono - start_mono) / 1e9, 1e-9):.0f}/s); "
              f"cpu: each thread's /proc CPU time, spread over its samples ({_CLK_TCK} ticks/s resolution)"]
+    if target.layout_note:
+        notes.append(f"stacks {target.layout_note}")
     if end_reason:
         notes.append(f"stopped early: {end_reason}")
     builder.metadata = builder.metadata.replace(

@@ -9,7 +9,8 @@
  * the field named, it never reads with a wrong layout.
  *
  * Every read of interpreter memory goes through ddp_safe_read into a local copy (but those
- * of a code object as it is freed, which is certainly intact: READ_LIVE), and fields are
+ * of a code object as it is freed, which is certainly intact: READ_LIVE; and those of
+ * another process's memory, ddp_remote_read, at the end of this file), and fields are
  * used from the copy: the walker never follows a pointer it has not copied, and validates
  * what it copied (types, bounds, owner, cycles).  Fields per version:
  *                 3.11                     3.12              3.13            3.14 / 3.15
