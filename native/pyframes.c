@@ -1135,9 +1135,8 @@ int ddp_remote_open(ddp_remote *t, char *msg, int cap)
         return DDP_EINVAL;
     errno = 0;
 #if PY_VERSION_HEX >= 0x030D0000
-    /* _PyRuntime starts with the offsets it publishes */
-    _Py_DebugOffsets d;
-    if (ddp_remote_read(t->pid, &d, (uintptr_t)t->runtime, sizeof d) != 0) {
+    _Py_DebugOffsets d; /* what the target publishes (the first field of its _PyRuntime) */
+    if (ddp_remote_read(t->pid, &d, (uintptr_t)t->runtime + offsetof(_PyRuntimeState, debug_offsets), sizeof d) != 0) {
         ddp_set_errno(errno);
         return DDP_ESYS;
     }
