@@ -342,3 +342,23 @@ def test_dump_of_a_python_older_than_3_11_names_its_version():
         assert f"runs CPython {old[1]} " in result.stderr and "3.11 and later" in result.stderr, result.stderr
     finally:
         stop(proc)
+
+
+def test_dump_of_a_static_python_finds_its_symbols_in_the_executable(tmp_path):
+    # distributions' /usr/bin/python3.X often link libpython in: _PyRuntime is the executable's
+    want = "python%d.%d" % sys.version_info[:2]
+    candidates = [p for d in ("/usr/bin", "/usr/local/bin") for p in [Path(d) / want] if p.exists()]
+    for python in candidates:
+        proc = start_target(tmp_path, python=str(python))
+        try:
+            with open(f"/proc/{proc.pid}/maps") as f:
+                if "libpython" in f.read():
+                    continue  # a shared build: not what this test is about
+            result = run_dump(proc.pid)
+            assert result.returncode == 0, result.stderr
+            assert f"({os.path.realpath(python)})" in result.stdout.splitlines()[1]
+            assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
+            return
+        finally:
+            stop(proc)
+    pytest.skip(f"no statically linked {want} in /usr/bin or /usr/local/bin")
