@@ -1,6 +1,8 @@
 """Sample another CPython process from outside into a normal Profile.
 
-At every tick each thread of the target is walked (ddprof_nb.remote) and gets a WALL
+At every tick (0.5 to 1.5 intervals apart, at random: a fixed period locked onto the phase
+of a target sleeping in multiples of it and read a sleeper's 10 ms / 30 ms split 5-8
+points off) each thread of the target is walked (ddprof_nb.remote) and gets a WALL
 sample weighted by the time since its previous one, labelled with its state (``cpu``:
 running or runnable in /proc, ``gil``: in a futex wait on the GIL's memory, ``off-cpu``).
 CPU comes from the thread's own CPU time in /proc (utime + stime, counted in clock ticks):
@@ -12,6 +14,7 @@ what the kernel counted, at the kernel's tick resolution.
 from __future__ import annotations
 
 import os
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -29,8 +32,10 @@ class _Thread:
     index: int  # the builder's thread id
     last_wall: int  # monotonic ns of its previous sample
     last_ticks: int | None  # utime + stime at its previous sample
-    pending: list[int] = field(default_factory=list)  # stacks since the last CPU increase (seen on CPU)
-    pending_any: list[int] = field(default_factory=list)  # ... whatever their state
+    # samples per stack since the last CPU increase: those that saw the thread on CPU, and all
+    # (counts, not lists: a thread idle for hours keeps one entry per stack)
+    pending: dict[int, int] = field(default_factory=dict)
+    pending_any: dict[int, int] = field(default_factory=dict)
 
 
 def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_000, should_stop=None,
@@ -53,6 +58,7 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
     end_reason = ""
     deadline = None if duration_s is None else start_mono + int(duration_s * 1e9)
     next_tick = start_mono
+    jitter = random.Random(target.pid ^ start_mono)
     try:  # Ctrl-C ends the sampling; the profile of what was sampled is still built
         while True:
             now = time.monotonic_ns()
@@ -61,7 +67,9 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
             if now < next_tick:
                 time.sleep((next_tick - now) / 1e9)
                 continue
-            next_tick += interval_ns * max(1, (now - next_tick) // interval_ns + 1)  # late: skip, never burst
+            # the next tick 0.5 to 1.5 intervals after this one (a late tick is never caught up
+            # in a burst): a jittered period cannot lock onto a periodic target's phase
+            next_tick = now + int(interval_ns * (0.5 + jitter.random()))
             try:
                 listed = target.threads()
             except TornRead:
@@ -138,11 +146,12 @@ def _stack_id(target: Target, builder: ProfileBuilder, stacks: dict, truncated: 
 
 
 def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int, on_cpu: bool, rel: int) -> None:
-    """Spread the thread's CPU increase since its previous sample over the samples waiting for it."""
-    th.pending_any.append(sid)
+    """Spread the thread's CPU increase since its previous sample over the samples waiting for
+    it, evenly per sample (so per stack in proportion to its samples)."""
+    th.pending_any[sid] = th.pending_any.get(sid, 0) + 1
     if on_cpu:
-        th.pending.append(sid)
-    if th.last_ticks is None:
+        th.pending[sid] = th.pending.get(sid, 0) + 1
+    if th.last_ticks is None:  # first sight: CPU used before it is not ours to place
         th.last_ticks = cpu_ticks
         th.pending_any.clear(), th.pending.clear()
         return
@@ -152,7 +161,10 @@ def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int,
     th.last_ticks = cpu_ticks
     ns = delta * 1_000_000_000 // _CLK_TCK
     owners = th.pending or th.pending_any
-    share, rest = divmod(ns, len(owners))
-    for i, owner in enumerate(owners):
-        builder.add(EventType.CPU, owner, th.index, 0, rel, 1, share + (1 if i < rest else 0))
+    samples = sum(owners.values())
+    given = 0
+    for i, (owner, n) in enumerate(owners.items()):
+        part = ns - given if i == len(owners) - 1 else ns * n // samples  # the last takes the rounding
+        given += part
+        builder.add(EventType.CPU, owner, th.index, 0, rel, n, part)
     th.pending.clear(), th.pending_any.clear()
