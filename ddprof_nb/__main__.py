@@ -1,12 +1,15 @@
-"""The command line: ``python -m ddprof_nb record | convert | report``.
+"""The command line: ``python -m ddprof_nb record | dump | convert | report``.
 
 ``record`` runs a script (or ``-m module``) exactly as ``python script.py`` would — its
 folder first on ``sys.path``, ``__name__ == "__main__"``, its own ``sys.argv``, its exit
 code (``SystemExit`` codes included) — under the sampler, then writes the profile.  An
 exception in the script prints its traceback and exits 1; the profile is still written.
 ``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the top
-table.  Our own errors (bad options, unreadable files) print one line on stderr and
-exit 2.  The magics never import this module.
+table.  ``dump PID`` prints the Python stack of every thread of another CPython process;
+``record --pid PID`` samples one from outside (ddprof_nb.remote): a target of another
+Python minor version is handed to its own interpreter when ddprof_nb is importable
+there.  Our own errors (bad options, unreadable files, unreadable processes) print one
+line on stderr and exit 2.  The magics never import this module.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from pathlib import Path
 from . import pipeline
 from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, SamplerConfig
 from .errors import ProfilerError
+from .events import EventType
 from .loading import load
+from .remote import RemoteError, Target, VersionMismatch, format_dump
+from .remote_record import record
 from .render.text import status_line, top_table
 from .sampler import Sampler
 
@@ -32,7 +38,7 @@ __all__ = ["main"]
 PROG = "python -m ddprof_nb"
 _OUTPUT_SUFFIXES = (".pprof", ".pb.gz", ".speedscope.json", ".folded", ".html")
 _RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "--asyncio", "-o", "--output",
-                         "--folded", "--html", "-l", "--label", "--max-depth"}
+                         "--folded", "--html", "-l", "--label", "--max-depth", "--pid", "--duration"}
 
 
 class CLIError(Exception):
@@ -46,11 +52,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> _Parser:
     p = _Parser(prog=PROG, description="Sampling profiler: record scripts, convert and report profiles.")
-    sub = p.add_subparsers(dest="command", metavar="{record,convert,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{record,dump,convert,report}", parser_class=_Parser)
     rec = sub.add_parser(
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
-              f"       {PROG} record [options] -m module [args ...]")
+              f"       {PROG} record [options] -m module [args ...]\n"
+              f"       {PROG} record --pid PID [--duration S] [-i INTERVAL] [-o out.pprof]")
     events = ",".join(e.label for e in DEFAULT_EVENTS)  # the defaults, as config.py has them
     interval, alloc_rate = f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", f"{DEFAULT_ALLOC_RATE // 1024}KiB"
     rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
@@ -60,6 +67,10 @@ def _parser() -> _Parser:
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
     rec.add_argument("--max-depth", type=int, default=None, help="frames kept per stack")
+    rec.add_argument("--pid", type=int, default=None,
+                     help="sample this running CPython process from outside instead (wall with state, and cpu)")
+    rec.add_argument("--duration", type=float, default=None, metavar="S",
+                     help="with --pid: seconds to sample (default: until Ctrl-C or the process exits)")
     rec.add_argument("--children", action="store_true",  # [children]
                      help="also profile child Python processes (multiprocessing, subprocess); labels pid, process")
     rec.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE",
@@ -68,6 +79,9 @@ def _parser() -> _Parser:
                      help="profile file: .pprof/.pb.gz, .speedscope.json, .folded or .html (default <script>.pprof)")
     rec.add_argument("--folded", default=None, metavar="DIR", help="also write <event>.folded files into DIR")
     rec.add_argument("--html", default=None, metavar="FILE", help="also write an HTML report")
+    dump = sub.add_parser("dump", help="print the Python stack of every thread of a running CPython process",
+                          usage=f"{PROG} dump PID")
+    dump.add_argument("pid", type=int, metavar="PID")
     conv = sub.add_parser("convert", help="convert a profile file to another format",
                           usage=f"{PROG} convert IN OUT")
     conv.add_argument("input", metavar="IN")
@@ -224,6 +238,12 @@ def _run_target(script: str | None, module: str | None) -> int:
 
 def _record(options: list[str], script: str | None, module: str | None, target_args: list[str]) -> int:
     args = _parser().parse_args(["record", *options])
+    if args.pid is not None:
+        if script is not None or module is not None:
+            raise CLIError(f"{PROG} record: --pid samples a running process; give it no script or module")
+        return _record_pid(args, ["record", *options])
+    if args.duration is not None:
+        raise CLIError(f"{PROG} record: --duration goes with --pid")
     if script is None and module is None:
         raise CLIError(f"{PROG} record: nothing to run; give -- script.py [args] or -m module [args]")
     if script is not None and not os.path.isfile(script):
@@ -271,6 +291,39 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     return code
 
 
+def _record_pid(args, argv: list[str]) -> int:
+
+    if args.duration is not None and not args.duration > 0:
+        raise CLIError(f"{PROG} record: --duration must be a positive number of seconds")
+    try:
+        config = SamplerConfig.make(interval=args.interval, events=args.events)
+    except ValueError as exc:
+        raise CLIError(f"{PROG} record: {exc}") from None
+    other = [e.label for e in config.events if e not in (EventType.CPU, EventType.WALL)]
+    if other:
+        raise CLIError(f"{PROG} record --pid: samples cpu and wall only; {', '.join(other)} need the in-process "
+                       "sampler (record a script, or %%ddprof in the kernel)")
+    output = args.output or f"pid{args.pid}.pprof"
+    _check_output(output, "-o")
+    target = _remote_target(args.pid, argv)
+    print(f"ddprof_nb: sampling process {args.pid} (CPython {target.version_text})"
+          f"{'' if args.duration is None else f' for {args.duration:g} s'}; Ctrl-C stops", file=sys.stderr)
+    try:
+        with target:
+            profile = record(target, args.duration, config.interval_ns, events=config.events)
+    except RemoteError as exc:
+        raise CLIError(f"{PROG} record: {exc}") from None
+    try:
+        profile.save(output)
+        if args.html:
+            profile.to_html(args.html)
+    except (OSError, ValueError, ImportError) as exc:
+        raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
+    written = ", ".join([output] + ([args.html] if args.html else []))
+    print(f"ddprof_nb: wrote {written} — {status_line(profile).split(': ', 1)[1]}", file=sys.stderr)
+    return 0
+
+
 def _load(path: str):
     try:
         return load(path)
@@ -305,6 +358,51 @@ def _report(args) -> int:
     return 0
 
 
+def _remote_target(pid: int, argv: list[str]):
+    """Open ``pid`` for reading; a target of another Python version is handed to its own
+    interpreter (this process is replaced) when ddprof_nb can read it from there."""
+
+    try:
+        return Target(pid)
+    except VersionMismatch as exc:
+        _reexec(exc, argv)
+    except RemoteError as exc:
+        raise CLIError(f"{PROG}: {exc}") from None
+
+
+def _reexec(exc, argv: list[str]) -> None:
+    """Run this command with the target's interpreter if ddprof_nb's native engine loads there
+    (this process is replaced); otherwise refuse, naming both versions."""
+    import subprocess
+
+    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    handed_over = bool(os.environ.get("DDPROF_NB_REEXEC"))  # once only: never loop between interpreters
+    for exe in [] if handed_over else exc.interpreters:
+        try:
+            ok = subprocess.run([exe, "-c", probe], capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            sys.stderr.flush()
+            os.execve(exe, [exe, "-m", "ddprof_nb", *argv], {**os.environ, "DDPROF_NB_REEXEC": "1"})
+    want = ".".join(map(str, exc.version))
+    tried = ", ".join(exc.interpreters) or "its executable"
+    raise CLIError(f"{PROG}: {exc}. ddprof_nb's native engine cannot be loaded by the target's interpreter "
+                   f"({tried}): install ddprof_nb for CPython {want} there, or run this command with it")
+
+
+def _dump(args, argv: list[str]) -> int:
+
+    target = _remote_target(args.pid, argv)
+    try:
+        with target:
+            text = format_dump(target, target.dump())
+    except RemoteError as exc:
+        raise CLIError(f"{PROG} dump: {exc}") from None
+    sys.stdout.write(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -315,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             options, script, module, target_args = _split_record(argv[1:])
             return _record(options, script, module, target_args)
         args = _parser().parse_args(argv)
+        if args.command == "dump":
+            return _dump(args, argv)
         if args.command == "convert":
             return _convert(args)
         if args.command == "report":

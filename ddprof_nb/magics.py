@@ -66,6 +66,9 @@ from .errors import ProfilerBusyError, ProfilerError
 from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
 from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
 from .history import history
+from .kernels import ALLOW_ATTACH_HELP, allow_attach, find_kernel, list_kernels, runtime_dir
+from .remote import RemoteError, Target, VersionMismatch, dump_text
+from .remote_record import record
 from .loading import load
 from .model import Frame, Profile
 from .sampler import Sampler
@@ -84,7 +87,8 @@ _KERNEL_MACHINERY = (
     r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\](asyncio|concurrent[/\\]futures)[/\\]"
     r"|^\[(no Python frames|truncated|unknown|GC)\]$"
 )
-_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help")
+_SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help",
+                "kernels", "dump", "attach", "allow-attach")
 _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
@@ -101,7 +105,11 @@ USAGE = """\
 %ddprof save NAME PATH          write a profile (.pprof, .pb.gz, .speedscope.json, .folded, .html)
 %ddprof load PATH [-o NAME]     read a profile file into the history
 %ddprof diff A B                compare two stored profiles
-%ddprof status                  is a profile running? what does the history hold?"""
+%ddprof status                  is a profile running? what does the history hold?
+%ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle, notebook
+%ddprof dump KERNEL             every thread's Python stack in another kernel (PID or kernel id prefix)
+%ddprof attach KERNEL [-d S] [-i INTERVAL] [-o NAME]   sample another kernel from outside, then show it
+%ddprof allow-attach [off]      let processes of your user read this kernel (%ddprof allow-attach -h)"""
 
 
 # ----------------------------------------------------------------------------------
@@ -164,6 +172,13 @@ def _make_parser(prog: str, statement: bool = False) -> _Parser:
 _CELL_PARSER = _make_parser("%%ddprof")
 _START_PARSER = _make_parser("%ddprof start")
 _STMT_PARSER = _make_parser("%ddprof", statement=True)
+_ATTACH_PARSER = _Parser("%ddprof attach")
+_ATTACH_PARSER.add_argument("kernel", metavar="KERNEL", help="a PID or a kernel id prefix (see %%ddprof kernels)")
+_ATTACH_PARSER.add_argument("-d", "--duration", type=float, default=10.0, metavar="S", help="seconds to sample (default 10)")
+_ATTACH_PARSER.add_argument("-i", "--interval", default=f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", metavar="INTERVAL",
+                            help=f"sampling interval (default {DEFAULT_INTERVAL_NS // 1_000_000}ms)")
+_ATTACH_PARSER.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history (default pidPID)")
+_ATTACH_PARSER.add_argument("-h", "--help", action="store_true", help="show this help")
 
 
 def _labels(items) -> dict[str, str]:
@@ -497,7 +512,7 @@ class DDProfMagics(Magics):
             return None
         if word in _SUBCOMMANDS:
             rest = self._expand(rest)
-            return getattr(self, f"_cmd_{word}")(rest.strip())
+            return getattr(self, f"_cmd_{word.replace('-', '_')}")(rest.strip())
         return self._statement(line)
 
     def _expand(self, text: str) -> str:
@@ -694,6 +709,100 @@ class DDProfMagics(Magics):
 
     def _cmd_help(self, rest: str):
         print(USAGE)
+
+    # -- other kernels (ddprof_nb.kernels, ddprof_nb.remote) ----------------------------
+    def _cmd_kernels(self, rest: str):
+
+        if rest:
+            raise UsageError(f"%ddprof kernels takes no arguments (got {rest!r})")
+        found = list_kernels()
+        if not found:
+            print(f"ddprof: no kernel connection files in {runtime_dir()}")
+            return
+        print(f"{'kernel id':<38} {'pid':>8}  {'state':<10}  notebook")
+        for k in found:
+            mine = " (this kernel)" if k.pid == os.getpid() else ""
+            state = k.state or ("no process" if k.pid is None else "?")
+            print(f"{k.kernel_id:<38} {k.pid or '-':>8}  {state:<10}  {k.notebook or '-'}{mine}")
+
+    def _cmd_dump(self, rest: str):
+
+        if not rest or len(_split(rest)) != 1:
+            raise UsageError("usage: %ddprof dump KERNEL  (a PID or a kernel id prefix, see %ddprof kernels)")
+        try:
+            pid = find_kernel(_split(rest)[0])
+            if pid == os.getpid():
+                raise UsageError("%ddprof dump: that is this kernel; its threads can be read with "
+                                 "%ddprof start/stop, or from another notebook")
+            print(dump_text(pid), end="")
+        except VersionMismatch:
+            # another Python: the command line hands it to the target's interpreter when it can
+            import subprocess
+
+            done = subprocess.run([sys.executable, "-m", "ddprof_nb", "dump", str(pid)], capture_output=True,
+                                  text=True, timeout=120)
+            if done.returncode == 0:
+                print(done.stdout, end="")
+            else:
+                print(done.stderr.strip(), file=sys.stderr)
+        except (ValueError, RemoteError) as exc:
+            print(f"ddprof: {exc}", file=sys.stderr)
+
+    def _cmd_attach(self, rest: str):
+
+        args = _ATTACH_PARSER.parse_argstring(rest)
+        if args.help:
+            print(_help(_ATTACH_PARSER))
+            return
+        try:
+            interval_ns = SamplerConfig.make(interval=args.interval).interval_ns
+            if not args.duration > 0:
+                raise ValueError(f"-d {args.duration!r}: give a positive number of seconds")
+            pid = find_kernel(args.kernel)
+            if pid == os.getpid():
+                raise ValueError("that is this kernel: profile it with %%ddprof or %ddprof start/stop")
+        except ValueError as exc:
+            raise UsageError(f"%ddprof attach: {exc}") from None
+        print(f"ddprof: sampling process {pid} for {args.duration:g} s from outside")
+        try:
+            with Target(pid) as target:
+                profile = record(target, args.duration, interval_ns)
+        except VersionMismatch:
+            profile = _record_with_command_line(pid, args.duration, interval_ns)
+        except RemoteError as exc:
+            print(f"ddprof: {exc}", file=sys.stderr)
+            return
+        if profile is None:
+            return
+        name = history.add(profile, args.name or f"pid{pid}")
+        print(render_text.status_line(profile, name))
+        show(profile, name, shell=self.shell)
+
+    def _cmd_allow_attach(self, rest: str):
+
+        if rest in ("-h", "--help", "help"):
+            print(ALLOW_ATTACH_HELP)
+            return
+        if rest not in ("", "on", "off"):
+            raise UsageError("usage: %ddprof allow-attach [off]  (see %ddprof allow-attach -h)")
+        print(f"ddprof: {allow_attach(rest != 'off')}")
+
+
+def _record_with_command_line(pid: int, duration_s: float, interval_ns: int) -> Profile | None:
+    """Sample a process of another Python version: the command line hands it to the target's
+    interpreter.  None (the reason printed) when that fails."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "attach.pprof")
+        done = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(pid), "--duration",
+                               str(duration_s), "-i", f"{interval_ns}ns", "-o", out],
+                              capture_output=True, text=True, timeout=duration_s + 120)
+        if done.returncode != 0:
+            print(done.stderr.strip(), file=sys.stderr)
+            return None
+        return load(out)
 
 
 def _split(text: str) -> list[str]:

@@ -45,6 +45,7 @@ int ddp_saferead_check(void);              /* 1 when our handlers are still in p
 int ddp_saferead_check_segv(void);         /* same, SIGSEGV only (one syscall) */
 void ddp_saferead_after_fork_child(void);
 void ddp_saferead_set_pid(int pid);
+int ddp_remote_read(int pid, void *dst, uintptr_t src, size_t n); /* another process's memory; errno kept */
 
 /* ---- ring (ring.c): Vyukov's bounded MPMC queue of fixed-size records ------------------ */
 typedef struct ddp_ring ddp_ring;

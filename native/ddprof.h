@@ -302,6 +302,32 @@ int ddp_alloc_test_foreign(int on);
  * (cffi declares no Python types): 0, or -1 with the error printed. */
 int ddp_aio_types(void);
 /* ---- end asyncio task stepper ---- */
+/* ---- another process: dump and sampling from outside (pyframes.c) -------------------------
+ * The target runs this module's CPython minor version (3.13+: its published offsets are
+ * compared with ours at open).  The caller fills pid and the target's symbol addresses (its
+ * ELF symbols plus load base); ddp_remote_open fills the rest.  Errors: DDP_EUNSUPPORTED with
+ * msg (layout, free-threaded build, no interpreter); DDP_ESYS with ddp_last_errno() (EPERM:
+ * no ptrace rights, ESRCH: the process is gone); DDP_EINVAL: memory changed under the read. */
+typedef struct {
+    int32_t pid;
+    int32_t gil_size;            /* bytes of the GIL structure (open) */
+    uint64_t runtime;            /* _PyRuntime */
+    uint64_t code_type;          /* PyCode_Type */
+    uint64_t unicode_type;       /* PyUnicode_Type */
+    uint64_t bytes_type;         /* PyBytes_Type */
+    uint64_t interp;             /* its main interpreter (open) */
+    uint64_t gil;                /* that interpreter's GIL structure (open) */
+} ddp_remote;
+int ddp_remote_open(ddp_remote *t, char *msg, int cap);
+/* The main interpreter's thread states and their native tids; returns how many (may exceed cap). */
+int ddp_remote_threads(const ddp_remote *t, uint64_t *tstates, int64_t *tids, int cap);
+uint64_t ddp_remote_gil_holder(const ddp_remote *t);  /* the thread state holding the GIL, 0 none */
+/* One thread's frames, leaf first: the depth (DDP_REC_TRUNCATED in *flags when deeper than max). */
+int ddp_remote_walk(const ddp_remote *t, uint64_t tstate, int64_t tid, ddp_frame *out, int max, uint16_t *flags);
+int ddp_remote_resolve(const ddp_remote *t, uint64_t code, uint64_t fp, ddp_code_info *info, char *qualname,
+                       int qcap, char *filename, int fcap, uint8_t *linetable, int lcap);
+int ddp_remote_peek(int32_t pid, uint64_t addr, void *buf, int n);  /* raw bytes: 0, or DDP_ESYS */
+/* ---- end another process ---- */
 /* cdef-end */
 
 #endif /* DDPROF_H */

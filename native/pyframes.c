@@ -9,7 +9,8 @@
  * the field named, it never reads with a wrong layout.
  *
  * Every read of interpreter memory goes through ddp_safe_read into a local copy (but those
- * of a code object as it is freed, which is certainly intact: READ_LIVE), and fields are
+ * of a code object as it is freed, which is certainly intact: READ_LIVE; and those of
+ * another process's memory, ddp_remote_read, at the end of this file), and fields are
  * used from the copy: the walker never follows a pointer it has not copied, and validates
  * what it copied (types, bounds, owner, cycles).  Fields per version:
  *                 3.11                     3.12              3.13            3.14 / 3.15
@@ -93,8 +94,14 @@ _Static_assert(sizeof(PyGC_Head) == 2 * sizeof(void *), "alloc.c's GC_HEAD_SIZE 
 #define STR_HASH_BYTES 256
 #define MAX_CHAIN 100000 /* frames or thread states walked before calling it a cycle */
 
-static uintptr_t code_type, unicode_type, bytes_type;
-static uintptr_t g_interp, g_gil;
+/* Whose memory a walk reads, with that process's type and interpreter addresses: this
+ * process (pid 0: the sampler's safe reads), or another process running the same CPython
+ * version (process_vm_readv on its pid: ddp_remote_*). */
+typedef struct {
+    int pid;
+    uintptr_t code_type, unicode_type, bytes_type, interp, gil;
+} py_space;
+static py_space here;
 
 int64_t ddp_now_ns(void)
 {
@@ -182,8 +189,10 @@ int ddp_known_add(const uint64_t *codes, const uint64_t *fps, int n)
  * with the GIL before it is freed: it and what it references are intact).  A resolution then
  * costs copies, not the ~12 process_vm_readv calls (~13 us) of a safe one. */
 #define READ_LIVE 2
-static inline int py_read(void *dst, uintptr_t src, size_t n, int mode)
+static inline int py_read(const py_space *sp, void *dst, uintptr_t src, size_t n, int mode)
 {
+    if (sp->pid)
+        return ddp_remote_read(sp->pid, dst, src, n);
     if (mode == READ_LIVE) {
         if (src < 4096) /* a field left NULL: refuse, as a safe read would */
             return -1;
@@ -200,12 +209,12 @@ typedef struct {
 } str_ref;
 
 /* Locate a str's characters through safe reads (every compact kind and legacy strings). */
-static int str_locate(uintptr_t s, int mode, str_ref *out)
+static int str_locate(const py_space *sp, uintptr_t s, int mode, str_ref *out)
 {
     PyASCIIObject a;
-    if (py_read(&a, s, sizeof a, mode) != 0)
+    if (py_read(sp, &a, s, sizeof a, mode) != 0)
         return -1;
-    if ((uintptr_t)a.ob_base.ob_type != unicode_type)
+    if ((uintptr_t)a.ob_base.ob_type != sp->unicode_type)
         return -1;
     if (a.length < 0 || a.length > (1 << 24))
         return -1;
@@ -218,7 +227,7 @@ static int str_locate(uintptr_t s, int mode, str_ref *out)
         out->data = s + (a.state.ascii ? sizeof(PyASCIIObject) : sizeof(PyCompactUnicodeObject));
     } else {
         PyUnicodeObject u;
-        if (py_read(&u, s, sizeof u, mode) != 0 || !u.data.any)
+        if (py_read(sp, &u, s, sizeof u, mode) != 0 || !u.data.any)
             return -1;
         out->data = (uintptr_t)u.data.any;
     }
@@ -235,16 +244,16 @@ static inline uint64_t fnv1a(const unsigned char *p, size_t n, uint64_t h)
 }
 
 /* Hash of a str's contents: kind, length and its first STR_HASH_BYTES bytes. */
-static int str_hash(uintptr_t s, int mode, uint64_t *h)
+static int str_hash(const py_space *sp, uintptr_t s, int mode, uint64_t *h)
 {
     str_ref r;
     unsigned char buf[STR_HASH_BYTES];
-    if (str_locate(s, mode, &r) != 0)
+    if (str_locate(sp, s, mode, &r) != 0)
         return -1;
     size_t n = (size_t)r.length * (size_t)r.kind;
     if (n > sizeof buf)
         n = sizeof buf;
-    if (n && py_read(buf, r.data, n, mode) != 0)
+    if (n && py_read(sp, buf, r.data, n, mode) != 0)
         return -1;
     uint64_t x = 0xCBF29CE484222325ULL ^ ((uint64_t)r.kind << 56) ^ (uint64_t)r.length;
     *h = fnv1a(buf, n, x * 0x100000001B3ULL);
@@ -254,15 +263,15 @@ static int str_hash(uintptr_t s, int mode, uint64_t *h)
 /* Fingerprint of a code object whose header was copied into `co`: ties a captured code
  * pointer to the contents of its qualname and filename (so a recycled address with
  * another function's code can never match) plus firstlineno and code size. */
-static int code_fp(const PyCodeObject *co, int mode, uint64_t *fp, uintptr_t *fname_memo, uint64_t *fhash_memo)
+static int code_fp(const py_space *sp, const PyCodeObject *co, int mode, uint64_t *fp, uintptr_t *fname_memo, uint64_t *fhash_memo)
 {
     uint64_t hq, hf;
-    if (str_hash((uintptr_t)co->co_qualname, mode, &hq) != 0)
+    if (str_hash(sp, (uintptr_t)co->co_qualname, mode, &hq) != 0)
         return -1;
     if (fname_memo && *fname_memo == (uintptr_t)co->co_filename) {
         hf = *fhash_memo;
     } else {
-        if (str_hash((uintptr_t)co->co_filename, mode, &hf) != 0)
+        if (str_hash(sp, (uintptr_t)co->co_filename, mode, &hf) != 0)
             return -1;
         if (fname_memo) {
             *fname_memo = (uintptr_t)co->co_filename;
@@ -279,10 +288,10 @@ static int code_fp(const PyCodeObject *co, int mode, uint64_t *fp, uintptr_t *fn
 /* ---- the frame walk ------------------------------------------------------------------- */
 #define MEMO 8
 
-static int top_frame(uintptr_t tstate, long expect_tid, int mode, uintptr_t *frame)
+static int top_frame(const py_space *sp, uintptr_t tstate, long expect_tid, int mode, uintptr_t *frame)
 {
     PyThreadState ts;
-    if (ddp_safe_read(&ts, tstate, sizeof ts, mode) != 0)
+    if (py_read(sp, &ts, tstate, sizeof ts, mode) != 0)
         return -1;
     /* A thread state can be freed and its memory reused by another thread's (C threads
      * cycling PyGILState_Ensure/Release) between the registry's look at it and this walk:
@@ -295,7 +304,7 @@ static int top_frame(uintptr_t tstate, long expect_tid, int mode, uintptr_t *fra
     *frame = 0;
     if (ts.cframe) { /* NULL while a thread state is being set up */
         _PyCFrame cf;
-        if (ddp_safe_read(&cf, (uintptr_t)ts.cframe, sizeof cf, mode) != 0)
+        if (py_read(sp, &cf, (uintptr_t)ts.cframe, sizeof cf, mode) != 0)
             return -1;
         *frame = (uintptr_t)cf.current_frame;
     }
@@ -303,13 +312,14 @@ static int top_frame(uintptr_t tstate, long expect_tid, int mode, uintptr_t *fra
     return 0;
 }
 
-int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int max, uint16_t *flags)
+static int walk(const py_space *sp, uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int max,
+                uint16_t *flags)
 {
 #if !DDP_PY_SUPPORTED
     return -1;
 #else
     uintptr_t fptr, tortoise;
-    if (top_frame(tstate, expect_tid, mode, &fptr) != 0)
+    if (top_frame(sp, tstate, expect_tid, mode, &fptr) != 0)
         return -1;
     tortoise = fptr;
     struct { uintptr_t code; uint64_t fp; } memo[MEMO];
@@ -325,13 +335,13 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
     for (int steps = 0; fptr; steps++) {
         if (steps > MAX_CHAIN || (fptr & 7))
             return -1;
-        if (ddp_safe_read(fbuf, fptr, FRAME_HDR, mode) != 0)
+        if (py_read(sp, fbuf, fptr, FRAME_HDR, mode) != 0)
             return -1;
         uintptr_t next = (uintptr_t)f->previous;
         /* Brent-free cycle check: a tortoise moving at half speed. */
         if (steps & 1) {
             uintptr_t tprev = 0;
-            if (ddp_safe_read(&tprev, tortoise + offsetof(_PyInterpreterFrame, previous), sizeof tprev, mode) != 0)
+            if (py_read(sp, &tprev, tortoise + offsetof(_PyInterpreterFrame, previous), sizeof tprev, mode) != 0)
                 return -1;
             tortoise = tprev;
             if (tortoise && tortoise == next)
@@ -357,9 +367,9 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
         uintptr_t cptr = FRAME_CODE(*f);
         if (!cptr || (cptr & 7))
             return -1;
-        if (ddp_safe_read(cbuf, cptr, CODE_HDR, mode) != 0)
+        if (py_read(sp, cbuf, cptr, CODE_HDR, mode) != 0)
             return -1;
-        if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type) {
+        if ((uintptr_t)co->ob_base.ob_base.ob_type != sp->code_type) {
 #if PY_VERSION_HEX >= 0x030D0000
             fptr = next; /* f_executable may be None for some 3.13+ internal frames */
             continue;
@@ -385,7 +395,8 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
         }
         /* Before the fingerprint's reads: a code object that dies while (or after) they run
          * finds its bit set, so its death is recorded (a wall sample walks a running thread). */
-        ddp_bloom_set(cptr);
+        if (!sp->pid) /* the code-death filters are this process's */
+            ddp_bloom_set(cptr);
         uint64_t fp = 0;
         for (int i = 0; i < memo_n && i < MEMO; i++) /* memo_n counts past MEMO: slots wrap */
             if (memo[i].code == cptr) {
@@ -393,13 +404,14 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
                 break;
             }
         if (!fp) {
-            if (code_fp(co, mode, &fp, &fname_memo, &fhash_memo) != 0)
+            if (code_fp(sp, co, mode, &fp, &fname_memo, &fhash_memo) != 0)
                 return -1;
             memo[memo_n % MEMO].code = cptr;
             memo[memo_n % MEMO].fp = fp;
             memo_n++;
         }
-        note_if_new_code(cptr, fp);
+        if (!sp->pid)
+            note_if_new_code(cptr, fp);
         out[depth].code = cptr;
         out[depth].fp = fp;
         out[depth].lasti = (int32_t)lasti;
@@ -411,13 +423,18 @@ int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int
 #endif
 }
 
-/* ---- GIL and GC --------------------------------------------------------------------- */
-int ddp_py_holds_gil(uintptr_t tstate, int mode)
+int ddp_py_walk(uintptr_t tstate, long expect_tid, int mode, ddp_frame *out, int max, uint16_t *flags)
 {
-    if (!g_gil)
+    return walk(&here, tstate, expect_tid, mode, out, max, flags);
+}
+
+/* ---- GIL and GC --------------------------------------------------------------------- */
+static int holds_gil(const py_space *sp, uintptr_t tstate, int mode)
+{
+    if (!sp->gil)
         return 0;
     struct _gil_runtime_state gil;
-    if (ddp_safe_read(&gil, g_gil, sizeof gil, mode) != 0)
+    if (py_read(sp, &gil, sp->gil, sizeof gil, mode) != 0)
         return 0;
 #if PY_VERSION_HEX >= 0x030D0000
     return gil.locked && (uintptr_t)gil.last_holder == tstate;
@@ -426,42 +443,45 @@ int ddp_py_holds_gil(uintptr_t tstate, int mode)
 #endif
 }
 
+int ddp_py_holds_gil(uintptr_t tstate, int mode) { return holds_gil(&here, tstate, mode); }
+
 int ddp_py_gc_on_thread(uintptr_t tstate, int mode)
 {
+    const py_space *sp = &here;
     /* gc.collecting is interpreter-wide; the collector runs with the GIL held, so the
      * thread holding the GIL is the one collecting (a finalizer that releases the GIL
      * during a collection can misattribute a little; documented). */
-    if (!g_interp)
+    if (!sp->interp)
         return 0;
     int collecting = 0;
-    uintptr_t at = g_interp + offsetof(PyInterpreterState, gc) + offsetof(struct _gc_runtime_state, collecting);
-    if (ddp_safe_read(&collecting, at, sizeof collecting, mode) != 0 || !collecting)
+    uintptr_t at = sp->interp + offsetof(PyInterpreterState, gc) + offsetof(struct _gc_runtime_state, collecting);
+    if (py_read(sp, &collecting, at, sizeof collecting, mode) != 0 || !collecting)
         return 0;
     return ddp_py_holds_gil(tstate, mode);
 }
 
 void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi)
 {
-    *lo = g_gil;
-    *hi = g_gil ? g_gil + sizeof(struct _gil_runtime_state) : 0;
+    *lo = here.gil;
+    *hi = here.gil ? here.gil + sizeof(struct _gil_runtime_state) : 0;
 }
 
 /* ---- thread list ---------------------------------------------------------------------- */
-int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
+static int scan_threads(const py_space *sp, int mode, ddp_thread_cb cb, void *ctx)
 {
-    if (!g_interp)
+    if (!sp->interp)
         return -1;
     uintptr_t t = 0;
-    if (ddp_safe_read(&t, g_interp + offsetof(PyInterpreterState, threads.head), sizeof t, mode) != 0)
+    if (py_read(sp, &t, sp->interp + offsetof(PyInterpreterState, threads.head), sizeof t, mode) != 0)
         return -1;
     uintptr_t seen_first = t;
     for (int n = 0; t; n++) {
         if (n > MAX_CHAIN || (t & 7))
             return -1;
         PyThreadState ts;
-        if (ddp_safe_read(&ts, t, sizeof ts, mode) != 0)
+        if (py_read(sp, &ts, t, sizeof ts, mode) != 0)
             return -1;
-        if ((uintptr_t)ts.interp != g_interp)
+        if ((uintptr_t)ts.interp != sp->interp)
             return -1; /* freed or recycled under us: the caller retries next tick */
         if (ts.native_thread_id)
             cb(t, (long)ts.native_thread_id, ctx);
@@ -471,6 +491,8 @@ int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
     }
     return 0;
 }
+
+int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx) { return scan_threads(&here, mode, cb, ctx); }
 
 uintptr_t ddp_py_current_tstate(void) { return (uintptr_t)PyGILState_GetThisThreadState(); }
 
@@ -540,8 +562,10 @@ static uint64_t dbg_value(const _Py_DebugOffsets *d, size_t at)
     return v;
 }
 
-/* 0: the published offsets equal the compiled ones; 1: `msg` names the first difference. */
-static int dbg_compare(const _Py_DebugOffsets *d, char *msg, int cap)
+/* 0: the published offsets equal the compiled ones; 1: `msg` names the first difference.
+ * `who` publishes them; `minor_only`: the version need only agree on major.minor (another
+ * process of another patch release: its offsets are what matters). */
+static int dbg_compare(const _Py_DebugOffsets *d, const char *who, int minor_only, char *msg, int cap)
 {
     if (memcmp(d->cookie, _Py_Debug_Cookie, sizeof d->cookie) != 0) {
         snprintf(msg, (size_t)cap, "_PyRuntime.debug_offsets lacks its cookie (%s): the interpreter's layout "
@@ -551,9 +575,9 @@ static int dbg_compare(const _Py_DebugOffsets *d, char *msg, int cap)
     for (int i = 0; i < N_DBG_CHECKS; i++) {
         const dbg_check *c = &dbg_checks[i];
         uint64_t got = dbg_value(d, c->at) - (c->base == NOBASE ? 0 : dbg_value(d, c->base));
-        if (got != c->want) {
-            snprintf(msg, (size_t)cap, "the running interpreter publishes %s = %llu%s, the headers this module "
-                     "was compiled with say %llu", c->name, (unsigned long long)got,
+        if (minor_only && c->at == DBG(version) ? got >> 16 != c->want >> 16 : got != c->want) {
+            snprintf(msg, (size_t)cap, "%s publishes %s = %llu%s, the headers this module "
+                     "was compiled with say %llu", who, c->name, (unsigned long long)got,
                      c->base == NOBASE ? "" : " (relative)", (unsigned long long)c->want);
             return 1;
         }
@@ -576,7 +600,7 @@ int ddp_py_layout_problem(char *msg, int cap)
     );
     return 2;
 #elif PY_VERSION_HEX >= 0x030D0000
-    return dbg_compare(&_PyRuntime.debug_offsets, msg, cap);
+    return dbg_compare(&_PyRuntime.debug_offsets, "the running interpreter", 0, msg, cap);
 #else
     return 0; /* 3.11/3.12 publish no offsets: the exact version match is the guarantee */
 #endif
@@ -599,7 +623,7 @@ int ddp_py_layout_selftest(int field, char *msg, int cap)
         uint64_t v = dbg_value(&copy, c->at) + 8;
         memcpy((char *)&copy + c->at, &v, sizeof v);
     }
-    return dbg_compare(&copy, msg, cap);
+    return dbg_compare(&copy, "the running interpreter", 0, msg, cap);
 #else
     (void)field;
     return -1;
@@ -610,9 +634,9 @@ int ddp_py_layout_selftest(int field, char *msg, int cap)
 void ddp_py_types_init(void)
 {
     /* Addresses only: needs no GIL (resolution and benchmarks may run outside a session). */
-    code_type = (uintptr_t)&PyCode_Type;
-    unicode_type = (uintptr_t)&PyUnicode_Type;
-    bytes_type = (uintptr_t)&PyBytes_Type;
+    here.code_type = (uintptr_t)&PyCode_Type;
+    here.unicode_type = (uintptr_t)&PyUnicode_Type;
+    here.bytes_type = (uintptr_t)&PyBytes_Type;
 }
 
 int ddp_py_init(void)
@@ -627,11 +651,11 @@ int ddp_py_init(void)
         return DDP_EUNSUPPORTED;
     ddp_py_types_init();
     PyInterpreterState *interp = PyInterpreterState_Get();
-    g_interp = (uintptr_t)interp;
+    here.interp = (uintptr_t)interp;
 #if PY_VERSION_HEX >= 0x030C0000
-    g_gil = (uintptr_t)interp->ceval.gil;
+    here.gil = (uintptr_t)interp->ceval.gil;
 #else
-    g_gil = (uintptr_t)&_PyRuntime.ceval.gil;
+    here.gil = (uintptr_t)&_PyRuntime.ceval.gil;
 #endif
     return DDP_OK;
 #endif
@@ -639,16 +663,16 @@ int ddp_py_init(void)
 
 /* ---- resolution ----------------------------------------------------------------------- */
 /* UTF-8 of a str read through safe reads; returns the full UTF-8 length (may exceed cap). */
-static int str_utf8(uintptr_t s, int mode, char *dst, int cap, int *len)
+static int str_utf8(const py_space *sp, uintptr_t s, int mode, char *dst, int cap, int *len)
 {
     str_ref r;
-    if (str_locate(s, mode, &r) != 0)
+    if (str_locate(sp, s, mode, &r) != 0)
         return -1;
     size_t nbytes = (size_t)r.length * (size_t)r.kind;
     unsigned char *raw = malloc(nbytes ? nbytes : 1);
     if (!raw)
         return -1;
-    if (nbytes && py_read(raw, r.data, nbytes, mode) != 0) {
+    if (nbytes && py_read(sp, raw, r.data, nbytes, mode) != 0) {
         free(raw);
         return -1;
     }
@@ -688,48 +712,48 @@ static int str_utf8(uintptr_t s, int mode, char *dst, int cap, int *len)
     return 0;
 }
 
-static int bytes_copy(uintptr_t b, int mode, uint8_t *dst, int cap, int *len)
+static int bytes_copy(const py_space *sp, uintptr_t b, int mode, uint8_t *dst, int cap, int *len)
 {
     PyBytesObject h;
-    if (py_read(&h, b, offsetof(PyBytesObject, ob_sval), mode) != 0)
+    if (py_read(sp, &h, b, offsetof(PyBytesObject, ob_sval), mode) != 0)
         return -1;
-    if ((uintptr_t)h.ob_base.ob_base.ob_type != bytes_type)
+    if ((uintptr_t)h.ob_base.ob_base.ob_type != sp->bytes_type)
         return -1;
     Py_ssize_t n = Py_SIZE(&h);
     if (n < 0 || n > (1 << 26))
         return -1;
     *len = (int)n;
-    if (n <= cap && n && py_read(dst, b + offsetof(PyBytesObject, ob_sval), (size_t)n, mode) != 0)
+    if (n <= cap && n && py_read(sp, dst, b + offsetof(PyBytesObject, ob_sval), (size_t)n, mode) != 0)
         return -1;
     return 0;
 }
 
 /* Resolve `code` if it is still the code object with fingerprint `fp` (fp 0: any). */
-static int resolve(uintptr_t code, uint64_t fp, int mode, ddp_code_info *info, char *q, int qcap, char *f, int fcap,
+static int resolve(const py_space *sp, uintptr_t code, uint64_t fp, int mode, ddp_code_info *info, char *q, int qcap, char *f, int fcap,
                    uint8_t *lt, int lcap)
 {
     char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
     PyCodeObject *co = (PyCodeObject *)cbuf;
-    if (!code_type || py_read(cbuf, code, CODE_HDR, mode) != 0)
+    if (!sp->code_type || py_read(sp, cbuf, code, CODE_HDR, mode) != 0)
         return DDP_EINVAL;
-    if ((uintptr_t)co->ob_base.ob_base.ob_type != code_type)
+    if ((uintptr_t)co->ob_base.ob_base.ob_type != sp->code_type)
         return DDP_EINVAL;
     uint64_t now_fp;
-    if (code_fp(co, mode, &now_fp, NULL, NULL) != 0 || (fp && now_fp != fp))
+    if (code_fp(sp, co, mode, &now_fp, NULL, NULL) != 0 || (fp && now_fp != fp))
         return DDP_EINVAL;
     info->code = code;
     info->fp = now_fp;
     info->firstlineno = co->co_firstlineno;
-    if (str_utf8((uintptr_t)co->co_qualname, mode, q, qcap, &info->qualname_len) != 0 ||
-        str_utf8((uintptr_t)co->co_filename, mode, f, fcap, &info->filename_len) != 0 ||
-        bytes_copy((uintptr_t)co->co_linetable, mode, lt, lcap, &info->linetable_len) != 0)
+    if (str_utf8(sp, (uintptr_t)co->co_qualname, mode, q, qcap, &info->qualname_len) != 0 ||
+        str_utf8(sp, (uintptr_t)co->co_filename, mode, f, fcap, &info->filename_len) != 0 ||
+        bytes_copy(sp, (uintptr_t)co->co_linetable, mode, lt, lcap, &info->linetable_len) != 0)
         return DDP_EINVAL;
     if (info->qualname_len > qcap || info->filename_len > fcap || info->linetable_len > lcap)
         return 1;
     /* Re-check: everything copied belonged to the same code object (GIL held, so only a
      * concurrent free on another interpreter could change it; cheap insurance). */
     char cbuf2[sizeof(PyCodeObject)] __attribute__((aligned(16)));
-    if (py_read(cbuf2, code, CODE_HDR, mode) != 0 || memcmp(cbuf + sizeof(PyObject), cbuf2 + sizeof(PyObject), CODE_HDR - sizeof(PyObject)) != 0)
+    if (py_read(sp, cbuf2, code, CODE_HDR, mode) != 0 || memcmp(cbuf + sizeof(PyObject), cbuf2 + sizeof(PyObject), CODE_HDR - sizeof(PyObject)) != 0)
         return DDP_EINVAL;
     return 0;
 }
@@ -742,7 +766,7 @@ int ddp_resolve_code(uint64_t code, uint64_t fp, ddp_code_info *info, char *qual
     ddp_py_types_init();
     PyGILState_STATE g = PyGILState_Ensure();
     memset(info, 0, sizeof *info);
-    int rc = resolve((uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap, linetable, lcap);
+    int rc = resolve(&here, (uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap, linetable, lcap);
     PyGILState_Release(g);
     return rc;
 }
@@ -752,10 +776,10 @@ int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out)
     char cbuf[sizeof(PyCodeObject)] __attribute__((aligned(16)));
     PyCodeObject *co = (PyCodeObject *)cbuf;
     ddp_py_types_init();
-    if (ddp_safe_read(cbuf, (uintptr_t)code, CODE_HDR, DDP_READ_SYSCALL) != 0 ||
+    if (py_read(&here, cbuf, (uintptr_t)code, CODE_HDR, DDP_READ_SYSCALL) != 0 ||
         (uintptr_t)co->ob_base.ob_base.ob_type != (uintptr_t)&PyCode_Type)
         return DDP_EINVAL;
-    return code_fp(co, DDP_READ_SYSCALL, fp_out, NULL, NULL) == 0 ? 0 : DDP_EINVAL;
+    return code_fp(&here, co, DDP_READ_SYSCALL, fp_out, NULL, NULL) == 0 ? 0 : DDP_EINVAL;
 }
 
 int ddp_addr2line(const uint8_t *lt, int len, int firstlineno, int lasti)
@@ -846,7 +870,7 @@ static void bury_if_sampled(PyCodeObject *co)
         e->lt = malloc(lcap);
         int rc = DDP_ENOMEM;
         if (e->q && e->f && e->lt)
-            rc = resolve((uintptr_t)co, 0, READ_LIVE, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap);
+            rc = resolve(&here, (uintptr_t)co, 0, READ_LIVE, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap);
         if (rc == 1 && attempt == 0) {
             free(e->q), free(e->f), free(e->lt);
             qcap = e->info.qualname_len + 1, fcap = e->info.filename_len + 1, lcap = e->info.linetable_len + 1;
@@ -1051,4 +1075,177 @@ void ddp_py_after_fork_child(void)
     pthread_mutex_init(&gy_lock, NULL);
     gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
     __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
+}
+
+/* ---- another process: dump and sampling from outside ------------------------------------
+ * The same walker and resolver, reading the target's memory (process_vm_readv): its
+ * interpreter is found from its _PyRuntime, whose address the caller got from the target's
+ * ELF symbols.  The target must run this module's CPython minor version: 3.13+ have every
+ * offset used here compared with the target's published ones first; 3.11/3.12 publish none
+ * (the caller checks the version), and every read is validated as in-process ones are. */
+#include <errno.h>
+
+static int remote_space(const ddp_remote *t, py_space *sp)
+{
+    if (!t || t->pid <= 0 || !t->interp)
+        return DDP_EINVAL;
+    memset(sp, 0, sizeof *sp);
+    sp->pid = t->pid;
+    sp->code_type = (uintptr_t)t->code_type;
+    sp->unicode_type = (uintptr_t)t->unicode_type;
+    sp->bytes_type = (uintptr_t)t->bytes_type;
+    sp->interp = (uintptr_t)t->interp;
+    sp->gil = (uintptr_t)t->gil;
+    return 0;
+}
+
+/* A failed remote read: the process's absence or our lack of rights are errors to name
+ * (DDP_ESYS, errno kept); anything else is memory that changed under the read. */
+static int remote_failure(void)
+{
+    int e = errno;
+    if (e == EPERM || e == ESRCH || e == EACCES) {
+        ddp_set_errno(e);
+        return DDP_ESYS;
+    }
+    return DDP_EINVAL;
+}
+
+int ddp_remote_peek(int32_t pid, uint64_t addr, void *buf, int n)
+{
+    if (pid <= 0 || n < 0 || !buf)
+        return DDP_EINVAL;
+    if (ddp_remote_read(pid, buf, (uintptr_t)addr, (size_t)n) != 0) {
+        ddp_set_errno(errno);
+        return DDP_ESYS;
+    }
+    return 0;
+}
+
+int ddp_remote_open(ddp_remote *t, char *msg, int cap)
+{
+    if (cap > 0)
+        msg[0] = 0;
+#if !DDP_PY_SUPPORTED
+    (void)t;
+    snprintf(msg, (size_t)cap, "this build of the native module has no frame walker for CPython %s", PY_VERSION);
+    return DDP_EUNSUPPORTED;
+#else
+    if (!t || t->pid <= 0 || !t->runtime)
+        return DDP_EINVAL;
+    errno = 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    _Py_DebugOffsets d; /* what the target publishes (the first field of its _PyRuntime) */
+    if (ddp_remote_read(t->pid, &d, (uintptr_t)t->runtime + offsetof(_PyRuntimeState, debug_offsets), sizeof d) != 0) {
+        ddp_set_errno(errno);
+        return DDP_ESYS;
+    }
+    if (memcmp(d.cookie, _Py_Debug_Cookie, sizeof d.cookie) == 0 && d.free_threaded) {
+        snprintf(msg, (size_t)cap, "the target is a free-threaded CPython build: its layout is not supported");
+        return DDP_EUNSUPPORTED;
+    }
+    if (dbg_compare(&d, "the target process", 1, msg, cap) != 0)
+        return DDP_EUNSUPPORTED;
+#endif
+    uintptr_t rt = (uintptr_t)t->runtime, interp = 0, gil = 0;
+    if (ddp_remote_read(t->pid, &interp, rt + offsetof(_PyRuntimeState, interpreters.head), sizeof interp) != 0) {
+        ddp_set_errno(errno);
+        return DDP_ESYS;
+    }
+    if (!interp || (interp & 7)) {
+        snprintf(msg, (size_t)cap, "the target has no Python interpreter running (starting up or finalizing)");
+        return DDP_EUNSUPPORTED;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (ddp_remote_read(t->pid, &gil, interp + offsetof(PyInterpreterState, ceval.gil), sizeof gil) != 0) {
+        ddp_set_errno(errno);
+        return DDP_ESYS;
+    }
+#else
+    gil = rt + offsetof(_PyRuntimeState, ceval.gil);
+#endif
+    t->interp = interp;
+    t->gil = gil;
+    t->gil_size = (int32_t)sizeof(struct _gil_runtime_state);
+    return 0;
+#endif
+}
+
+typedef struct {
+    uint64_t *tstates;
+    int64_t *tids;
+    int cap, n;
+} thread_list;
+
+static void add_thread(uintptr_t tstate, long tid, void *ctx)
+{
+    thread_list *l = ctx;
+    if (l->n < l->cap) {
+        l->tstates[l->n] = tstate;
+        l->tids[l->n] = tid;
+    }
+    l->n++;
+}
+
+int ddp_remote_threads(const ddp_remote *t, uint64_t *tstates, int64_t *tids, int cap)
+{
+    py_space sp;
+    int rc = remote_space(t, &sp);
+    if (rc != 0)
+        return rc;
+    /* the list changes while it is read (threads starting and ending): a few tries */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        thread_list l = { tstates, tids, cap, 0 };
+        errno = 0;
+        if (scan_threads(&sp, DDP_READ_SYSCALL, add_thread, &l) == 0)
+            return l.n;
+        rc = remote_failure();
+        if (rc == DDP_ESYS)
+            return rc;
+    }
+    return DDP_EINVAL;
+}
+
+uint64_t ddp_remote_gil_holder(const ddp_remote *t)
+{
+    py_space sp;
+    if (remote_space(t, &sp) != 0 || !sp.gil)
+        return 0;
+#if DDP_PY_SUPPORTED
+    struct _gil_runtime_state gil;
+    if (ddp_remote_read(sp.pid, &gil, sp.gil, sizeof gil) != 0)
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    return gil.locked ? (uint64_t)(uintptr_t)gil.last_holder : 0;
+#else
+    return gil.locked._value ? (uint64_t)(uintptr_t)gil.last_holder._value : 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
+int ddp_remote_walk(const ddp_remote *t, uint64_t tstate, int64_t tid, ddp_frame *out, int max, uint16_t *flags)
+{
+    py_space sp;
+    int rc = remote_space(t, &sp);
+    if (rc != 0 || !out || max <= 0 || !flags)
+        return rc ? rc : DDP_EINVAL;
+    errno = 0;
+    *flags = 0;
+    int depth = walk(&sp, (uintptr_t)tstate, (long)tid, DDP_READ_SYSCALL, out, max, flags);
+    return depth >= 0 ? depth : remote_failure();
+}
+
+int ddp_remote_resolve(const ddp_remote *t, uint64_t code, uint64_t fp, ddp_code_info *info, char *qualname,
+                       int qcap, char *filename, int fcap, uint8_t *linetable, int lcap)
+{
+    py_space sp;
+    int rc = remote_space(t, &sp);
+    if (rc != 0)
+        return rc;
+    memset(info, 0, sizeof *info);
+    errno = 0;
+    rc = resolve(&sp, (uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap, linetable, lcap);
+    return rc == DDP_EINVAL ? remote_failure() : rc;
 }

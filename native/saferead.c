@@ -75,6 +75,24 @@ int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode)
     return got == (ssize_t)n ? 0 : -1;
 }
 
+/* Another process's memory (a dump or a sampling from outside, ddp_remote_* in pyframes.c):
+ * process_vm_readv on its pid, which needs ptrace rights over it.  -1 on any failure, errno
+ * kept for the caller to name (EPERM: no rights; ESRCH: it exited; EFAULT: not mapped). */
+int ddp_remote_read(int pid, void *dst, uintptr_t src, size_t n)
+{
+    if (!plausible(src, n)) {
+        errno = EFAULT;
+        return -1;
+    }
+    struct iovec local = { dst, n }, remote = { (void *)src, n };
+    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got == (ssize_t)n)
+        return 0;
+    if (got >= 0)
+        errno = EFAULT; /* a partial read: the range ends in an unmapped page */
+    return -1;
+}
+
 static int is_ours(int sig);
 
 static void chain(struct sigaction *old, int sig, siginfo_t *si, void *uc)

@@ -8,7 +8,8 @@
 # Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
 # compile: the install must still succeed, and the native engine must then say it is
 # unavailable), then pytest on tests/unit, the python-engine and engine-choice
-# integration tests, plus tests/native when the native engine is available, then the
+# integration tests, plus tests/native and the dump / record --pid tests
+# (tests/integration/test_remote_*.py) when the native engine is available, then the
 # python engine's overhead at 100 Hz (figures printed for people to judge, never a
 # pass/fail gate: the phase fails only if the engine did not sample the loop), then
 # (native engine) the strict accuracy goals of benchmarks/bench_cpu.py (+-3 points; a
@@ -88,6 +89,9 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         [[ -e $f ]] && targets+=("$f")
     done
     (( native_ok )) && [[ -d tests/native ]] && targets+=(tests/native)
+    if (( native_ok )); then  # dump and record --pid of another process (the native frame reader)
+        for f in tests/integration/test_remote_*.py; do [[ -e $f ]] && targets+=("$f"); done
+    fi
     t=$(now)
     echo "--- tests: pytest ${targets[*]}"
     python -m pytest -q -p no:cacheprovider "${targets[@]}" \

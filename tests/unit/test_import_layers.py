@@ -20,7 +20,7 @@ LAYERS = [
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
     ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "asyncio_support", "children",
-                 "dask_support"]),
+                 "dask_support", "elfsyms", "remote", "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history"]),
     ("explorer", ["explorer"]),
     ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo"]),  # "": the package's __init__
@@ -45,6 +45,8 @@ INNER_IMPORTS = {
     ("loading", "exporters"): "readers load when a file of their format is read",
     ("loading", "exporters.pprof_proto"): "readers load when a file of their format is read",
     ("loading", "importers"): "readers load when a file of their format is read",
+    # reading another process: the native binding only when the first target is opened
+    ("remote", "_binding"): "a broken native build must not break import",
     ("loading", "importers.gecko"): "readers load when a file of their format is read",
     # a broken native build must not break ``import ddprof_nb``
     ("_binding", "_native"): "a broken native build must not break import: loaded once and checked",
