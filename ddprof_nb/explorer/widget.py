@@ -2,6 +2,7 @@
 
 State lives in the controls; every change runs one pipeline:
 
+    threads.hide_machinery (unless shown)                           -> base
     aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
     aggregate.filter (time range from the timeline)                 -> view
     render.call_tree / diff_tree                                    -> tree
@@ -32,6 +33,7 @@ from ..model import Frame, Profile
 from ..render.figures import report as interactive_report
 from .figure_widget import figure_widget, send_update
 from .sources import source_lines
+from .threads import Machinery, hide_machinery, user_first
 from .top_rows import row_label, sort_rows, top_rows
 
 __all__ = ["Explorer"]
@@ -40,6 +42,9 @@ _CSS = """<style>
 .ddprof-top select { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
+.ddprof-banner { font-size: 12px; }
+.ddprof-banner summary { cursor: pointer; }
+.ddprof-banner div { margin-left: 1.2em; opacity: .85; }
 </style>"""
 
 
@@ -89,6 +94,7 @@ class Explorer(W.VBox):
         self._selected: Frame | None = None
         self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
         self._busy = False
+        self._make_bases(show_machinery=False)
 
         events, first = self._events(event)
         self._make_controls(events, first, min_pct)
@@ -127,6 +133,8 @@ class Explorer(W.VBox):
         self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
         self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
         self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
+                                           layout=W.Layout(width="auto", display="" if self._hidden else "none"))
         threads = self._thread_options()
         self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
                                             description="threads", layout=W.Layout(width="300px"))
@@ -137,6 +145,7 @@ class Explorer(W.VBox):
         self.message.add_class("ddprof-msg")
         self.status = W.HTML(value="")
         self.status.add_class("ddprof-status")
+        self.banner = W.HTML(value=self._banner_html())
         self.diff_view_tb = W.ToggleButtons(options=[("diff", "diff"), ("before", "before"), ("after", "after")],
                                             value="diff", style={"button_width": "60px"})
         self.diff_norm_tb = W.ToggleButtons(options=[("normalised", True), ("absolute", False)], value=True,
@@ -165,6 +174,7 @@ class Explorer(W.VBox):
             (self.top_sort_tb, "order of the table"),
             (self.top_sel, "click a row to focus every view on that function"),
             (self.range_btn, "show the whole time axis again"),
+            (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
         ):
             widget.tooltip = tip
 
@@ -187,6 +197,7 @@ class Explorer(W.VBox):
             w.observe(self._on_filter, names="value")
         for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
             w.observe(self._on_render, names="value")
+        self.machinery_tb.observe(self._on_machinery, names="value")
         self.top_sort_tb.observe(lambda _: self._refresh_top(), names="value")
         self.top_sel.observe(self._on_top_select, names="value")
         self.clear_btn.on_click(lambda _: self.clear_filters())
@@ -199,14 +210,14 @@ class Explorer(W.VBox):
 
     def _rows(self) -> list:
         row1 = [self.event_dd, self.value_tb, self.chart_tb, self.only_mine_cb, self.min_pct_sl]
-        rows = [W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
         if self.diff:
             rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
                                layout=W.Layout(flex_flow="row wrap")))
         rows += [
             W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
                    layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.threads_sel, self.labels_txt, self.clear_btn, self.range_btn],
+            W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
                    layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
             self.message,
             self.status,
@@ -239,17 +250,78 @@ class Explorer(W.VBox):
         opts = [("self", "self"), ("total", "total"), ("name", "name")]
         return ([("change", "delta")] + opts) if self.diff else opts
 
-    def _all_profiles(self) -> list[Profile]:
-        return [self.before, self.profile] if self.diff else [self.profile]
+    def _make_bases(self, show_machinery: bool) -> None:
+        """``_base`` (and ``_base_before``): the profiles every view starts from: without
+        the kernel's and the profiler's threads and work unless ``show_machinery``."""
+        if not hasattr(self, "_hidden"):
+            base, hidden = hide_machinery(self.profile)
+            before = None
+            if self.diff:
+                before, hidden_before = hide_machinery(self.before)
+                hidden = Machinery(tuple(dict.fromkeys(hidden.threads + hidden_before.threads)),
+                                   hidden.own_samples + hidden_before.own_samples)
+            if len(self.profile) and not len(base):  # nothing but machinery: hide nothing
+                base, before, hidden = self.profile, self.before, Machinery()
+            self._hidden, self._hidden_bases = hidden, (base, before)
+        self._base, self._base_before = (self.profile, self.before) if show_machinery else self._hidden_bases
+        self._last_criteria = None  # the views are cut from another base
+
+    def _machinery_text(self) -> str:
+        h = self._hidden
+        n = len(h.threads)
+        return (f"show {n} kernel thread{'s' if n != 1 else ''}" if n else "show the profiler's work")
 
     def _thread_options(self):
-        seen: dict[int, str] = {}
-        for p in self._all_profiles():
+        seen: dict[int, object] = {}
+        for p in ([self._base_before, self._base] if self.diff else [self._base]):
             busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
             for i, t in enumerate(p.threads):
                 if busy[i]:
-                    seen.setdefault(t.tid, t.name)
-        return [(f"{name} ({tid})", tid) for tid, name in sorted(seen.items(), key=lambda kv: kv[1])]
+                    seen.setdefault(t.tid, t)
+        return [(f"{t.name} ({t.tid})", t.tid) for t in user_first(seen.values())]
+
+    def _banner_html(self) -> str:
+        """One line (engine, duration, samples, what is hidden or dropped); the details
+        (notes, hidden threads, dropped samples explained) one click away."""
+        meta = self.profile.metadata
+        n = int(self.profile.values[:, 0].sum()) if len(self.profile) else 0
+        line = [meta.engine or "unknown engine", F.format_duration(meta.duration_ns), f"{n:,} samples"]
+        details = []
+        if self._hidden:
+            line.append(self._hidden.describe())
+            if self._hidden.threads:
+                details.append("Hidden in every view (the button beside the thread list shows them): "
+                               + ", ".join(sorted(set(self._hidden.threads))) + ".")
+            if self._hidden.own_samples:
+                details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
+        dropped = sum(int(v) for v in dict(meta.dropped).values())
+        if dropped:
+            line.append(f"{dropped:,} samples lost")
+            per = ", ".join(f"{EventType.parse(e).label} {int(v):,}" for e, v in dict(meta.dropped).items() if int(v))
+            details.append(
+                f"{dropped:,} samples were lost while recording ({per}): the sampler's buffer was full, or a stack "
+                "changed while it was being read.  The totals shown are that much lower than what ran.")
+        details += [f"Note: {note}" for note in meta.notes]
+        if meta.python_version or meta.host:
+            details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
+        summary = F.esc(" · ".join(line))
+        body = "".join(f"<div>{F.esc(d)}</div>" for d in details)
+        return (f"<details class='ddprof-banner'><summary>{summary}</summary>{body}</details>" if body
+                else f"<div class='ddprof-banner'>{summary}</div>")
+
+    def _on_machinery(self, change) -> None:
+        """Show or hide the kernel's threads and the profiler's work in every view."""
+        self._make_bases(show_machinery=bool(change["new"]))
+        self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
+        busy, self._busy = self._busy, True
+        try:
+            kept = set(self.threads_sel.value)
+            opts = self._thread_options()
+            self.threads_sel.options = opts
+            self.threads_sel.value = tuple(tid for _, tid in opts if tid in kept)
+        finally:
+            self._busy = busy
+        self._update("filter", timeline=True, top=True)
 
     def _label_placeholder(self) -> str:
         for ls in self.profile.labelsets:
@@ -292,11 +364,11 @@ class Explorer(W.VBox):
         if crit == self._last_criteria:
             return
         self._last_criteria = crit
-        self._tl_view = _primed(aggregate.filter(self.profile, **crit), self.profile)
+        self._tl_view = _primed(aggregate.filter(self._base, **crit), self._base)
         self._view_before = None
         if self.diff:
             # the time range comes from the "after" timeline; it does not apply to "before"
-            self._view_before = _primed(aggregate.filter(self.before, **crit), self.before)
+            self._view_before = _primed(aggregate.filter(self._base_before, **crit), self._base_before)
 
     def _time_view(self) -> None:
         """``_view``: ``_tl_view`` cut to the timeline's range (every other view uses it)."""
@@ -406,9 +478,6 @@ class Explorer(W.VBox):
             parts.append(f"time {a / 1e6:,.0f}–{b / 1e6:,.0f} ms")
         if fd.search:
             parts.append(f"search matches {fd.search_matches} nodes, {100 * fd.search_share:.1f}% of total")
-        dropped = self.profile.metadata.dropped.get(e, 0) if self.profile.metadata.dropped else 0
-        if dropped:
-            parts.append(f"{dropped:,} samples dropped while recording")
         self.status.value = F.esc(" · ".join(parts))
 
     # -- top table ----------------------------------------------------------------------

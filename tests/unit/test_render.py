@@ -437,8 +437,9 @@ def test_timeline_has_a_lane_per_thread_coloured_by_state():
         ([main, g], EventType.WALL, 3, 3 * MS, (2, "worker"), {"state": "lock"}, 3),
     ], duration_ms=10)
     td = F.timeline_data(p, "wall")
-    # THEN one lane per thread (busiest first) and runs split where the state changes
-    assert td.lanes == ["worker (2)", "MainThread (1)"]
+    # THEN one lane per thread (MainThread first, though worker is busier) and runs
+    # split where the state changes
+    assert td.lanes == ["MainThread (1)", "worker (2)"]
     assert sorted(td.states) == ["cpu", "lock"]
     runs = sorted((td.lanes[ln], td.states[s], b, n) for ln, s, b, n in zip(td.lane, td.state, td.base, td.length))
     assert runs == [("MainThread (1)", "cpu", 0.0, 1.0), ("worker (2)", "cpu", 0.0, 2.0), ("worker (2)", "lock", 2.0, 2.0)]
