@@ -7,7 +7,7 @@ State lives in the controls; every change runs one pipeline:
     aggregate.filter (time range from the timeline)                 -> view
     render.call_tree / diff_tree                                    -> tree
     render.flame_data (min %, search, flame/icicle)                 -> flame chart
-    aggregate.top                                                   -> top table
+    top_rows (grouped by function/line/file, sorted)                -> top table
 
 and stops at the first step the change touches (a search or min-% change re-prunes
 the cached tree only).  Figures are plotly FigureWidgets updated inside
@@ -34,12 +34,12 @@ from ..render.figures import report as interactive_report
 from .figure_widget import figure_widget, send_update
 from .sources import source_lines
 from .threads import Machinery, hide_machinery, user_first
-from .top_rows import row_label, sort_rows, top_rows
+from .top_rows import GROUPS, cells, columns, sort_rows, top_rows
+from .top_table import TopTable
 
 __all__ = ["Explorer"]
 
 _CSS = """<style>
-.ddprof-top select { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
 .ddprof-banner { font-size: 12px; }
@@ -151,10 +151,9 @@ class Explorer(W.VBox):
         self.diff_norm_tb = W.ToggleButtons(options=[("normalised", True), ("absolute", False)], value=True,
                                             tooltips=["before scaled to after's total", "raw values"],
                                             style={"button_width": "80px"})
-        self.top_sort_tb = W.ToggleButtons(options=self._sort_options(), style={"button_width": "58px"},
-                                           description="sort")
-        self.top_sel = W.Select(options=[], rows=14, layout=W.Layout(width="100%"))
-        self.top_sel.add_class("ddprof-top")
+        self.top_group_tb = W.ToggleButtons(options=list(GROUPS), value="function", description="group by",
+                                            style={"button_width": "68px"})
+        self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
         # every labelled control says on hover what it does (with no tooltip, ipywidgets
@@ -171,8 +170,7 @@ class Explorer(W.VBox):
             (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
             (self.clear_btn, "back to the whole profile"),
             (self.diff_view_tb, "the difference, or either profile alone"),
-            (self.top_sort_tb, "order of the table"),
-            (self.top_sel, "click a row to focus every view on that function"),
+            (self.top_group_tb, "one row per function, per line or per file"),
             (self.range_btn, "show the whole time axis again"),
             (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
         ):
@@ -198,8 +196,9 @@ class Explorer(W.VBox):
         for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
             w.observe(self._on_render, names="value")
         self.machinery_tb.observe(self._on_machinery, names="value")
-        self.top_sort_tb.observe(lambda _: self._refresh_top(), names="value")
-        self.top_sel.observe(self._on_top_select, names="value")
+        self.top_group_tb.observe(lambda _: self._refresh_top(), names="value")
+        self.top_table.observe(lambda _: self._refresh_top(), names="sort")
+        self.top_table.observe(self._on_top_select, names="selected")
         self.clear_btn.on_click(lambda _: self.clear_filters())
         self.range_btn.on_click(lambda _: self.set_time_range(None))
         self.flame.data[0].on_click(self._on_flame_click)
@@ -224,7 +223,7 @@ class Explorer(W.VBox):
             self.flame,
             self.timeline,
             W.HBox(
-                [W.VBox([self.top_sort_tb, self.top_sel], layout=W.Layout(width="50%")),
+                [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(width="50%")),
                  W.VBox([self.source], layout=W.Layout(width="50%"))],
             ),
             W.HTML(_CSS),
@@ -245,10 +244,6 @@ class Explorer(W.VBox):
     @staticmethod
     def _value_options(e: EventType):
         return [(F.value_label(e, 0), 0), (F.value_label(e, 1), 1)]
-
-    def _sort_options(self):
-        opts = [("self", "self"), ("total", "total"), ("name", "name")]
-        return ([("change", "delta")] + opts) if self.diff else opts
 
     def _make_bases(self, show_machinery: bool) -> None:
         """``_base`` (and ``_base_before``): the profiles every view starts from: without
@@ -483,29 +478,45 @@ class Explorer(W.VBox):
     # -- top table ----------------------------------------------------------------------
 
     def _refresh_top(self) -> None:
+        """The table's rows: grouped, sorted by the clicked header, cut to ``top_n``."""
         t0 = time.perf_counter()
-        rows = top_rows(self._view, self.event, self.value_index, self._view_before if self.diff else None,
+        e, group = self.event, self.top_group_tb.value
+        rows = top_rows(self._view, e, group, self._view_before if self.diff else None,
                         normalize=bool(self.diff_norm_tb.value))
         self.timings["top"] = time.perf_counter() - t0
-        self._top = rows = sort_rows(rows, self.top_sort_tb.value)[: self.top_n]
-        unit = F.value_unit(self.event, self.value_index)
-        total = self._tree.totals[-1] or 1
-        opts = [(row_label(r, unit, total, self.diff), i) for i, r in enumerate(rows)]
+        self._top = rows = sort_rows(rows, self.top_table.sort)[: self.top_n]
+        total = self._view.total(e, 1)
         busy, self._busy = self._busy, True
         try:
-            self.top_sel.options = opts
-            self.top_sel.value = None
+            with self.top_table.hold_sync():
+                self.top_table.columns = columns(e, self.diff, group)
+                self.top_table.rows = [cells(r, e, total, self.diff, group) for r in rows]
+                self.top_table.titles = [r.name + (f" — {r.filename}:{r.line}" if r.filename else "") for r in rows]
+                self.top_table.selected = -1
         finally:
             self._busy = busy
 
     def _on_top_select(self, change) -> None:
-        if self._busy or change["new"] is None:
+        """A row click selects its function (for the source view), changing no filter."""
+        if self._busy or change["new"] < 0 or change["new"] >= len(self._top):
             return
-        name, filename, line, *_ = self._top[change["new"]]
-        self.focus_function(name, filename, line)
+        row = self._top[change["new"]]
+        frame = self._function_of(row)
+        if frame is not None:
+            self.select_function(frame)
+
+    def _function_of(self, row) -> Frame | None:
+        """The function a table row stands for (a file row stands for none)."""
+        if self.top_group_tb.value == "file":
+            return None
+        if self.top_group_tb.value == "line":
+            for fr in self._view.frames:
+                if (fr.name, fr.filename, fr.line, fr.kind) == row.key:
+                    return Frame(fr.name, fr.filename, fr.first_line, fr.first_line, fr.kind)
+        return Frame(row.name, row.filename, row.line, row.line, row.kind)
 
     def focus_function(self, name: str, filename: str = "", first_line: int = 0) -> None:
-        """Focus every chart on one function (what a top-table click does) and show its source."""
+        """Focus every chart on one function and show its source."""
         self._selected = Frame(name, filename, first_line, first_line) if filename else Frame(name)
         self.focus_txt.value = "^" + re.escape(name) + "$"  # observers rebuild the views
         self._refresh_source()
