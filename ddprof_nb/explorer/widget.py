@@ -2,12 +2,13 @@
 
 State lives in the controls; every change runs one pipeline:
 
-    threads.hide_machinery (unless shown)                           -> base
+    threads.hide_machinery (unless shown), chips.apply (transforms) -> base
     aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
     aggregate.filter (time range from the timeline)                 -> view
-    render.call_tree / diff_tree                                    -> tree
+    render.call_tree / diff_tree (of the inverted view if asked)   -> tree
     render.flame_data (min %, search, flame/icicle)                 -> flame chart
     top_rows (grouped by function/line/file, sorted)                -> top table
+    sandwich.sandwich_data (the selected function)                  -> sandwich
 
 and stops at the first step the change touches (a search or min-% change re-prunes
 the cached tree only).  Figures are plotly FigureWidgets updated inside
@@ -25,13 +26,15 @@ from pathlib import Path
 import ipywidgets as W
 import numpy as np
 
-from .. import aggregate
+from .. import aggregate, transforms
 from .. import render as F
 from ..events import EventType
 from ..exporters import write_atomic
 from ..model import Frame, Profile
 from ..render.figures import report as interactive_report
+from .chips import TransformBar, apply as apply_transforms
 from .figure_widget import figure_widget, send_update
+from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
 from .threads import Machinery, hide_machinery, user_first
 from .top_rows import GROUPS, cells, columns, sort_rows, top_rows
@@ -94,7 +97,9 @@ class Explorer(W.VBox):
         self._selected: Frame | None = None
         self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
         self._busy = False
-        self._make_bases(show_machinery=False)
+        self._show_machinery = False
+        self.transform_bar = TransformBar(on_change=self._on_transforms, selected=lambda: self._selected)
+        self._make_bases()
 
         events, first = self._events(event)
         self._make_controls(events, first, min_pct)
@@ -123,6 +128,7 @@ class Explorer(W.VBox):
         self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
                                         tooltips=["root at the bottom", "root at the top"],
                                         style={"button_width": "62px"})
+        self.inverted_tb = W.ToggleButton(value=False, description="inverted", layout=W.Layout(width="80px"))
         self.only_mine_cb = W.Checkbox(value=False, description="only my code", indent=False,
                                        layout=W.Layout(width="115px"))
         self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
@@ -161,6 +167,7 @@ class Explorer(W.VBox):
         for widget, tip in (
             (self.event_dd, "the event every view shows"),
             (self.value_tb, "what the charts measure: the count, or the time or bytes"),
+            (self.inverted_tb, "bottom-up: the roots are the leaves (self time first)"),
             (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
             (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
             (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
@@ -177,6 +184,7 @@ class Explorer(W.VBox):
             widget.tooltip = tip
 
     def _make_figures(self) -> None:
+        self.sandwich = SandwichPanel(on_select=self.select_function)
         self._last_criteria = None
         self._zoom_level = ""  # the flame trace's ``level`` (see _update)
         self._update("filter")
@@ -190,7 +198,7 @@ class Explorer(W.VBox):
         self._refresh_top()
 
     def _wire(self) -> None:
-        for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.threads_sel, self.labels_txt,
+        for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.inverted_tb, self.threads_sel, self.labels_txt,
                   self.focus_txt, self.ignore_txt, self.hide_txt, self.diff_view_tb):
             w.observe(self._on_filter, names="value")
         for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
@@ -208,7 +216,7 @@ class Explorer(W.VBox):
         self.timeline.layout.xaxis.on_change(self._on_autorange, "autorange")
 
     def _rows(self) -> list:
-        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.only_mine_cb, self.min_pct_sl]
+        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.inverted_tb, self.only_mine_cb, self.min_pct_sl]
         rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
         if self.diff:
             rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
@@ -218,9 +226,11 @@ class Explorer(W.VBox):
                    layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
                    layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            self.transform_bar.box,
             self.message,
             self.status,
             self.flame,
+            self.sandwich.box,
             self.timeline,
             W.HBox(
                 [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(width="50%")),
@@ -245,9 +255,10 @@ class Explorer(W.VBox):
     def _value_options(e: EventType):
         return [(F.value_label(e, 0), 0), (F.value_label(e, 1), 1)]
 
-    def _make_bases(self, show_machinery: bool) -> None:
+    def _make_bases(self) -> None:
         """``_base`` (and ``_base_before``): the profiles every view starts from: without
-        the kernel's and the profiler's threads and work unless ``show_machinery``."""
+        the kernel's and the profiler's threads and work (unless shown), through the
+        transforms' chips."""
         if not hasattr(self, "_hidden"):
             base, hidden = hide_machinery(self.profile)
             before = None
@@ -258,7 +269,9 @@ class Explorer(W.VBox):
             if len(self.profile) and not len(base):  # nothing but machinery: hide nothing
                 base, before, hidden = self.profile, self.before, Machinery()
             self._hidden, self._hidden_bases = hidden, (base, before)
-        self._base, self._base_before = (self.profile, self.before) if show_machinery else self._hidden_bases
+        base, before = (self.profile, self.before) if self._show_machinery else self._hidden_bases
+        steps = self.transform_bar.steps
+        self._base, self._base_before = apply_transforms(base, steps), apply_transforms(before, steps)
         self._last_criteria = None  # the views are cut from another base
 
     def _machinery_text(self) -> str:
@@ -306,7 +319,8 @@ class Explorer(W.VBox):
 
     def _on_machinery(self, change) -> None:
         """Show or hide the kernel's threads and the profiler's work in every view."""
-        self._make_bases(show_machinery=bool(change["new"]))
+        self._show_machinery = bool(change["new"])
+        self._make_bases()
         self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
         busy, self._busy = self._busy, True
         try:
@@ -373,11 +387,14 @@ class Explorer(W.VBox):
     def _build_tree(self) -> F.CallTree:
         mode = self.diff_view_tb.value if self.diff else "single"
         omc = self.only_mine_cb.value
+        view, before = self._view, self._view_before
+        if self.inverted_tb.value:
+            view, before = transforms.inverted(view), (transforms.inverted(before) if before is not None else None)
         if mode == "diff":
-            return F.diff_tree(self._view_before, self._view, self.event, self.value_index, omc)
+            return F.diff_tree(before, view, self.event, self.value_index, omc)
         if mode == "before":
-            return F.call_tree(self._view_before, self.event, self.value_index, omc)
-        return F.call_tree(self._view, self.event, self.value_index, omc)
+            return F.call_tree(before, self.event, self.value_index, omc)
+        return F.call_tree(view, self.event, self.value_index, omc)
 
     def _flame_data(self) -> F.FlameData:
         return F.flame_data(
@@ -437,6 +454,8 @@ class Explorer(W.VBox):
             if top:
                 self._refresh_top()
                 self._refresh_source()
+            if first <= 2:
+                self._refresh_sandwich()
         finally:
             self._busy = busy
             t["update"] = time.perf_counter() - t0
@@ -548,9 +567,31 @@ class Explorer(W.VBox):
             self.select_function(fr)
 
     def select_function(self, frame: Frame) -> None:
-        """Show one function's per-line values in the source view (no refocus)."""
+        """Select one function: its sandwich (callers and callees over every call site)
+        and its per-line values in the source view.  No filter changes."""
         self._selected = frame
         self._refresh_source()
+        self._refresh_sandwich(open_it=True)
+
+    def _refresh_sandwich(self, open_it: bool = False) -> None:
+        """Redraw the open sandwich from the current view (closed when its function left it)."""
+        if not hasattr(self, "sandwich") or self._selected is None or not (open_it or self.sandwich.data):
+            return
+        view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
+        try:
+            data = sandwich_data(view, self.event, self.value_index, self._selected,
+                                 min_pct=self.min_pct_sl.value, max_nodes=self.max_nodes)
+        except ValueError:  # not a function of this view
+            data = None
+        if data is None or not data.total:
+            self.sandwich.hide()
+        else:
+            self.sandwich.show(data)
+
+    def _on_transforms(self) -> None:
+        """The chips changed: every view starts again from the transformed base."""
+        self._make_bases()
+        self._update("filter", timeline=True, top=True)
 
     def _refresh_source(self) -> None:
         fr = self._selected
@@ -614,7 +655,7 @@ class Explorer(W.VBox):
             self._update("tree", timeline=True, top=True)
         elif owner is self.value_tb:
             self._update("tree", top=True)
-        elif owner in (self.only_mine_cb, self.diff_view_tb):
+        elif owner in (self.only_mine_cb, self.inverted_tb, self.diff_view_tb):
             # the top table and source view do not fold library frames
             self._update("tree", top=owner is self.diff_view_tb)
         else:

@@ -631,3 +631,11 @@ def test_flame_titles_name_the_event_and_its_total_once():
     p = basic()
     assert F.flame_data(F.call_tree(p, "cpu", 1)).title == "CPU time: 100 ms"
     assert F.flame_data(F.call_tree(p, "cpu", 0)).title.startswith("CPU time (samples): ")
+
+
+def test_source_view_of_a_function_without_samples_of_the_event_is_empty():
+    # GIVEN g sampled for CPU only, as the leaf (a line beyond every wall-sampled line)
+    p = build([([main, g], EventType.CPU, 1, MS), ([main], EventType.WALL, 1, MS)])
+    # THEN its wall source view has no values (and does not index past its lines)
+    sv = F.source_view(p, "wall", g)
+    assert sv.total == 0 and all(line.total == 0 for line in sv.lines)
