@@ -11,7 +11,7 @@ import ipywidgets as W
 from .. import aggregate
 from .. import render as F
 from ..model import Frame, Profile
-from .figure_widget import figure_widget, send_update
+from .figure_widget import figure_widget, remember_state, send_update
 
 __all__ = ["SandwichData", "sandwich_data", "SandwichPanel"]
 
@@ -72,6 +72,7 @@ class SandwichPanel:
                 setattr(self, name, fig)
             else:
                 send_update(fig, [F.flame_trace_props(fd)], layout)
+                remember_state(fig)
             figs.append(fig)
         self.box.children = [W.HBox([self.header, self.close_btn]), *figs]
         self.box.layout.display = ""

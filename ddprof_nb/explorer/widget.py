@@ -33,7 +33,7 @@ from ..exporters import write_atomic
 from ..model import Frame, Profile
 from ..render.figures import report as interactive_report
 from .chips import TransformBar, apply as apply_transforms
-from .figure_widget import figure_widget, send_update
+from .figure_widget import figure_widget, remember_state, send_update
 from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
 from .threads import Machinery, hide_machinery, user_first
@@ -46,6 +46,8 @@ _CSS = """<style>
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
 .ddprof-banner { font-size: 12px; }
+.jp-OutputArea:has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback),
+.output:has(.ddprof-explorer) .output_area:has(.ddprof-static-fallback) { display: none; }
 .ddprof-banner summary { cursor: pointer; }
 .ddprof-banner div { margin-left: 1.2em; opacity: .85; }
 </style>"""
@@ -458,6 +460,9 @@ class Explorer(W.VBox):
                 self._refresh_sandwich()
         finally:
             self._busy = busy
+            for fig in (getattr(self, "flame", None), getattr(self, "timeline", None)):
+                if fig is not None:
+                    remember_state(fig)  # a reloaded page draws what the controls say
             t["update"] = time.perf_counter() - t0
 
     def _refresh_timeline(self) -> None:
@@ -554,6 +559,7 @@ class Explorer(W.VBox):
         # plotly.js re-measures on relayout only when the *user* layout says autosize
         if not fig.to_plotly_json()["layout"].get("autosize"):
             fig.layout.autosize = True
+            remember_state(fig)
 
     # -- flame clicks, source view ------------------------------------------------------
 
@@ -724,6 +730,18 @@ class Explorer(W.VBox):
         bundle["text/plain"] = self.top_text(rows=rows)
         bundle["text/html"] = self.static_html(rows=rows)
         return bundle
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the static flame graph, then the widget.  A notebook saved with
+        them and reopened without its kernel (or on GitHub, nbviewer) shows the static
+        chart where the widget cannot be drawn; while the widget is drawn, its style
+        sheet (``_CSS``) hides the static output of its own output area."""
+        from IPython.display import display
+
+        bundle = self._repr_mimebundle_()
+        static = bundle.pop("text/html")
+        display({"text/html": f"<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
+        display(bundle, raw=True)
 
     def to_html(self, path) -> Path:
         """Write a self-contained HTML report (plotly.js inlined: opens offline) with the

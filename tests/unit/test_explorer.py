@@ -475,3 +475,38 @@ def test_every_labelled_control_has_a_tooltip(ex):
     labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
     assert len(labelled) >= 10
     assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]
+
+
+def test_a_reloaded_page_gets_the_current_figures_without_a_second_send(ex, monkeypatch):
+    # the stored state a restored view draws from follows every change...
+    sent = []
+    for fig in (ex.flame, ex.timeline):
+        monkeypatch.setattr(fig, "_send", lambda msg, buffers=None, fig=fig: sent.append(msg))
+    ex.event_dd.value = "alloc"
+    state = ex.flame.get_state()
+    assert [t["labels"] for t in state["_widget_data"]] == [list(ex.flame.data[0].labels)]
+    assert "h" in state["_widget_data"][0]["labels"]
+    assert state["_widget_layout"]["title"]["text"] == ex.flame.layout.title.text
+    assert [t["name"] for t in ex.timeline.get_state()["_widget_data"]] == [t.name for t in ex.timeline.data]
+    # ...and is not sent again to the open views, which already drew it
+    assert sent and not any({"_widget_data", "_widget_layout"} & set(m.get("state", {})) for m in sent)
+    # the figures resize with the page
+    assert ex.flame._config.get("responsive") is True and ex.timeline._config.get("responsive") is True
+
+
+def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    ex._ipython_display_()
+    (static, raw1), (widget, raw2) = shown
+    assert raw1 and raw2
+    # first a static flame graph (drawn where no widget can be: no kernel, GitHub, nbviewer)
+    assert list(static) == ["text/html"] and "ddprof-static-fallback" in static["text/html"]
+    assert "<svg" in static["text/html"]
+    # then the widget, whose style sheet hides that static output while it is drawn
+    assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
+    assert "text/html" not in widget and widget["text/plain"]
+    css = next(c.value for c in ex.children if isinstance(c, type(ex.banner)) and "<style>" in c.value)
+    assert ":has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback)" in css
