@@ -48,6 +48,14 @@ if not os.path.exists(CHROMIUM):
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install playwright)")
 
 
+# The sandwich, inverted and transform views, and the width following the window.
+VIEWS_CELLS = (
+    f"import sys\nsys.path.insert(0, {str(HELPERS)!r})\nfrom explorer_demo import make_profile\n"
+    "from ddprof_nb.explorer import Explorer\nex = Explorer(make_profile(n_samples=20_000, n_stacks=300))",
+    "ex",
+)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +113,7 @@ def lab(tmp_path_factory):
     )
     _notebook(root / "explorer.ipynb")
     _notebook(root / "two.ipynb", TWO_CELLS)
+    _notebook(root / "views.ipynb", VIEWS_CELLS)
     port, token = _free_port(), "ddprof-test-token"
     # a private Jupyter config/data/runtime: the user's kernels and settings stay out of it
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
@@ -230,8 +239,9 @@ def _run_explorer_notebook(page, url, token):
     n0 = _slices(page)
     title0 = _title(page)
     assert "CPU time" in title0, title0
-    # the widget view was chosen, not the static HTML fallback
-    assert page.locator(".ddprof-static-flame").count() == 0
+    # the widget view is drawn, and the static flame output beside it is hidden
+    assert page.locator(".ddprof-static-fallback").count() == 1
+    assert page.locator(".ddprof-static-fallback").is_hidden()
 
     # Times below are read from the page's own clock: from the input event (mouseup or
     # keydown) to the flame chart's next plotly_afterplot, i.e. kernel round trip + redraw.
@@ -426,3 +436,75 @@ def test_diff_report_offline(browser, tmp_path):
     assert "load_0" in grown
     render = _render_offline(browser, ex.to_html(tmp_path / "diff.html"), "explorer_diff.png")
     print(f"\n[browser] offline diff report rendered in {render:.2f} s")
+
+
+# the main flame chart is the explorer's first plot
+_FLAME_LABELS = ("() => Array.from(document.querySelector('.ddprof-explorer .js-plotly-plot')"
+                 ".querySelectorAll('g.slice text')).map(t => t.textContent).sort().join('|')")
+_FLAME_WIDTH = "() => document.querySelector('.ddprof-explorer .js-plotly-plot .main-svg').getBoundingClientRect().width"
+_EXPLORER_WIDTH = "() => document.querySelector('.ddprof-explorer').getBoundingClientRect().width"
+
+
+def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure_views.png") as page:
+        _open_and_wait_idle(page, url, token, "views.ipynb")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function("() => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length > 20",
+                               polling=100, timeout=90_000)
+        page.wait_for_selector(".ddprof-explorer table.ddprof-top tbody tr", timeout=30_000)
+        title0 = _title(page)
+        labels0 = page.evaluate(_FLAME_LABELS)
+
+        # WHEN the first row of the top table is clicked THEN its sandwich opens: callers
+        # above, callees below (two more charts), and no filter changed the flame
+        row = page.locator(".ddprof-explorer table.ddprof-top tbody tr").first
+        name = row.locator("td").nth(6).inner_text()
+        row.click()
+        page.wait_for_function("() => { const s = document.querySelector('.ddprof-sandwich');"
+                               " return s && s.offsetParent !== null"
+                               " && s.querySelectorAll('.js-plotly-plot g.slice').length >= 2; }",
+                               polling=100, timeout=30_000)
+        header = page.locator(".ddprof-sandwich").inner_text()
+        assert name in header and "callers above, callees below" in header, header
+        assert _title(page) == title0
+        # the sort header works too: sorting by total puts another column's arrow up
+        page.locator(".ddprof-explorer table.ddprof-top th", has_text="total time").click()
+        page.wait_for_function("() => document.querySelector('.ddprof-explorer table.ddprof-top th.sortable')"
+                               " && Array.from(document.querySelectorAll('.ddprof-explorer table.ddprof-top th'))"
+                               ".some(th => th.textContent.startsWith('total time') && th.textContent.includes('\\u25BC'))",
+                               timeout=20_000)
+
+        # WHEN "inverted" is pressed THEN the flame holds other nodes (roots are the leaves)
+        page.locator(".ddprof-explorer button", has_text="inverted").click()
+        page.wait_for_function(f"(l) => ({_FLAME_LABELS})() !== l", arg=labels0, polling=100, timeout=20_000)
+        page.locator(".ddprof-explorer button", has_text="inverted").click()
+        page.wait_for_function(f"(l) => ({_FLAME_LABELS})() === l", arg=labels0, polling=100, timeout=20_000)
+
+        # WHEN a "drop function" transform is added THEN a chip shows and the total drops;
+        # WHEN the chip is clicked THEN the whole profile is back
+        page.locator(".ddprof-explorer select").filter(has_text="drop function").select_option("drop function")
+        box = page.get_by_placeholder("regex (empty: the selected function)")
+        box.fill("^load_0$")
+        box.press("Tab")
+        page.locator(".ddprof-explorer button", has_text="add transform").click()
+        chip = page.locator(".ddprof-explorer .ddprof-chip", has_text="drop function: ^load_0$")
+        chip.wait_for(timeout=20_000)
+        page.wait_for_function("(t) => document.querySelector('.ddprof-explorer .gtitle').textContent !== t",
+                               arg=title0, polling=100, timeout=20_000)
+        chip.click()
+        page.wait_for_function("() => !document.querySelector('.ddprof-explorer .ddprof-chip')", timeout=20_000)
+        page.wait_for_function("(t) => document.querySelector('.ddprof-explorer .gtitle').textContent === t",
+                               arg=title0, polling=100, timeout=20_000)
+
+        # WHEN the window narrows and widens THEN the flame chart follows the output's width
+        widths = []
+        for w in (1000, 1700):
+            page.set_viewport_size({"width": w, "height": 1100})
+            page.wait_for_function(f"() => Math.abs(({_FLAME_WIDTH})() - ({_EXPLORER_WIDTH})()) < 40",
+                                   polling=100, timeout=20_000)
+            widths.append(page.evaluate(_FLAME_WIDTH))
+        assert widths[1] > widths[0] + 500, widths
+        IMG.mkdir(parents=True, exist_ok=True)
+        page.locator(".ddprof-sandwich").screenshot(path=str(IMG / "explorer_sandwich.png"))
+        print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")
