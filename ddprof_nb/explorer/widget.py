@@ -193,6 +193,8 @@ class Explorer(W.VBox):
         self.flame = figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
         td = self._timeline_data()
         self.timeline = figure_widget(F.timeline_traces(td), F.timeline_layout(td), "bar")
+        self.flame.add_class("ddprof-flame")
+        self.timeline.add_class("ddprof-timeline")
         self._extent_ms = td.extent_ms
         self._has_time = td.has_time  # False: no sample timestamps, so no time-range filter
         if not self._has_time:

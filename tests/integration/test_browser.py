@@ -158,7 +158,10 @@ def browser():
 
 
 def _slices(page) -> int:
-    return page.evaluate("() => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length")
+    """Nodes drawn in the main flame chart (the explorer's first plot; a click opens the
+    sandwich's two more)."""
+    return page.evaluate(
+        "() => document.querySelector('.ddprof-explorer .js-plotly-plot').querySelectorAll('g.slice').length")
 
 
 def _title(page) -> str:
@@ -297,7 +300,7 @@ def _run_explorer_notebook(page, url, token):
                            arg=title0, polling="raf", timeout=20_000)
 
     # WHEN a range is dragged on the timeline THEN the flame shows only that time
-    timeline = page.locator(".ddprof-explorer .js-plotly-plot").nth(1).locator("rect.nsewdrag")
+    timeline = page.locator(".ddprof-explorer .ddprof-timeline rect.nsewdrag")
     timeline.scroll_into_view_if_needed()
     box_tl = timeline.bounding_box()
     y = box_tl["y"] + box_tl["height"] / 2
@@ -317,7 +320,8 @@ def _run_explorer_notebook(page, url, token):
     # flame again, tall enough to hold the whole widget, for the screenshots
     page.locator(".ddprof-explorer button", has_text="flame").first.click()
     page.wait_for_function(f"() => !({root_in_top_half})()", polling="raf", timeout=20_000)
-    page.wait_for_function("(n) => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length >= n",
+    page.wait_for_function("(n) => document.querySelector('.ddprof-explorer .js-plotly-plot')"
+                           ".querySelectorAll('g.slice').length >= n",
                            arg=int(n0 * 0.9), polling="raf", timeout=20_000)
     page.set_viewport_size({"width": 1400, "height": 2000})
     page.locator(".ddprof-explorer").scroll_into_view_if_needed()
