@@ -533,4 +533,16 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
         # (reading 'length')" twice, with or without the explorer's stored state kept
         # current: another widget's, not yet traced)
         assert not [e for e in errors if "indices must be valid" in e], errors
+
+        # WHEN the kernel is gone (shut down; the page reloads onto a new one that has no
+        # such widget) THEN the saved static flame graph shows in place of the widget
+        kernels = json.loads(urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=10).read())
+        for k in kernels:
+            req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=20).read()
+        _open_and_wait_idle(page, url, token, "views.ipynb")
+        page.wait_for_function("() => { const s = document.querySelector('.ddprof-static-fallback');"
+                               " return s && s.offsetParent !== null && s.querySelectorAll('svg rect').length > 20; }",
+                               polling=200, timeout=60_000)
+        assert page.locator(".ddprof-explorer").count() == 0
         print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")
