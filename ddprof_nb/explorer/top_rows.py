@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+import numpy as np
+
 from .. import aggregate
 from ..events import EventType, FrameKind
-from ..model import Frame, Profile
+from ..model import CSRStacks, Frame, Profile
 from ..render.format import format_signed, format_value, value_label, value_unit
 
 __all__ = ["Row", "GROUPS", "top_rows", "sort_rows", "columns", "cells", "SORT_KEYS"]
@@ -37,12 +39,22 @@ class Row(NamedTuple):
 
 def _by_file(view: Profile) -> Profile:
     """Every frame replaced by its file (pseudo-frames stay): ``top`` by function then
-    counts each file once per stack."""
-    def files(frames, _ids):
-        return [Frame(os.path.basename(f.filename) or f.filename, f.filename, 0, 0, f.kind) if f.filename else f
-                for f in frames]
-
-    return aggregate.map_stacks(view, files)
+    counts each file once per stack.  Per frame, not per stack entry: the stacks table
+    is mapped in numpy (a large profile holds a million entries)."""
+    frames = list(view.frames)
+    index: dict[Frame, int] = {}
+    target = np.arange(len(frames), dtype=np.int64)
+    for i, f in enumerate(view.frames):
+        if f.filename:
+            ff = Frame(os.path.basename(f.filename) or f.filename, f.filename, 0, 0, f.kind)
+            j = index.get(ff)
+            if j is None:
+                j = index[ff] = len(frames)
+                frames.append(ff)
+            target[i] = j
+    flat, offsets = view.flat_stacks()
+    return Profile(tuple(frames), CSRStacks(target[flat], offsets), view.threads, view.labelsets, view.event,
+                   view.stack, view.thread, view.labels, view.time_ns, view.values, view.metadata, view.tick_ns)
 
 
 def _top(view: Profile, event: EventType, group: str) -> dict[tuple, list[int]]:
