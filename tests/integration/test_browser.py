@@ -442,11 +442,19 @@ def test_diff_report_offline(browser, tmp_path):
     print(f"\n[browser] offline diff report rendered in {render:.2f} s")
 
 
+# Selectors below look in the notebook tab in front: JupyterLab restores the tabs of
+# the other tests, whose explorers stay in the page, hidden.
+def _title_here(page) -> str:
+    return page.evaluate(
+        "() => { const t = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer "
+        ".js-plotly-plot .gtitle'); return t ? t.textContent : ''; }")
+
+
 # the main flame chart is the explorer's first plot
-_FLAME_LABELS = ("() => Array.from(document.querySelector('.ddprof-explorer .js-plotly-plot')"
+_FLAME_LABELS = ("() => Array.from(document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot')"
                  ".querySelectorAll('g.slice text')).map(t => t.textContent).sort().join('|')")
-_FLAME_WIDTH = "() => document.querySelector('.ddprof-explorer .js-plotly-plot .main-svg').getBoundingClientRect().width"
-_EXPLORER_WIDTH = "() => document.querySelector('.ddprof-explorer').getBoundingClientRect().width"
+_FLAME_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot .main-svg').getBoundingClientRect().width"
+_EXPLORER_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer').getBoundingClientRect().width"
 
 
 def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
@@ -454,79 +462,83 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
     with _page(browser, root / "failure_views.png") as page:
         _open_and_wait_idle(page, url, token, "views.ipynb")
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function("() => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length > 20",
+        page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot g.slice').length > 20",
                                polling=100, timeout=90_000)
-        page.wait_for_selector(".ddprof-explorer table.ddprof-top tbody tr", timeout=30_000)
-        title0 = _title(page)
+        page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top tbody tr", timeout=30_000)
+        title0 = _title_here(page)
         labels0 = page.evaluate(_FLAME_LABELS)
 
         # WHEN the first row of the top table is clicked THEN its sandwich opens: callers
         # above, callees below (two more charts), and no filter changed the flame
-        row = page.locator(".ddprof-explorer table.ddprof-top tbody tr").first
+        row = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top tbody tr").first
         name = row.locator("td").nth(6).inner_text()
         row.click()
-        page.wait_for_function("() => { const s = document.querySelector('.ddprof-sandwich');"
+        page.wait_for_function("() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich');"
                                " return s && s.offsetParent !== null"
                                " && s.querySelectorAll('.js-plotly-plot g.slice').length >= 2; }",
                                polling=100, timeout=30_000)
-        header = page.locator(".ddprof-sandwich").inner_text()
+        header = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich").inner_text()
         assert name in header and "callers above, callees below" in header, header
-        assert _title(page) == title0
+        assert _title_here(page) == title0
         # the sort header works too: sorting by total puts another column's arrow up
-        page.locator(".ddprof-explorer table.ddprof-top th", has_text="total time").click()
-        page.wait_for_function("() => document.querySelector('.ddprof-explorer table.ddprof-top th.sortable')"
-                               " && Array.from(document.querySelectorAll('.ddprof-explorer table.ddprof-top th'))"
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th", has_text="total time").click()
+        page.wait_for_function("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th.sortable')"
+                               " && Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th'))"
                                ".some(th => th.textContent.startsWith('total time') && th.textContent.includes('\\u25BC'))",
                                timeout=20_000)
 
         # WHEN "inverted" is pressed THEN the flame holds other nodes (roots are the leaves)
-        page.locator(".ddprof-explorer button", has_text="inverted").click()
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
         page.wait_for_function(f"(l) => ({_FLAME_LABELS})() !== l", arg=labels0, polling=100, timeout=20_000)
-        page.locator(".ddprof-explorer button", has_text="inverted").click()
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
         page.wait_for_function(f"(l) => ({_FLAME_LABELS})() === l", arg=labels0, polling=100, timeout=20_000)
 
         # WHEN a "drop function" transform is added THEN a chip shows and the total drops;
         # WHEN the chip is clicked THEN the whole profile is back
-        page.locator(".ddprof-explorer select").filter(has_text="drop function").select_option("drop function")
-        box = page.get_by_placeholder("regex (empty: the selected function)")
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select").filter(has_text="drop function").select_option("drop function")
+        box = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").get_by_placeholder(
+            "regex (empty: the selected function)")
         box.fill("^load_0$")
         box.press("Tab")
-        page.locator(".ddprof-explorer button", has_text="add transform").click()
-        chip = page.locator(".ddprof-explorer .ddprof-chip", has_text="drop function: ^load_0$")
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="add transform").click()
+        chip = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .ddprof-chip", has_text="drop function: ^load_0$")
         chip.wait_for(timeout=20_000)
-        page.wait_for_function("(t) => document.querySelector('.ddprof-explorer .gtitle').textContent !== t",
+        page.wait_for_function("(t) => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent !== t",
                                arg=title0, polling=100, timeout=20_000)
         chip.click()
-        page.wait_for_function("() => !document.querySelector('.ddprof-explorer .ddprof-chip')", timeout=20_000)
-        page.wait_for_function("(t) => document.querySelector('.ddprof-explorer .gtitle').textContent === t",
+        page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .ddprof-chip')", timeout=20_000)
+        page.wait_for_function("(t) => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent === t",
                                arg=title0, polling=100, timeout=20_000)
 
         # WHEN the window narrows and widens THEN the flame chart follows the output's width
         widths = []
         for w in (1000, 1700):
+            before = page.evaluate(_EXPLORER_WIDTH)
             page.set_viewport_size({"width": w, "height": 1100})
+            # the output area takes the new width first, then the chart follows it
+            page.wait_for_function(f"(b) => ({_EXPLORER_WIDTH})() !== b", arg=before, polling=100, timeout=20_000)
             page.wait_for_function(f"() => Math.abs(({_FLAME_WIDTH})() - ({_EXPLORER_WIDTH})()) < 40",
                                    polling=100, timeout=20_000)
             widths.append(page.evaluate(_FLAME_WIDTH))
         # (the side panel JupyterLab restores may be open or not: only the change is known)
         assert widths[1] > widths[0] + 200, widths
         IMG.mkdir(parents=True, exist_ok=True)
-        page.locator(".ddprof-sandwich").screenshot(path=str(IMG / "explorer_sandwich.png"))
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich").screenshot(path=str(IMG / "explorer_sandwich.png"))
 
         # WHEN the event is switched to wall and the page reloaded (the kernel lives on)
         # THEN the restored charts show wall, as the restored dropdown says, without errors
         errors: list[str] = []
         page.on("console", lambda m: errors.append(m.text) if "Error setting state" in m.text else None)
-        page.locator(".ddprof-explorer select").filter(has_text="Wall time").select_option(label="Wall time")
-        page.wait_for_function("() => document.querySelector('.ddprof-explorer .gtitle').textContent.includes('Wall')",
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select").filter(has_text="Wall time").select_option(label="Wall time")
+        page.wait_for_function("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent.includes('Wall')",
                                polling=100, timeout=20_000)
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=20_000)
         _open_and_wait_idle(page, url, token, "views.ipynb")
-        page.wait_for_function("() => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length > 20",
+        page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot g.slice').length > 20",
                                polling=100, timeout=90_000)
-        assert "Wall" in _title(page), _title(page)
-        selected = page.evaluate("() => Array.from(document.querySelectorAll('.ddprof-explorer select'))"
+        assert "Wall" in _title_here(page), _title_here(page)
+        selected = page.evaluate("() => Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select'))"
                                  ".map(s => s.options[s.selectedIndex] && s.options[s.selectedIndex].text.replace(/\\u00a0/g, ' '))")
         assert "Wall time" in selected, selected
         # (the page also logs "Error setting state: Cannot read properties of undefined
@@ -541,8 +553,8 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
             req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
             urllib.request.urlopen(req, timeout=20).read()
         _open_and_wait_idle(page, url, token, "views.ipynb")
-        page.wait_for_function("() => { const s = document.querySelector('.ddprof-static-fallback');"
+        page.wait_for_function("() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-static-fallback');"
                                " return s && s.offsetParent !== null && s.querySelectorAll('svg rect').length > 20; }",
                                polling=200, timeout=60_000)
-        assert page.locator(".ddprof-explorer").count() == 0
+        assert page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").count() == 0
         print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")
