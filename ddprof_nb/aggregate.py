@@ -63,12 +63,9 @@ def _stacks_containing(profile: Profile, frame_mask: np.ndarray) -> np.ndarray:
     flat, offsets = profile.flat_stacks()
     if len(flat) == 0:
         return np.zeros(len(profile.stacks), dtype=bool)
-    hits = frame_mask[flat].astype(np.int64)
-    counts = np.add.reduceat(hits, offsets[:-1]) if len(offsets) > 1 else np.zeros(0, np.int64)
-    # reduceat on an empty segment returns the next element; fix empty stacks explicitly
-    empty = offsets[:-1] == offsets[1:]
-    counts[empty] = 0
-    return counts > 0
+    # hits per stack from a running sum: empty stacks (also at the end) count 0
+    csum = np.concatenate(([0], np.cumsum(frame_mask[flat], dtype=np.int64)))
+    return csum[offsets[1:]] > csum[offsets[:-1]]
 
 
 def _stacks_matching(profile: Profile, rx) -> np.ndarray:

@@ -65,6 +65,7 @@ from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_I
 from .errors import ProfilerBusyError, ProfilerError
 from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
 from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
+from .explorer.threads import KERNEL_FRAMES
 from .history import history
 from .kernels import ALLOW_ATTACH_HELP, allow_attach, find_kernel, list_kernels, runtime_dir
 from .remote import RemoteError, Target, VersionMismatch, dump_text
@@ -80,13 +81,6 @@ __all__ = ["DDProfMagics", "load_ipython_extension", "unload_ipython_extension",
 display_mode = "auto"
 
 _OWN_FILES = frozenset({__file__, os.path.realpath(__file__)})
-# Frames of the kernel's own machinery: a thread that only ever runs these during a
-# cell (IOPub, heartbeat, control, output watchers, idle executor workers) is hidden.
-_KERNEL_MACHINERY = (
-    r"[/\\](ipykernel|zmq|tornado|jupyter_client|traitlets|IPython|comm)[/\\]"
-    r"|[/\\](threading|selectors|socket|queue|socketserver)\.py$|[/\\](asyncio|concurrent[/\\]futures)[/\\]"
-    r"|^\[(no Python frames|truncated|unknown|GC)\]$"
-)
 _SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help",
                 "kernels", "dump", "attach", "allow-attach")
 _CO_COROUTINE = inspect.CO_COROUTINE
@@ -315,7 +309,7 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
     profile = session.sampler.stop(
         pipeline.MAGIC, is_root=is_root, drop=lambda f: f.filename in _OWN_FILES, outside=outside,
         rename=shell if shell is not None else True,
-        hide=None if session.all_threads else _KERNEL_MACHINERY, hide_reason="--all-threads keeps them",
+        hide=None if session.all_threads else KERNEL_FRAMES, hide_reason="--all-threads keeps them",
     )
     name = session.name
     if name is None:

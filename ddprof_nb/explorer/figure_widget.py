@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -59,7 +59,26 @@ export default () => {
       inner = typeof mod.default === "function" ? await mod.default() : mod.default;
       return inner.initialize(ctx);
     },
-    render(ctx) { return inner.render(ctx); },
+    // plotly.js re-measures on a window resize only ("responsive"); the output area
+    // also changes width when a side panel opens or the pane is dragged: watch it.
+    async render(ctx) {
+      const cleanup = await inner.render(ctx);
+      if (typeof ResizeObserver !== "function") return cleanup;
+      let width = 0;
+      const observer = new ResizeObserver(() => {
+        const gd = ctx.el.classList.contains("js-plotly-plot") ? ctx.el : ctx.el.querySelector(".js-plotly-plot");
+        const w = ctx.el.clientWidth;
+        if (gd && w && w !== width && gd._responsiveChartHandler) {
+          width = w;
+          gd._responsiveChartHandler();
+        }
+      });
+      observer.observe(ctx.el);
+      return () => {
+        observer.disconnect();
+        if (typeof cleanup === "function") cleanup();
+      };
+    },
   };
 };
 """
@@ -109,6 +128,11 @@ def figure_widget_class():
             if self.__dict__.get("_ddprof_ready"):
                 super().open()
 
+        def _should_send_property(self, key, value):
+            if key in ("_widget_data", "_widget_layout") and self.__dict__.get("_ddprof_quiet"):
+                return False  # see remember_state
+            return super()._should_send_property(key, value)
+
         def __init__(self, *a, **k):
             _ensure_carrier()  # its comm_open precedes ours
             super().__init__(*a, **k)
@@ -139,6 +163,26 @@ def send_update(fig, traces: list[dict], layout: dict) -> None:
         for k, v in _flatten(props).items():
             restyle.setdefault(k, [None] * len(traces))[i] = v
     fig.plotly_update(restyle_data=restyle, relayout_data=_flatten(layout), trace_indexes=list(range(len(traces))))
+
+
+def remember_state(fig) -> None:
+    """Make the figure's stored state its current data and layout, without sending them.
+
+    plotly changes a drawn figure with one-off messages and keeps its creation-time
+    data in the ``_widget_data``/``_widget_layout`` state; a page reloaded with the
+    kernel alive draws from that state, so it showed the first view (contradicting the
+    controls) and the next message addressed traces it did not have ("indices must be
+    valid indices for gd.data").  The browser already has the data: the state is
+    written quietly (``FigureWidget._should_send_property``), for the next view to be
+    restored to read."""
+    from copy import deepcopy
+
+    fig._ddprof_quiet = True
+    try:
+        fig._widget_data = deepcopy(fig._data)
+        fig._widget_layout = deepcopy(fig._layout_obj._props)
+    finally:
+        fig._ddprof_quiet = False
 
 
 _TEMPLATES: dict = {}
@@ -178,6 +222,7 @@ def figure_widget(traces, layout: dict, trace_type: str):
     data = [dict(t, type=trace_type) for t in traces]
     layout = dict(layout, template=_template((trace_type,)))
     fig = figure_widget_class()(data=data, layout=layout, _validate=False)
+    fig._config = dict(fig._config, responsive=True)  # resize with the window (and see render())
     # Only the bulk data skips validation.  With validation off, plotly's object API
     # (``fig.layout.autosize = True``, ``xaxis.update(range=...)``) would change the
     # Python copy and send nothing to the browser: turn it back on for those edits.

@@ -2,11 +2,13 @@
 
 State lives in the controls; every change runs one pipeline:
 
+    threads.hide_machinery (unless shown), chips.apply (transforms) -> base
     aggregate.filter (events, threads, labels, focus/ignore/hide)   -> timeline view
     aggregate.filter (time range from the timeline)                 -> view
-    render.call_tree / diff_tree                                    -> tree
+    render.call_tree / diff_tree (of the inverted view if asked)   -> tree
     render.flame_data (min %, search, flame/icicle)                 -> flame chart
-    aggregate.top                                                   -> top table
+    top_rows (grouped by function/line/file, sorted)                -> top table
+    sandwich.sandwich_data (the selected function)                  -> sandwich
 
 and stops at the first step the change touches (a search or min-% change re-prunes
 the cached tree only).  Figures are plotly FigureWidgets updated inside
@@ -24,22 +26,30 @@ from pathlib import Path
 import ipywidgets as W
 import numpy as np
 
-from .. import aggregate
+from .. import aggregate, transforms
 from .. import render as F
 from ..events import EventType
 from ..exporters import write_atomic
 from ..model import Frame, Profile
 from ..render.figures import report as interactive_report
-from .figure_widget import figure_widget, send_update
+from .chips import TransformBar, apply as apply_transforms
+from .figure_widget import figure_widget, remember_state, send_update
+from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
-from .top_rows import row_label, sort_rows, top_rows
+from .threads import Machinery, hide_machinery, user_first
+from .top_rows import GROUPS, cells, columns, sort_rows, top_rows
+from .top_table import TopTable
 
 __all__ = ["Explorer"]
 
 _CSS = """<style>
-.ddprof-top select { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
+.ddprof-banner { font-size: 12px; }
+.jp-OutputArea:has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback),
+.output:has(.ddprof-explorer) .output_area:has(.ddprof-static-fallback) { display: none; }
+.ddprof-banner summary { cursor: pointer; }
+.ddprof-banner div { margin-left: 1.2em; opacity: .85; }
 </style>"""
 
 
@@ -89,6 +99,9 @@ class Explorer(W.VBox):
         self._selected: Frame | None = None
         self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
         self._busy = False
+        self._show_machinery = False
+        self.transform_bar = TransformBar(on_change=self._on_transforms, selected=lambda: self._selected)
+        self._make_bases()
 
         events, first = self._events(event)
         self._make_controls(events, first, min_pct)
@@ -117,6 +130,7 @@ class Explorer(W.VBox):
         self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
                                         tooltips=["root at the bottom", "root at the top"],
                                         style={"button_width": "62px"})
+        self.inverted_tb = W.ToggleButton(value=False, description="inverted", layout=W.Layout(width="80px"))
         self.only_mine_cb = W.Checkbox(value=False, description="only my code", indent=False,
                                        layout=W.Layout(width="115px"))
         self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
@@ -127,6 +141,8 @@ class Explorer(W.VBox):
         self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
         self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
         self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
+                                           layout=W.Layout(width="auto", display="" if self._hidden else "none"))
         threads = self._thread_options()
         self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
                                             description="threads", layout=W.Layout(width="300px"))
@@ -137,15 +153,15 @@ class Explorer(W.VBox):
         self.message.add_class("ddprof-msg")
         self.status = W.HTML(value="")
         self.status.add_class("ddprof-status")
+        self.banner = W.HTML(value=self._banner_html())
         self.diff_view_tb = W.ToggleButtons(options=[("diff", "diff"), ("before", "before"), ("after", "after")],
                                             value="diff", style={"button_width": "60px"})
         self.diff_norm_tb = W.ToggleButtons(options=[("normalised", True), ("absolute", False)], value=True,
                                             tooltips=["before scaled to after's total", "raw values"],
                                             style={"button_width": "80px"})
-        self.top_sort_tb = W.ToggleButtons(options=self._sort_options(), style={"button_width": "58px"},
-                                           description="sort")
-        self.top_sel = W.Select(options=[], rows=14, layout=W.Layout(width="100%"))
-        self.top_sel.add_class("ddprof-top")
+        self.top_group_tb = W.ToggleButtons(options=list(GROUPS), value="function", description="group by",
+                                            style={"button_width": "68px"})
+        self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
         # every labelled control says on hover what it does (with no tooltip, ipywidgets
@@ -153,6 +169,7 @@ class Explorer(W.VBox):
         for widget, tip in (
             (self.event_dd, "the event every view shows"),
             (self.value_tb, "what the charts measure: the count, or the time or bytes"),
+            (self.inverted_tb, "bottom-up: the roots are the leaves (self time first)"),
             (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
             (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
             (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
@@ -162,19 +179,22 @@ class Explorer(W.VBox):
             (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
             (self.clear_btn, "back to the whole profile"),
             (self.diff_view_tb, "the difference, or either profile alone"),
-            (self.top_sort_tb, "order of the table"),
-            (self.top_sel, "click a row to focus every view on that function"),
+            (self.top_group_tb, "one row per function, per line or per file"),
             (self.range_btn, "show the whole time axis again"),
+            (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
         ):
             widget.tooltip = tip
 
     def _make_figures(self) -> None:
+        self.sandwich = SandwichPanel(on_select=self.select_function)
         self._last_criteria = None
         self._zoom_level = ""  # the flame trace's ``level`` (see _update)
         self._update("filter")
         self.flame = figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
         td = self._timeline_data()
         self.timeline = figure_widget(F.timeline_traces(td), F.timeline_layout(td), "bar")
+        self.flame.add_class("ddprof-flame")
+        self.timeline.add_class("ddprof-timeline")
         self._extent_ms = td.extent_ms
         self._has_time = td.has_time  # False: no sample timestamps, so no time-range filter
         if not self._has_time:
@@ -182,13 +202,15 @@ class Explorer(W.VBox):
         self._refresh_top()
 
     def _wire(self) -> None:
-        for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.threads_sel, self.labels_txt,
+        for w in (self.event_dd, self.value_tb, self.only_mine_cb, self.inverted_tb, self.threads_sel, self.labels_txt,
                   self.focus_txt, self.ignore_txt, self.hide_txt, self.diff_view_tb):
             w.observe(self._on_filter, names="value")
         for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
             w.observe(self._on_render, names="value")
-        self.top_sort_tb.observe(lambda _: self._refresh_top(), names="value")
-        self.top_sel.observe(self._on_top_select, names="value")
+        self.machinery_tb.observe(self._on_machinery, names="value")
+        self.top_group_tb.observe(lambda _: self._refresh_top(), names="value")
+        self.top_table.observe(lambda _: self._refresh_top(), names="sort")
+        self.top_table.observe(self._on_top_select, names="selected")
         self.clear_btn.on_click(lambda _: self.clear_filters())
         self.range_btn.on_click(lambda _: self.set_time_range(None))
         self.flame.data[0].on_click(self._on_flame_click)
@@ -198,22 +220,24 @@ class Explorer(W.VBox):
         self.timeline.layout.xaxis.on_change(self._on_autorange, "autorange")
 
     def _rows(self) -> list:
-        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.only_mine_cb, self.min_pct_sl]
-        rows = [W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.inverted_tb, self.only_mine_cb, self.min_pct_sl]
+        rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
         if self.diff:
             rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
                                layout=W.Layout(flex_flow="row wrap")))
         rows += [
             W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
                    layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.threads_sel, self.labels_txt, self.clear_btn, self.range_btn],
+            W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
                    layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            self.transform_bar.box,
             self.message,
             self.status,
             self.flame,
+            self.sandwich.box,
             self.timeline,
             W.HBox(
-                [W.VBox([self.top_sort_tb, self.top_sel], layout=W.Layout(width="50%")),
+                [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(width="50%")),
                  W.VBox([self.source], layout=W.Layout(width="50%"))],
             ),
             W.HTML(_CSS),
@@ -235,21 +259,82 @@ class Explorer(W.VBox):
     def _value_options(e: EventType):
         return [(F.value_label(e, 0), 0), (F.value_label(e, 1), 1)]
 
-    def _sort_options(self):
-        opts = [("self", "self"), ("total", "total"), ("name", "name")]
-        return ([("change", "delta")] + opts) if self.diff else opts
+    def _make_bases(self) -> None:
+        """``_base`` (and ``_base_before``): the profiles every view starts from: without
+        the kernel's and the profiler's threads and work (unless shown), through the
+        transforms' chips."""
+        if not hasattr(self, "_hidden"):
+            base, hidden = hide_machinery(self.profile)
+            before = None
+            if self.diff:
+                before, hidden_before = hide_machinery(self.before)
+                hidden = Machinery(tuple(dict.fromkeys(hidden.threads + hidden_before.threads)),
+                                   hidden.own_samples + hidden_before.own_samples)
+            if len(self.profile) and not len(base):  # nothing but machinery: hide nothing
+                base, before, hidden = self.profile, self.before, Machinery()
+            self._hidden, self._hidden_bases = hidden, (base, before)
+        base, before = (self.profile, self.before) if self._show_machinery else self._hidden_bases
+        steps = self.transform_bar.steps
+        self._base, self._base_before = apply_transforms(base, steps), apply_transforms(before, steps)
+        self._last_criteria = None  # the views are cut from another base
 
-    def _all_profiles(self) -> list[Profile]:
-        return [self.before, self.profile] if self.diff else [self.profile]
+    def _machinery_text(self) -> str:
+        h = self._hidden
+        n = len(h.threads)
+        return (f"show {n} kernel thread{'s' if n != 1 else ''}" if n else "show the profiler's work")
 
     def _thread_options(self):
-        seen: dict[int, str] = {}
-        for p in self._all_profiles():
+        seen: dict[int, object] = {}
+        for p in ([self._base_before, self._base] if self.diff else [self._base]):
             busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
             for i, t in enumerate(p.threads):
                 if busy[i]:
-                    seen.setdefault(t.tid, t.name)
-        return [(f"{name} ({tid})", tid) for tid, name in sorted(seen.items(), key=lambda kv: kv[1])]
+                    seen.setdefault(t.tid, t)
+        return [(f"{t.name} ({t.tid})", t.tid) for t in user_first(seen.values())]
+
+    def _banner_html(self) -> str:
+        """One line (engine, duration, samples, what is hidden or dropped); the details
+        (notes, hidden threads, dropped samples explained) one click away."""
+        meta = self.profile.metadata
+        n = int(self.profile.values[:, 0].sum()) if len(self.profile) else 0
+        line = [meta.engine or "unknown engine", F.format_duration(meta.duration_ns), f"{n:,} samples"]
+        details = []
+        if self._hidden:
+            line.append(self._hidden.describe())
+            if self._hidden.threads:
+                details.append("Hidden in every view (the button beside the thread list shows them): "
+                               + ", ".join(sorted(set(self._hidden.threads))) + ".")
+            if self._hidden.own_samples:
+                details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
+        dropped = sum(int(v) for v in dict(meta.dropped).values())
+        if dropped:
+            line.append(f"{dropped:,} samples lost")
+            per = ", ".join(f"{EventType.parse(e).label} {int(v):,}" for e, v in dict(meta.dropped).items() if int(v))
+            details.append(
+                f"{dropped:,} samples were lost while recording ({per}): the sampler's buffer was full, or a stack "
+                "changed while it was being read.  The totals shown are that much lower than what ran.")
+        details += [f"Note: {note}" for note in meta.notes]
+        if meta.python_version or meta.host:
+            details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
+        summary = F.esc(" · ".join(line))
+        body = "".join(f"<div>{F.esc(d)}</div>" for d in details)
+        return (f"<details class='ddprof-banner'><summary>{summary}</summary>{body}</details>" if body
+                else f"<div class='ddprof-banner'>{summary}</div>")
+
+    def _on_machinery(self, change) -> None:
+        """Show or hide the kernel's threads and the profiler's work in every view."""
+        self._show_machinery = bool(change["new"])
+        self._make_bases()
+        self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
+        busy, self._busy = self._busy, True
+        try:
+            kept = set(self.threads_sel.value)
+            opts = self._thread_options()
+            self.threads_sel.options = opts
+            self.threads_sel.value = tuple(tid for _, tid in opts if tid in kept)
+        finally:
+            self._busy = busy
+        self._update("filter", timeline=True, top=True)
 
     def _label_placeholder(self) -> str:
         for ls in self.profile.labelsets:
@@ -292,11 +377,11 @@ class Explorer(W.VBox):
         if crit == self._last_criteria:
             return
         self._last_criteria = crit
-        self._tl_view = _primed(aggregate.filter(self.profile, **crit), self.profile)
+        self._tl_view = _primed(aggregate.filter(self._base, **crit), self._base)
         self._view_before = None
         if self.diff:
             # the time range comes from the "after" timeline; it does not apply to "before"
-            self._view_before = _primed(aggregate.filter(self.before, **crit), self.before)
+            self._view_before = _primed(aggregate.filter(self._base_before, **crit), self._base_before)
 
     def _time_view(self) -> None:
         """``_view``: ``_tl_view`` cut to the timeline's range (every other view uses it)."""
@@ -306,11 +391,14 @@ class Explorer(W.VBox):
     def _build_tree(self) -> F.CallTree:
         mode = self.diff_view_tb.value if self.diff else "single"
         omc = self.only_mine_cb.value
+        view, before = self._view, self._view_before
+        if self.inverted_tb.value:
+            view, before = transforms.inverted(view), (transforms.inverted(before) if before is not None else None)
         if mode == "diff":
-            return F.diff_tree(self._view_before, self._view, self.event, self.value_index, omc)
+            return F.diff_tree(before, view, self.event, self.value_index, omc)
         if mode == "before":
-            return F.call_tree(self._view_before, self.event, self.value_index, omc)
-        return F.call_tree(self._view, self.event, self.value_index, omc)
+            return F.call_tree(before, self.event, self.value_index, omc)
+        return F.call_tree(view, self.event, self.value_index, omc)
 
     def _flame_data(self) -> F.FlameData:
         return F.flame_data(
@@ -370,8 +458,13 @@ class Explorer(W.VBox):
             if top:
                 self._refresh_top()
                 self._refresh_source()
+            if first <= 2:
+                self._refresh_sandwich()
         finally:
             self._busy = busy
+            for fig in (getattr(self, "flame", None), getattr(self, "timeline", None)):
+                if fig is not None:
+                    remember_state(fig)  # a reloaded page draws what the controls say
             t["update"] = time.perf_counter() - t0
 
     def _refresh_timeline(self) -> None:
@@ -406,37 +499,50 @@ class Explorer(W.VBox):
             parts.append(f"time {a / 1e6:,.0f}–{b / 1e6:,.0f} ms")
         if fd.search:
             parts.append(f"search matches {fd.search_matches} nodes, {100 * fd.search_share:.1f}% of total")
-        dropped = self.profile.metadata.dropped.get(e, 0) if self.profile.metadata.dropped else 0
-        if dropped:
-            parts.append(f"{dropped:,} samples dropped while recording")
         self.status.value = F.esc(" · ".join(parts))
 
     # -- top table ----------------------------------------------------------------------
 
     def _refresh_top(self) -> None:
+        """The table's rows: grouped, sorted by the clicked header, cut to ``top_n``."""
         t0 = time.perf_counter()
-        rows = top_rows(self._view, self.event, self.value_index, self._view_before if self.diff else None,
+        e, group = self.event, self.top_group_tb.value
+        rows = top_rows(self._view, e, group, self._view_before if self.diff else None,
                         normalize=bool(self.diff_norm_tb.value))
         self.timings["top"] = time.perf_counter() - t0
-        self._top = rows = sort_rows(rows, self.top_sort_tb.value)[: self.top_n]
-        unit = F.value_unit(self.event, self.value_index)
-        total = self._tree.totals[-1] or 1
-        opts = [(row_label(r, unit, total, self.diff), i) for i, r in enumerate(rows)]
+        self._top = rows = sort_rows(rows, self.top_table.sort)[: self.top_n]
+        total = self._view.total(e, 1)
         busy, self._busy = self._busy, True
         try:
-            self.top_sel.options = opts
-            self.top_sel.value = None
+            with self.top_table.hold_sync():
+                self.top_table.columns = columns(e, self.diff, group)
+                self.top_table.rows = [cells(r, e, total, self.diff, group) for r in rows]
+                self.top_table.titles = [r.name + (f" — {r.filename}:{r.line}" if r.filename else "") for r in rows]
+                self.top_table.selected = -1
         finally:
             self._busy = busy
 
     def _on_top_select(self, change) -> None:
-        if self._busy or change["new"] is None:
+        """A row click selects its function (for the source view), changing no filter."""
+        if self._busy or change["new"] < 0 or change["new"] >= len(self._top):
             return
-        name, filename, line, *_ = self._top[change["new"]]
-        self.focus_function(name, filename, line)
+        row = self._top[change["new"]]
+        frame = self._function_of(row)
+        if frame is not None:
+            self.select_function(frame)
+
+    def _function_of(self, row) -> Frame | None:
+        """The function a table row stands for (a file row stands for none)."""
+        if self.top_group_tb.value == "file":
+            return None
+        if self.top_group_tb.value == "line":
+            for fr in self._view.frames:
+                if (fr.name, fr.filename, fr.line, fr.kind) == row.key:
+                    return Frame(fr.name, fr.filename, fr.first_line, fr.first_line, fr.kind)
+        return Frame(row.name, row.filename, row.line, row.line, row.kind)
 
     def focus_function(self, name: str, filename: str = "", first_line: int = 0) -> None:
-        """Focus every chart on one function (what a top-table click does) and show its source."""
+        """Focus every chart on one function and show its source."""
         self._selected = Frame(name, filename, first_line, first_line) if filename else Frame(name)
         self.focus_txt.value = "^" + re.escape(name) + "$"  # observers rebuild the views
         self._refresh_source()
@@ -455,6 +561,7 @@ class Explorer(W.VBox):
         # plotly.js re-measures on relayout only when the *user* layout says autosize
         if not fig.to_plotly_json()["layout"].get("autosize"):
             fig.layout.autosize = True
+            remember_state(fig)
 
     # -- flame clicks, source view ------------------------------------------------------
 
@@ -468,9 +575,31 @@ class Explorer(W.VBox):
             self.select_function(fr)
 
     def select_function(self, frame: Frame) -> None:
-        """Show one function's per-line values in the source view (no refocus)."""
+        """Select one function: its sandwich (callers and callees over every call site)
+        and its per-line values in the source view.  No filter changes."""
         self._selected = frame
         self._refresh_source()
+        self._refresh_sandwich(open_it=True)
+
+    def _refresh_sandwich(self, open_it: bool = False) -> None:
+        """Redraw the open sandwich from the current view (closed when its function left it)."""
+        if not hasattr(self, "sandwich") or self._selected is None or not (open_it or self.sandwich.data):
+            return
+        view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
+        try:
+            data = sandwich_data(view, self.event, self.value_index, self._selected,
+                                 min_pct=self.min_pct_sl.value, max_nodes=self.max_nodes)
+        except ValueError:  # not a function of this view
+            data = None
+        if data is None or not data.total:
+            self.sandwich.hide()
+        else:
+            self.sandwich.show(data)
+
+    def _on_transforms(self) -> None:
+        """The chips changed: every view starts again from the transformed base."""
+        self._make_bases()
+        self._update("filter", timeline=True, top=True)
 
     def _refresh_source(self) -> None:
         fr = self._selected
@@ -534,7 +663,7 @@ class Explorer(W.VBox):
             self._update("tree", timeline=True, top=True)
         elif owner is self.value_tb:
             self._update("tree", top=True)
-        elif owner in (self.only_mine_cb, self.diff_view_tb):
+        elif owner in (self.only_mine_cb, self.inverted_tb, self.diff_view_tb):
             # the top table and source view do not fold library frames
             self._update("tree", top=owner is self.diff_view_tb)
         else:
@@ -603,6 +732,18 @@ class Explorer(W.VBox):
         bundle["text/plain"] = self.top_text(rows=rows)
         bundle["text/html"] = self.static_html(rows=rows)
         return bundle
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the static flame graph, then the widget.  A notebook saved with
+        them and reopened without its kernel (or on GitHub, nbviewer) shows the static
+        chart where the widget cannot be drawn; while the widget is drawn, its style
+        sheet (``_CSS``) hides the static output of its own output area."""
+        from IPython.display import display
+
+        bundle = self._repr_mimebundle_()
+        static = bundle.pop("text/html")
+        display({"text/html": f"<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
+        display(bundle, raw=True)
 
     def to_html(self, path) -> Path:
         """Write a self-contained HTML report (plotly.js inlined: opens offline) with the

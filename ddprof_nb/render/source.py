@@ -100,7 +100,7 @@ def source_view(profile: Profile, event, function, value_index: int = 1, max_lin
         func_total = int(w[unique_sorted(hs)].sum())
         leaf_pos = offsets[1:][lengths > 0] - 1
         leaf_stack = np.flatnonzero(lengths > 0)
-        lh = sel[flat[leaf_pos]]
+        lh = sel[flat[leaf_pos]] & (w[leaf_stack] != 0)  # lines of weightless stacks may pass maxl
         slf = np.zeros(maxl, dtype=np.int64)
         np.add.at(slf, line_of[flat[leaf_pos[lh]]], w[leaf_stack[lh]])
         for ln in np.flatnonzero(tot).tolist():

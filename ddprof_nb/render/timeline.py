@@ -49,10 +49,12 @@ class TimelineData:
 
 
 def _lanes(profile: Profile, rows: np.ndarray, vals: np.ndarray, max_lanes: int) -> tuple[list[str], np.ndarray]:
-    """Lane names (busiest thread first; the rest share ``[other threads]``) and each row's lane."""
+    """Lane names (MainThread, then the busiest threads; the rest share ``[other threads]``) and each row's lane."""
     th = profile.thread[rows].astype(np.int64)
     per_thread = np.bincount(th, weights=vals.astype(np.float64), minlength=len(profile.threads))
-    order = [int(t) for t in np.argsort(-per_thread, kind="stable") if per_thread[t] > 0]
+    # MainThread first (where the user's code runs), then the busiest
+    main = np.array([t.name != "MainThread" for t in profile.threads], dtype=bool)
+    order = [int(t) for t in np.lexsort((-per_thread, main)) if per_thread[t] > 0] if len(main) else []
     lane_of_thread = np.full(len(profile.threads), -1, dtype=np.int64)
     lanes = []
     for t in order[:max_lanes]:

@@ -48,6 +48,14 @@ if not os.path.exists(CHROMIUM):
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install playwright)")
 
 
+# The sandwich, inverted and transform views, and the width following the window.
+VIEWS_CELLS = (
+    f"import sys\nsys.path.insert(0, {str(HELPERS)!r})\nfrom explorer_demo import make_profile\n"
+    "from ddprof_nb.explorer import Explorer\nex = Explorer(make_profile(n_samples=20_000, n_stacks=300))",
+    "ex",
+)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +113,7 @@ def lab(tmp_path_factory):
     )
     _notebook(root / "explorer.ipynb")
     _notebook(root / "two.ipynb", TWO_CELLS)
+    _notebook(root / "views.ipynb", VIEWS_CELLS)
     port, token = _free_port(), "ddprof-test-token"
     # a private Jupyter config/data/runtime: the user's kernels and settings stay out of it
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
@@ -149,7 +158,10 @@ def browser():
 
 
 def _slices(page) -> int:
-    return page.evaluate("() => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length")
+    """Nodes drawn in the main flame chart (the explorer's first plot; a click opens the
+    sandwich's two more)."""
+    return page.evaluate(
+        "() => document.querySelector('.ddprof-explorer .js-plotly-plot').querySelectorAll('g.slice').length")
 
 
 def _title(page) -> str:
@@ -230,8 +242,9 @@ def _run_explorer_notebook(page, url, token):
     n0 = _slices(page)
     title0 = _title(page)
     assert "CPU time" in title0, title0
-    # the widget view was chosen, not the static HTML fallback
-    assert page.locator(".ddprof-static-flame").count() == 0
+    # the widget view is drawn, and the static flame output beside it is hidden
+    assert page.locator(".ddprof-static-fallback").count() == 1
+    assert page.locator(".ddprof-static-fallback").is_hidden()
 
     # Times below are read from the page's own clock: from the input event (mouseup or
     # keydown) to the flame chart's next plotly_afterplot, i.e. kernel round trip + redraw.
@@ -287,7 +300,7 @@ def _run_explorer_notebook(page, url, token):
                            arg=title0, polling="raf", timeout=20_000)
 
     # WHEN a range is dragged on the timeline THEN the flame shows only that time
-    timeline = page.locator(".ddprof-explorer .js-plotly-plot").nth(1).locator("rect.nsewdrag")
+    timeline = page.locator(".ddprof-explorer .ddprof-timeline rect.nsewdrag")
     timeline.scroll_into_view_if_needed()
     box_tl = timeline.bounding_box()
     y = box_tl["y"] + box_tl["height"] / 2
@@ -307,7 +320,8 @@ def _run_explorer_notebook(page, url, token):
     # flame again, tall enough to hold the whole widget, for the screenshots
     page.locator(".ddprof-explorer button", has_text="flame").first.click()
     page.wait_for_function(f"() => !({root_in_top_half})()", polling="raf", timeout=20_000)
-    page.wait_for_function("(n) => document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length >= n",
+    page.wait_for_function("(n) => document.querySelector('.ddprof-explorer .js-plotly-plot')"
+                           ".querySelectorAll('g.slice').length >= n",
                            arg=int(n0 * 0.9), polling="raf", timeout=20_000)
     page.set_viewport_size({"width": 1400, "height": 2000})
     page.locator(".ddprof-explorer").scroll_into_view_if_needed()
@@ -426,3 +440,121 @@ def test_diff_report_offline(browser, tmp_path):
     assert "load_0" in grown
     render = _render_offline(browser, ex.to_html(tmp_path / "diff.html"), "explorer_diff.png")
     print(f"\n[browser] offline diff report rendered in {render:.2f} s")
+
+
+# Selectors below look in the notebook tab in front: JupyterLab restores the tabs of
+# the other tests, whose explorers stay in the page, hidden.
+def _title_here(page) -> str:
+    return page.evaluate(
+        "() => { const t = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer "
+        ".js-plotly-plot .gtitle'); return t ? t.textContent : ''; }")
+
+
+# the main flame chart is the explorer's first plot
+_FLAME_LABELS = ("() => Array.from(document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot')"
+                 ".querySelectorAll('g.slice text')).map(t => t.textContent).sort().join('|')")
+_FLAME_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot .main-svg').getBoundingClientRect().width"
+_EXPLORER_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer').getBoundingClientRect().width"
+
+
+def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure_views.png") as page:
+        _open_and_wait_idle(page, url, token, "views.ipynb")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot g.slice').length > 20",
+                               polling=100, timeout=90_000)
+        page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top tbody tr", timeout=30_000)
+        title0 = _title_here(page)
+        labels0 = page.evaluate(_FLAME_LABELS)
+
+        # WHEN the first row of the top table is clicked THEN its sandwich opens: callers
+        # above, callees below (two more charts), and no filter changed the flame
+        row = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top tbody tr").first
+        name = row.locator("td").nth(6).inner_text()
+        row.click()
+        page.wait_for_function("() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich');"
+                               " return s && s.offsetParent !== null"
+                               " && s.querySelectorAll('.js-plotly-plot g.slice').length >= 2; }",
+                               polling=100, timeout=30_000)
+        header = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich").inner_text()
+        assert name in header and "callers above, callees below" in header, header
+        assert _title_here(page) == title0
+        # the sort header works too: sorting by total puts another column's arrow up
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th", has_text="total time").click()
+        page.wait_for_function("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th.sortable')"
+                               " && Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer table.ddprof-top th'))"
+                               ".some(th => th.textContent.startsWith('total time') && th.textContent.includes('\\u25BC'))",
+                               timeout=20_000)
+
+        # WHEN "inverted" is pressed THEN the flame holds other nodes (roots are the leaves)
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
+        page.wait_for_function(f"(l) => ({_FLAME_LABELS})() !== l", arg=labels0, polling=100, timeout=20_000)
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
+        page.wait_for_function(f"(l) => ({_FLAME_LABELS})() === l", arg=labels0, polling=100, timeout=20_000)
+
+        # WHEN a "drop function" transform is added THEN a chip shows and the total drops;
+        # WHEN the chip is clicked THEN the whole profile is back
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select").filter(has_text="drop function").select_option("drop function")
+        box = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").get_by_placeholder(
+            "regex (empty: the selected function)")
+        box.fill("^load_0$")
+        box.press("Tab")
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="add transform").click()
+        chip = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .ddprof-chip", has_text="drop function: ^load_0$")
+        chip.wait_for(timeout=20_000)
+        page.wait_for_function("(t) => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent !== t",
+                               arg=title0, polling=100, timeout=20_000)
+        chip.click()
+        page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .ddprof-chip')", timeout=20_000)
+        page.wait_for_function("(t) => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent === t",
+                               arg=title0, polling=100, timeout=20_000)
+
+        # WHEN the window narrows and widens THEN the flame chart follows the output's width
+        widths = []
+        for w in (1000, 1700):
+            before = page.evaluate(_EXPLORER_WIDTH)
+            page.set_viewport_size({"width": w, "height": 1100})
+            # the output area takes the new width first, then the chart follows it
+            page.wait_for_function(f"(b) => ({_EXPLORER_WIDTH})() !== b", arg=before, polling=100, timeout=20_000)
+            page.wait_for_function(f"() => Math.abs(({_FLAME_WIDTH})() - ({_EXPLORER_WIDTH})()) < 40",
+                                   polling=100, timeout=20_000)
+            widths.append(page.evaluate(_FLAME_WIDTH))
+        # (the side panel JupyterLab restores may be open or not: only the change is known)
+        assert widths[1] > widths[0] + 200, widths
+        IMG.mkdir(parents=True, exist_ok=True)
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich").screenshot(path=str(IMG / "explorer_sandwich.png"))
+
+        # WHEN the event is switched to wall and the page reloaded (the kernel lives on)
+        # THEN the restored charts show wall, as the restored dropdown says, without errors
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if "Error setting state" in m.text else None)
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select").filter(has_text="Wall time").select_option(label="Wall time")
+        page.wait_for_function("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .gtitle').textContent.includes('Wall')",
+                               polling=100, timeout=20_000)
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=20_000)
+        _open_and_wait_idle(page, url, token, "views.ipynb")
+        page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer .js-plotly-plot g.slice').length > 20",
+                               polling=100, timeout=90_000)
+        assert "Wall" in _title_here(page), _title_here(page)
+        selected = page.evaluate("() => Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select'))"
+                                 ".map(s => s.options[s.selectedIndex] && s.options[s.selectedIndex].text.replace(/\\u00a0/g, ' '))")
+        assert "Wall time" in selected, selected
+        # (the page also logs "Error setting state: Cannot read properties of undefined
+        # (reading 'length')" twice, with or without the explorer's stored state kept
+        # current: another widget's, not yet traced)
+        assert not [e for e in errors if "indices must be valid" in e], errors
+
+        # WHEN the kernel is gone (shut down; the page reloads onto a new one that has no
+        # such widget) THEN the saved static flame graph shows in place of the widget
+        kernels = json.loads(urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=10).read())
+        for k in kernels:
+            req = urllib.request.Request(f"{url}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=20).read()
+        _open_and_wait_idle(page, url, token, "views.ipynb")
+        page.wait_for_function("() => { const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-static-fallback');"
+                               " return s && s.offsetParent !== null && s.querySelectorAll('svg rect').length > 20; }",
+                               polling=200, timeout=60_000)
+        assert page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").count() == 0
+        print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")

@@ -68,13 +68,16 @@ def test_ddprof_cell_in_a_real_kernel(kernel):
     # AND the status line was printed
     stdout = "".join(s["text"] for s in outputs(messages, "stream") if s["name"] == "stdout")
     assert f"ddprof [{count}]: " in stdout and " samples (cpu " in stdout
-    # AND one display shows the profile: the widget view where a widget frontend runs,
-    # with text/plain and text/html fallbacks naming the hot function
-    (shown,) = outputs(messages, "display_data")
-    data = shown["data"]
-    assert "text/plain" in data and "text/html" in data
+    # AND the profile is shown: the widget view where a widget frontend runs (after a
+    # static flame graph output, for a notebook reopened without its kernel), or one
+    # static display; text/plain and text/html fallbacks name the hot function
+    shown = [m["data"] for m in outputs(messages, "display_data")]
+    data = dict(shown[-1], **shown[0]) if len(shown) == 2 else shown[0]
+    assert len(shown) in (1, 2) and "text/plain" in data and "text/html" in data
     assert "busy" in data["text/plain"] and "busy" in data["text/html"]
-    explorer_present = "application/vnd.jupyter.widget-view+json" in data
+    explorer_present = "application/vnd.jupyter.widget-view+json" in shown[-1]
+    if len(shown) == 2:
+        assert explorer_present and "ddprof-static-fallback" in shown[0]["text/html"]
     if explorer_present:
         assert any(m["msg_type"] == "comm_open" for m in messages)
     # AND the profile in the kernel's history has busy() on top, rooted at the cell
@@ -100,7 +103,7 @@ def test_failing_cell_and_top_level_await_in_a_real_kernel(kernel):
     # after the profile was stored and displayed
     assert reply["status"] == "error" and reply["ename"] == "KeyError"
     kinds = [m["msg_type"] for m in messages if m["msg_type"] in ("display_data", "error")]
-    assert kinds == ["display_data", "error"]
+    assert kinds[-1] == "error" and set(kinds[:-1]) == {"display_data"} and len(kinds) in (2, 3)
     traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(outputs(messages, "error")[0]["traceback"]))
     assert "Cell In[" in traceback and "KeyError: 'missing key'" in traceback
     # GIVEN a cell that awaits at top level inside the kernel's running loop

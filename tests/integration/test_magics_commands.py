@@ -197,12 +197,13 @@ def test_widget_display_uses_the_explorer_mimebundle(shell):
     magics.display_mode = "widget"
     res, count = run(shell, "%%ddprof\nbusy()\n")
     assert res.success
-    # THEN the explorer is displayed with its widget view and text/html fallbacks
-    (output,) = shell.display_pub.outputs
-    data = output["data"]
+    # THEN the explorer is displayed as a static flame (what a notebook reopened without its
+    # kernel shows) and then its widget view with a text fallback
+    static, widget = shell.display_pub.outputs
+    assert "busy" in static["data"]["text/html"] and "ddprof-static-fallback" in static["data"]["text/html"]
+    data = widget["data"]
     assert "application/vnd.jupyter.widget-view+json" in data
     assert "busy" in data["text/plain"]
-    assert "busy" in data["text/html"]
 
 
 @pytest.mark.parametrize("mode", ["widget", "static", "text"])
@@ -220,11 +221,15 @@ def test_show_opens_a_loaded_profile_without_timestamps(shell, capsys, tmp_path,
     assert res.success and "failed" not in out.err and "Traceback" not in out.err
     if mode == "text":
         assert "inner" in out.out and shell.display_pub.outputs == []
-    else:
+    elif mode == "static":
         (output,) = shell.display_pub.outputs
         data = output["data"]
-        assert ("application/vnd.jupyter.widget-view+json" in data) == (mode == "widget")
+        assert "application/vnd.jupyter.widget-view+json" not in data
         assert "inner" in data["text/plain"] and "inner" in data["text/html"]
+    else:  # the static flame, then the widget
+        static, widget = shell.display_pub.outputs
+        assert "inner" in static["data"]["text/html"]
+        assert "application/vnd.jupyter.widget-view+json" in widget["data"] and "inner" in widget["data"]["text/plain"]
 
 
 def test_terminal_display_prints_the_text_table(shell, capsys):

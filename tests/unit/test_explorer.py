@@ -54,6 +54,17 @@ def sample_profile():
     ])
 
 
+def table_names(ex) -> list[str]:
+    """The name column of the top table (function, line or file), top to bottom."""
+    col = [c["key"] for c in ex.top_table.columns].index("name")
+    return [cells[col] for cells in ex.top_table.rows]
+
+
+def table_column(ex, label: str) -> list[str]:
+    col = [c["label"] for c in ex.top_table.columns].index(label)
+    return [cells[col] for cells in ex.top_table.rows]
+
+
 def values(ex) -> dict[str, int]:
     tr = ex.flame.data[0]
     return dict(zip(tr.labels, tr.values))
@@ -204,7 +215,7 @@ def test_timeline_range_filters_the_flame(ex):
     # THEN the flame only holds the early samples, the top table too
     assert set(values(ex)) == {"all (CPU time)", "main", "f", "JSONDecoder.decode"}
     assert "time 0–50 ms" in ex.status.value
-    assert all("g (" not in lab for lab, _ in ex.top_sel.options)
+    assert "g" not in table_names(ex)
     # and the full range clears it
     ex.timeline.layout.xaxis.range = list(ex._extent_ms)
     assert "g" in values(ex)
@@ -223,22 +234,54 @@ def test_timeline_drag_and_double_click_messages(ex):
         ex.set_time_range((50, 100))
 
 
-def test_top_table_is_sortable_and_a_click_focuses(ex):
-    names = lambda: [re.search(r"  (\S+) \(", lab).group(1) for lab, _ in ex.top_sel.options]  # noqa: E731
-    # sorted by self time by default
-    assert names()[0] == "f"
-    ex.top_sort_tb.value = "name"
-    assert names() == sorted(names(), key=str.lower)
-    ex.top_sort_tb.value = "total"
-    assert names()[0] == "main"
-    # WHEN the row of g is clicked
-    idx = [i for lab, i in ex.top_sel.options if "  g (" in lab][0]
-    ex.top_sel.value = idx
-    # THEN focus holds g's exact name, the chart shows only stacks through g, and the
-    # source view shows g
-    assert ex.focus_txt.value == "^g$"
-    assert set(values(ex)) == {"all (CPU time)", "main", "g"}
-    assert "<b>g</b>" in ex.source.value
+def test_top_table_is_an_html_table_sorted_by_its_headers(ex):
+    # columns for both values of the event, each sortable but the percentages
+    assert [(c["label"], c["key"]) for c in ex.top_table.columns] == [
+        ("self time", "self"), ("self %", ""), ("total time", "total"), ("total %", ""),
+        ("self samples", "self_n"), ("total samples", "total_n"), ("function", "name"), ("where", "")]
+    # sorted by self time by default: f 40 ms, g 30, evil 20, decode 10, main 0
+    assert table_names(ex) == ["f", "g", EVIL, "JSONDecoder.decode", "main"]
+    assert table_column(ex, "self time")[:2] == ["40.0 ms", "30.0 ms"]
+    assert table_column(ex, "self %")[0] == "40.0%"
+    assert table_column(ex, "total samples")[0] == "5"  # f: 4 + 1 (decode under it)
+    # WHEN a header is clicked (the frontend sets ``sort``)
+    ex.top_table.sort = "total"
+    assert table_names(ex)[:2] == ["main", "f"]
+    ex.top_table.sort = "name"
+    assert table_names(ex) == sorted(table_names(ex), key=str.lower)
+    ex.top_table.sort = "self_n"
+    assert table_names(ex)[0] == "f" and table_column(ex, "self samples")[:2] == ["4", "3"]
+    # names and paths are whole (no cut at the pane's edge), escaped by the frontend's textContent
+    assert table_column(ex, "where")[table_names(ex).index("JSONDecoder.decode")] == \
+        "/usr/lib/python3.11/json/decoder.py:332"
+
+
+def test_top_table_groups_by_function_line_or_file(ex):
+    ex.value_tb.value = 0
+    ex.top_group_tb.value = "file"
+    # app.py: every stack holds it once (main), so its total is all 10 samples;
+    # decoder.py's self is decode's 1 sample
+    assert [c["label"] for c in ex.top_table.columns][-2] == "file"
+    names = table_names(ex)
+    assert set(names) == {"app.py", "decoder.py", "<img src=x onerror=alert(2)>.py"}
+    assert table_column(ex, "total samples")[names.index("app.py")] == "10"
+    assert table_column(ex, "self samples")[names.index("decoder.py")] == "1"
+    assert table_column(ex, "where")[names.index("app.py")] == APP
+    ex.top_group_tb.value = "line"
+    assert table_column(ex, "where")[table_names(ex).index("f")] == f"{APP}:22"
+
+
+def test_a_row_click_selects_the_function_without_filtering(ex):
+    before = values(ex)
+    # WHEN the row of g is clicked (the frontend sets ``selected``)
+    ex.top_table.selected = table_names(ex).index("g")
+    # THEN g is selected (source view) and no filter changed: every view is as it was
+    assert ex.focus_txt.value == "" and values(ex) == before
+    assert ex._selected == Frame("g", APP, 30, 30) and "<b>g</b>" in ex.source.value
+    # a row of the line grouping selects the function holding that line
+    ex.top_group_tb.value = "line"
+    ex.top_table.selected = table_names(ex).index("f")
+    assert ex._selected == Frame("f", APP, 20, 20)
 
 
 def test_clicking_a_flame_node_shows_its_source(ex):
@@ -354,8 +397,9 @@ def test_diff_mode_shows_exact_changes_normalised_or_absolute():
     dx.diff_norm_tb.value = False
     assert (change("f"), change("g")) == ("+90.0 ms", "±0 ns")
     # the top table shows the change column and sorts by it
-    rows = [lab for lab, _ in dx.top_sel.options]
-    assert "+100 ms  main (" in rows[0] and "+90.0 ms  f (" in rows[1] and "+10.0 ms  h (" in rows[2]
+    assert dx.top_table.sort == "change"
+    assert table_names(dx)[:3] == ["main", "f", "h"]
+    assert table_column(dx, "change of total time")[:3] == ["+100 ms", "+90.0 ms", "+10.0 ms"]
     # the "before" and "after" views are plain flames of each side
     dx.diff_view_tb.value = "before"
     assert values(dx)["f"] == 60 * MS and "h" not in values(dx)
@@ -431,3 +475,38 @@ def test_every_labelled_control_has_a_tooltip(ex):
     labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
     assert len(labelled) >= 10
     assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]
+
+
+def test_a_reloaded_page_gets_the_current_figures_without_a_second_send(ex, monkeypatch):
+    # the stored state a restored view draws from follows every change...
+    sent = []
+    for fig in (ex.flame, ex.timeline):
+        monkeypatch.setattr(fig, "_send", lambda msg, buffers=None, fig=fig: sent.append(msg))
+    ex.event_dd.value = "alloc"
+    state = ex.flame.get_state()
+    assert [t["labels"] for t in state["_widget_data"]] == [list(ex.flame.data[0].labels)]
+    assert "h" in state["_widget_data"][0]["labels"]
+    assert state["_widget_layout"]["title"]["text"] == ex.flame.layout.title.text
+    assert [t["name"] for t in ex.timeline.get_state()["_widget_data"]] == [t.name for t in ex.timeline.data]
+    # ...and is not sent again to the open views, which already drew it
+    assert sent and not any({"_widget_data", "_widget_layout"} & set(m.get("state", {})) for m in sent)
+    # the figures resize with the page
+    assert ex.flame._config.get("responsive") is True and ex.timeline._config.get("responsive") is True
+
+
+def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    ex._ipython_display_()
+    (static, raw1), (widget, raw2) = shown
+    assert raw1 and raw2
+    # first a static flame graph (drawn where no widget can be: no kernel, GitHub, nbviewer)
+    assert list(static) == ["text/html"] and "ddprof-static-fallback" in static["text/html"]
+    assert "<svg" in static["text/html"]
+    # then the widget, whose style sheet hides that static output while it is drawn
+    assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
+    assert "text/html" not in widget and widget["text/plain"]
+    css = next(c.value for c in ex.children if isinstance(c, type(ex.banner)) and "<style>" in c.value)
+    assert ":has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback)" in css

@@ -437,8 +437,9 @@ def test_timeline_has_a_lane_per_thread_coloured_by_state():
         ([main, g], EventType.WALL, 3, 3 * MS, (2, "worker"), {"state": "lock"}, 3),
     ], duration_ms=10)
     td = F.timeline_data(p, "wall")
-    # THEN one lane per thread (busiest first) and runs split where the state changes
-    assert td.lanes == ["worker (2)", "MainThread (1)"]
+    # THEN one lane per thread (MainThread first, though worker is busier) and runs
+    # split where the state changes
+    assert td.lanes == ["MainThread (1)", "worker (2)"]
     assert sorted(td.states) == ["cpu", "lock"]
     runs = sorted((td.lanes[ln], td.states[s], b, n) for ln, s, b, n in zip(td.lane, td.state, td.base, td.length))
     assert runs == [("MainThread (1)", "cpu", 0.0, 1.0), ("worker (2)", "cpu", 0.0, 2.0), ("worker (2)", "lock", 2.0, 2.0)]
@@ -630,3 +631,11 @@ def test_flame_titles_name_the_event_and_its_total_once():
     p = basic()
     assert F.flame_data(F.call_tree(p, "cpu", 1)).title == "CPU time: 100 ms"
     assert F.flame_data(F.call_tree(p, "cpu", 0)).title.startswith("CPU time (samples): ")
+
+
+def test_source_view_of_a_function_without_samples_of_the_event_is_empty():
+    # GIVEN g sampled for CPU only, as the leaf (a line beyond every wall-sampled line)
+    p = build([([main, g], EventType.CPU, 1, MS), ([main], EventType.WALL, 1, MS)])
+    # THEN its wall source view has no values (and does not index past its lines)
+    sv = F.source_view(p, "wall", g)
+    assert sv.total == 0 and all(line.total == 0 for line in sv.lines)

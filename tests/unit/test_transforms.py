@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from ddprof_nb.events import EventType
 from ddprof_nb.model import Frame, Metadata, Profile, ProfileBuilder
 
 NB = "nb.py"
@@ -259,3 +260,13 @@ def test_sandwich_root_of_a_function_without_a_first_line_is_its_lowest_line():
     # THEN both trees have one root, fib at line 4
     assert {callees.stack_frames(s)[0] for s in set(callees.stack.tolist())} == {Frame("fib", NB, 4)}
     assert stacks(callers) == {"fib;main": 9} and stacks(callees) == {"fib;fib": 7, "fib": 2}
+
+
+def test_sandwich_of_a_profile_whose_last_stack_is_empty():
+    # an empty stack last in the table (py-spy writes samples with no frames)
+    b = ProfileBuilder(Metadata())
+    t = b.thread_id(1, "MainThread")
+    b.add(EventType.CPU, b.stack_of([Frame("main", "/a.py", 1, 1), Frame("f", "/a.py", 5, 5)]), t, 0, 0, 2, 2)
+    b.add(EventType.CPU, b.stack_of([]), t, 0, 0, 3, 3)
+    callers, callees = b.build().sandwich("f")
+    assert callers.total("cpu", 0) == callees.total("cpu", 0) == 2
