@@ -126,6 +126,16 @@ int ddp_alloc_start(const ddp_config *cfg); /* with the GIL: install the PyMem h
 void ddp_alloc_stop(void);                  /* takes the GIL: uninstall (or pass through), freeze LIVE */
 void ddp_alloc_stop_locked(void);           /* same, GIL already held */
 void ddp_alloc_after_fork_child(void);
+double ddp_alloc_mean_gap(void);            /* the session's mean bytes between samples */
+int ddp_alloc_weigh(size_t n, double u, int64_t *count, int64_t *bytes); /* HT weights of a sample, u in (0, 1] */
+uint64_t ddp_alloc_new_id(void);            /* the next sample id of the session */
+void ddp_alloc_note(uint64_t id, uint64_t size, const char *name); /* a sample's leaf, named outright */
+/* C allocations of extension modules (nalloc.c) */
+int ddp_nalloc_start(const ddp_config *cfg); /* no GIL held: patch the GOT slots, start sampling */
+void ddp_nalloc_tick(void);                 /* wall thread: hook objects loaded since the last pass */
+void ddp_nalloc_stop(void);                 /* restore every slot (before ddp_alloc_stop freezes LIVE) */
+int ddp_nalloc_live_list(ddp_alloc_info *out, int max); /* the sampled blocks still allocated; returns how many */
+int ddp_nalloc_live_ids(uint64_t *out, int max);        /* their ids; returns how many (may exceed max) */
 /* ---- end allocations ---- */
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;

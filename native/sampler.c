@@ -1267,6 +1267,7 @@ static void *sampler_main(void *arg)
         registry_tick(b, ++gen, t0);
         if (cfg.events & (1u << DDP_EVENT_WALL))
             wall_tick(&cursor, &scratch);
+        ddp_nalloc_tick(); /* C allocations: objects loaded since the last look get hooked */
         if (atomic_load(&waits_ready)) {
             ddp_waits_tick(); /* objects loaded since the last look get their waits hooked */
             if (atomic_load(&waits_ready) == 1) {
@@ -1560,6 +1561,7 @@ int ddp_start(const ddp_config *c)
     if ((cfg.events & ddp_waits_events_mask()) && ddp_waits_start(&cfg) == DDP_OK)
         atomic_store(&waits_ready, 1);
     /* ---- end lock/park ---- */
+    ddp_nalloc_start(&cfg); /* C allocations: patch GOT slots, without the GIL (as lock/park) */
     return DDP_OK;
 
 fail_gil:
@@ -1585,6 +1587,7 @@ int ddp_stop(void)
     pthread_cond_broadcast(&drain_cond);
     pthread_mutex_unlock(&drain_lock);
     ddp_waits_stop(); /* lock/park: restore the GOT slots first (a no-op without them) */
+    ddp_nalloc_stop(); /* C allocations: the same, before ddp_alloc_stop freezes LIVE */
     if (sampler_started) {
         pthread_mutex_lock(&wake_lock);
         wake_stop = 1;
