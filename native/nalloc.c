@@ -5,7 +5,8 @@
  * interpreter itself (gotpatch.c: the same loader-safe patching as the wait hooks; objects
  * loaded during the session are hooked at the wall thread's next tick):
  *  - PyTraceMalloc_Track / PyTraceMalloc_Untrack: numpy reports every data buffer there
- *    (domain 389047); leaf "[numpy]" (other domains: "[traced domain N]").  The real
+ *    (domain 389047), pandas its hash tables (424242); leaf "[numpy]", "[pandas hashtable]"
+ *    (other domains: "[traced domain N]").  The real
  *    function is always called, so tracemalloc keeps working beside us.
  *  - the C allocator: malloc, calloc, realloc, free, posix_memalign, aligned_alloc,
  *    memalign; leaf "[malloc]", "[calloc]", ... .
@@ -45,16 +46,17 @@
 #include "ddp_internal.h"
 #include "gotpatch.h"
 
-#define NPY_TRACE_DOMAIN 389047u
+#define NPY_TRACE_DOMAIN 389047u    /* numpy's data buffers */
+#define KHASH_TRACE_DOMAIN 424242u  /* pandas' hash tables (khash) */
 #define NLIVE_CAP (1u << 14)  /* live table cells (power of two) */
 #define NLIVE_MAX (NLIVE_CAP / 4 * 3)
 #define NFILTER_SIZE (1u << 16)
 #define NFILTER_SHIFT 12      /* 4 KiB granules: sampled C blocks are mostly large */
 #define NFILTER_STICKY 255
 
-enum { SRC_NUMPY, SRC_TRACED, SRC_MALLOC, SRC_CALLOC, SRC_REALLOC, SRC_POSIX_MEMALIGN, SRC_ALIGNED_ALLOC,
+enum { SRC_NUMPY, SRC_PANDAS, SRC_TRACED, SRC_MALLOC, SRC_CALLOC, SRC_REALLOC, SRC_POSIX_MEMALIGN, SRC_ALIGNED_ALLOC,
        SRC_MEMALIGN };
-static const char *const src_name[] = { "numpy", NULL, "malloc", "calloc", "realloc", "posix_memalign",
+static const char *const src_name[] = { "numpy", "pandas hashtable", NULL, "malloc", "calloc", "realloc", "posix_memalign",
                                         "aligned_alloc", "memalign" };
 
 typedef struct {
@@ -261,7 +263,8 @@ static int n_track(unsigned int domain, uintptr_t ptr, size_t size)
     nforget(ptr); /* tracked again (numpy's realloc in place): the old sample ends */
     int r = PyTraceMalloc_Track(domain, ptr, size);
     if (__builtin_expect(!nskip(size), 0))
-        nsample(ptr, size, domain == NPY_TRACE_DOMAIN ? SRC_NUMPY : SRC_TRACED, domain);
+        nsample(ptr, size, domain == NPY_TRACE_DOMAIN ? SRC_NUMPY : domain == KHASH_TRACE_DOMAIN ? SRC_PANDAS : SRC_TRACED,
+                domain);
     return r;
 }
 

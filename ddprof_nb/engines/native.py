@@ -428,7 +428,8 @@ def _timer_note(failures: int, err: int) -> str:
 # ---- allocations ------------------------------------------------------------------------------
 def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
     """Profile notes of the allocation sampler: rate, typing coverage, losses, limits."""
-    notes = [f"alloc: {st['sampled']} samples (Poisson over bytes, mean {rate} B; Horvitz-Thompson weights); "
+    notes = [f"alloc: {st['sampled']} samples of the Python allocators (Poisson over bytes, mean {rate} B; "
+             "Horvitz-Thompson weights); "
              f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
     total = tracker.typed + tracker.untyped
     if total:
