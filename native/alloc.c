@@ -771,15 +771,13 @@ static void freeze_live(unsigned skip)
     free(frozen);
     frozen = NULL;
     frozen_n = 0;
-    int native_n = ddp_nalloc_live_list(NULL, 0);
+    int native_n = ddp_nalloc_live_count();
     if ((!live_n || !live) && !native_n)
         return;
     frozen = calloc(live_n + (uint32_t)native_n + 1, sizeof *frozen);
     if (!frozen)
         return;
-    frozen_n = ddp_nalloc_live_list(frozen, native_n); /* C allocations: named leaves already */
-    if (frozen_n > native_n)
-        frozen_n = native_n;
+    frozen_n = ddp_nalloc_live_take(frozen, native_n); /* C allocations: named leaves already */
     if (!live)
         return;
     for (uint32_t i = 0; i < LIVE_CAP; i++) {

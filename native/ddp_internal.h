@@ -134,7 +134,8 @@ void ddp_alloc_note(uint64_t id, uint64_t size, const char *name); /* a sample's
 int ddp_nalloc_start(const ddp_config *cfg); /* no GIL held: patch the GOT slots, start sampling */
 void ddp_nalloc_tick(void);                 /* wall thread: hook objects loaded since the last pass */
 void ddp_nalloc_stop(void);                 /* restore every slot (before ddp_alloc_stop freezes LIVE) */
-int ddp_nalloc_live_list(ddp_alloc_info *out, int max); /* the sampled blocks still allocated; returns how many */
+int ddp_nalloc_live_count(void);            /* sampled C blocks still allocated */
+int ddp_nalloc_live_take(ddp_alloc_info *out, int max); /* at stop: copy them (up to max), empty the table */
 int ddp_nalloc_live_ids(uint64_t *out, int max);        /* their ids; returns how many (may exceed max) */
 /* ---- end allocations ---- */
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */

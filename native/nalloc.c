@@ -459,28 +459,40 @@ void ddp_nalloc_stop(void)
     pthread_mutex_unlock(&patch_lock);
 }
 
-int ddp_nalloc_live_list(ddp_alloc_info *out, int max)
+int ddp_nalloc_live_count(void)
+{
+    if (!nlive)
+        return 0;
+    pthread_mutex_lock(&live_lock);
+    int n = (int)nlive_n;
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
+/* At stop: the sampled blocks still allocated (up to max), then an empty table, so frees
+ * through slots another tool kept pointing at our wrappers find the prefilter clear. */
+int ddp_nalloc_live_take(ddp_alloc_info *out, int max)
 {
     if (!nlive)
         return 0;
     pthread_mutex_lock(&live_lock);
     int n = 0;
-    for (uint32_t i = 0; i < NLIVE_CAP; i++) {
+    for (uint32_t i = 0; i < NLIVE_CAP && n < max; i++) {
         const nlive_t *e = &nlive[i];
         if (!e->ptr)
             continue;
-        if (out && n < max) {
-            ddp_alloc_info *o = &out[n];
-            memset(o, 0, sizeof *o);
-            o->id = e->id;
-            o->size = e->size;
-            if (src_name[e->src])
-                snprintf(o->type_name, sizeof o->type_name, "%s", src_name[e->src]);
-            else
-                snprintf(o->type_name, sizeof o->type_name, "traced domain %u", e->domain);
-        }
-        n++;
+        ddp_alloc_info *o = &out[n++];
+        memset(o, 0, sizeof *o);
+        o->id = e->id;
+        o->size = e->size;
+        if (src_name[e->src])
+            snprintf(o->type_name, sizeof o->type_name, "%s", src_name[e->src]);
+        else
+            snprintf(o->type_name, sizeof o->type_name, "traced domain %u", e->domain);
     }
+    memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
+    nlive_n = 0;
+    memset((void *)nfilter, 0, sizeof nfilter);
     pthread_mutex_unlock(&live_lock);
     return n;
 }
