@@ -480,9 +480,12 @@ def _native_alloc_notes(enabled: bool, st: dict) -> list[str]:
         notes.append(f"alloc: {st['slots_foreign']} slot(s) of {', '.join(foreign)} resolve to another allocator "
                      "(an interposed malloc such as jemalloc or tcmalloc, or another tool's hook) and were left "
                      "alone: blocks allocated there are not sampled")
-    if st["protect_failed"] or st["restore_mismatch"]:
-        notes.append(f"alloc: {st['protect_failed']} GOT slot(s) could not be made writable, "
-                     f"{st['restore_mismatch']} re-patched by another tool before our restore (left theirs)")
+    if st["protect_failed"]:
+        notes.append(f"alloc: {st['protect_failed']} GOT slot(s) could not be made writable: not hooked")
+    if st["restore_mismatch"]:
+        notes.append(f"alloc: degraded: another tool (memray, for one) re-patched {st['restore_mismatch']} of our C "
+                     "allocator slots during the session and they were left theirs: C allocations after that were "
+                     "not sampled, and live may hold C blocks whose free went unseen")
     notes.append("alloc: not sampled: the RAW domain (PyMem_RawMalloc: the interpreter's own C buffers, zlib and "
                  "bz2 streams included), the interpreter's direct malloc calls, mmap called directly, and "
                  "allocators linked statically into a library (e.g. jemalloc or mimalloc inside a wheel)")
