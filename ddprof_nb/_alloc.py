@@ -190,5 +190,5 @@ class AllocTracker:
         _binding.lib.ddp_nalloc_get_stats(s)
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "not_python", "live_overflow", "objects", "slots_patched", "slots_foreign",
-            "restore_mismatch", "protect_failed", "passes", "kinds_patched", "kinds_foreign", "tracking_objects",
+            "restore_mismatch", "protect_failed", "passes", "passes_deferred", "kinds_patched", "kinds_foreign", "tracking_objects",
             "active_patches")}

@@ -311,6 +311,7 @@ typedef struct {
     uint64_t restore_mismatch;   /* slots someone re-patched before our restore: left theirs */
     uint64_t protect_failed;
     uint64_t passes;
+    uint64_t passes_deferred;    /* passes put off: objects were still being loaded each time */
     uint32_t kinds_patched;      /* bit per DDP_NALLOC_* hook */
     uint32_t kinds_foreign;
     int32_t tracking_objects;    /* objects calling PyTraceMalloc_Track: counted by it, not by malloc */

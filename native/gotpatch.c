@@ -52,6 +52,7 @@ typedef struct {
     uintptr_t self_base, libpython_base;
     want_t *wants;
     int nwants;
+    int aborted;                /* SCAN_PATCH: the list changed since the collect */
     /* SCAN_LIST */
     uint64_t *addr, *val;
     int32_t *kind;
@@ -146,9 +147,15 @@ static const gp_hook *hook_by_name(const gp_set *s, const char *name)
  * page is made writable for the store and read-only again after it.  Any other page is
  * writable as it is and its protection is never touched (with 16K/64K pages the RELRO's
  * last page also holds .data, which must stay writable).  0 done, 1 the slot held
- * something else, -1 mprotect refused. */
+ * something else, -1 mprotect refused.
+ * A slot that does not hold `expect` is left before any mprotect: it may belong to a copy
+ * of the object loaded again at the same address and still being relocated, whose RELRO
+ * pages are writable until the loader is done (making one read-only would fault the
+ * loader's next relocation there). */
 static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
 {
+    if (__atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST) != expect)
+        return 1;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t page = slot & ~(pg - 1);
     int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
@@ -295,7 +302,6 @@ static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn)
  * dlsym, dladdr, dlopen or anything else that takes a loader lock). */
 static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
 {
-    (void)size;
     scan_ctx *c = ctx;
     gp_set *s = c->s;
     uintptr_t base = info->dlpi_addr;
@@ -325,6 +331,11 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
     if (c->mode == SCAN_RESTORE) {
         restore_object(s, base, o.dyn);
         return 0;
+    }
+    if (c->mode == SCAN_PATCH && (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs ||
+                                  info->dlpi_adds != s->seen_adds)) {
+        c->aborted = 1; /* an object was added since the collect: it may still be relocating */
+        return 1;
     }
     if (base == c->self_base && base)
         return 0;
@@ -433,7 +444,13 @@ static unsigned long long loader_adds(void)
 
 int gp_loaded_since(const gp_set *s) { return loader_adds() != s->seen_adds; }
 
-void gp_pass(gp_set *s)
+/* Objects half loaded.  dl_iterate_phdr also lists an object that dlopen is still
+ * relocating (its RELRO still writable, its GOT half filled), so the patching step only
+ * runs when no object was added since the collect began (the load counter is unchanged):
+ * every object then listed was there at the collect, and the dlsym calls in between waited
+ * for the loader's main lock, which dlopen holds until the object is relocated and
+ * protected.  Otherwise the pass is tried again (a few times, then at the next call). */
+static int pass_once(gp_set *s)
 {
     want_t wants[GP_MAX_WANTS];
     scan_ctx c;
@@ -444,7 +461,7 @@ void gp_pass(gp_set *s)
     dl_iterate_phdr(visit_object, &c);
     drop_unloaded(s);
     if (!c.nwants)
-        return;
+        return 1;
     for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
         const char *name = s->hooks[wants[i].hook].name;
         wants[i].target = wants[i].ver[0] ? dlvsym(RTLD_DEFAULT, name, wants[i].ver) : dlsym(RTLD_DEFAULT, name);
@@ -452,6 +469,16 @@ void gp_pass(gp_set *s)
     }
     c.mode = SCAN_PATCH;
     dl_iterate_phdr(visit_object, &c);
+    return !c.aborted;
+}
+
+void gp_pass(gp_set *s)
+{
+    for (int tries = 0; tries < 4; tries++)
+        if (pass_once(s))
+            return;
+    s->st.passes_deferred++;
+    s->seen_adds = 0; /* gp_loaded_since says yes: the next call tries again */
 }
 
 void gp_restore_all(gp_set *s, int check_loaded)

@@ -58,6 +58,7 @@ typedef struct {
 
 typedef struct {
     uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed;
+    uint64_t passes_deferred;   /* passes that found objects still being loaded every time: retried later */
     uint32_t kinds_patched, kinds_foreign; /* bit per kind: some slot hooked / left as someone else's */
 } gp_stats;
 

@@ -528,6 +528,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
     out->restore_mismatch = gp.st.restore_mismatch;
     out->protect_failed = gp.st.protect_failed;
     out->passes = ns.passes;
+    out->passes_deferred = gp.st.passes_deferred;
     out->kinds_patched = gp.st.kinds_patched;
     out->kinds_foreign = gp.st.kinds_foreign;
     out->tracking_objects = ns.tracking_objects;

@@ -28,7 +28,7 @@ def malloc_left_to_an_interposer(res) -> bool:
 CA_SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
-void *ca_malloc(size_t n) { void *p = malloc(n); if (p) memset(p, 1, n); return p; }
+void *ca_malloc(size_t n) { return malloc(n); }
 void *ca_calloc(size_t n) { return calloc(n, 1); }
 void *ca_realloc(void *p, size_t n) { return realloc(p, n); }
 void *ca_memalign(size_t n) { void *p = NULL; return posix_memalign(&p, 64, n) == 0 ? p : NULL; }
@@ -93,7 +93,8 @@ def run(body: str, cext_dir: str = "", timeout: float = 120) -> dict:
 
 def test_numpy_arrays_split_and_live_match_nbytes():
     # GIVEN two functions making numpy arrays in a 3:1 ratio of bytes (churned 64 KiB arrays,
-    #   p ~ 0.12 each), and 2 MiB arrays of which 60 are still referenced at stop
+    #   p ~ 0.12 each), and 4 MiB arrays (p ~ 0.9997, np.empty: no pages touched) of which 60
+    #   are still referenced at stop
     # WHEN profiled with alloc and live
     # THEN ALLOC's [numpy] bytes split 75/25 within 5 points and sum to the truth within 10 %,
     #   LIVE's [numpy] bytes are the held arrays' nbytes within 5 %, and the notes name the source
@@ -104,7 +105,7 @@ def test_numpy_arrays_split_and_live_match_nbytes():
         def one():
             for _ in range(4000): a = np.ones(8192)
         def held():
-            return [np.ones(262144) for _ in range(100)]
+            return [np.empty(524288) for _ in range(100)]
         e = engine(events=("alloc", "live"))
         e.start()
         three(); one()
@@ -121,7 +122,7 @@ def test_numpy_arrays_split_and_live_match_nbytes():
     assert 0.70 <= share <= 0.80, res
     truth = 16000 * 65536
     assert 0.90 * truth <= res["three"] + res["one"] <= 1.10 * truth, res
-    assert 0.95 * 100 * 2 ** 21 <= res["held_alloc"] <= 1.05 * 100 * 2 ** 21, res
+    assert 0.95 * 100 * 2 ** 22 <= res["held_alloc"] <= 1.05 * 100 * 2 ** 22, res
     assert abs(res["live_held"] - res["nbytes"]) <= 0.05 * res["nbytes"], res
     assert res["live"] <= 1.05 * res["nbytes"], res  # the churned arrays are gone: no false live bytes
     assert any("PyTraceMalloc_Track" in n and "C allocations of extension modules" in n for n in res["notes"]), res
@@ -150,8 +151,9 @@ def test_native_alloc_off_leaves_numpy_unseen():
 
 def test_malloc_from_a_c_extension_is_charged_to_its_python_caller(cext):
     # GIVEN a C extension calling malloc, calloc, realloc, posix_memalign and aligned_alloc
-    #   (1 MiB blocks, p ~ 0.86 each), called from named Python functions; half the malloc
-    #   blocks are freed by a second extension, the rest are held at stop
+    #   (2 MiB blocks, p ~ 0.98; malloc and realloc 4 MiB, p ~ 0.9997; no page is touched),
+    #   called from named Python functions; half the malloc blocks are freed by a second
+    #   extension, the rest and the realloc'd blocks are held at stop
     # WHEN profiled with alloc and live
     # THEN each allocator's bytes are charged to its caller with its own leaf, near the truth,
     #   and LIVE holds exactly the blocks still allocated (within 5 %)
@@ -160,11 +162,11 @@ def test_malloc_from_a_c_extension_is_charged_to_its_python_caller(cext):
         import _ddp_ca, _ddp_cb
         A, B = _ddp_ca.lib, _ddp_cb.lib
         MB = 1 << 20
-        def via_malloc(): return [A.ca_malloc(MB) for _ in range(200)]
-        def via_calloc(): return [A.ca_calloc(MB) for _ in range(100)]
-        def via_memalign(): return [A.ca_memalign(MB) for _ in range(100)]
-        def via_aligned(): return [A.ca_aligned(MB) for _ in range(100)]
-        def via_realloc(ps): return [A.ca_realloc(p, 2 * MB) for p in ps]
+        def via_malloc(): return [A.ca_malloc(4 * MB) for _ in range(200)]
+        def via_calloc(): return [A.ca_calloc(2 * MB) for _ in range(100)]
+        def via_memalign(): return [A.ca_memalign(2 * MB) for _ in range(100)]
+        def via_aligned(): return [A.ca_aligned(2 * MB) for _ in range(100)]
+        def via_realloc(ps): return [A.ca_realloc(p, 4 * MB) for p in ps]
         e = engine(events=("alloc", "live"))
         e.start()
         m = via_malloc()
@@ -187,12 +189,12 @@ def test_malloc_from_a_c_extension_is_charged_to_its_python_caller(cext):
         return
     MB = 1 << 20
     alloc, live = res["alloc"], res["live"]
-    for key, truth in (("via_malloc [malloc]", 200 * MB), ("via_calloc [calloc]", 100 * MB),
-                       ("via_memalign [posix_memalign]", 100 * MB), ("via_aligned [aligned_alloc]", 100 * MB),
-                       ("via_realloc [realloc]", 200 * MB)):
-        assert 0.85 * truth <= alloc.get(key, 0) <= 1.15 * truth, (key, res)
-    assert abs(live.get("via_malloc [malloc]", 0) - 100 * MB) <= 5 * MB, res
-    assert abs(live.get("via_realloc [realloc]", 0) - 200 * MB) <= 10 * MB, res
+    for key, truth in (("via_malloc [malloc]", 800 * MB), ("via_calloc [calloc]", 200 * MB),
+                       ("via_memalign [posix_memalign]", 200 * MB), ("via_aligned [aligned_alloc]", 200 * MB),
+                       ("via_realloc [realloc]", 400 * MB)):
+        assert 0.9 * truth <= alloc.get(key, 0) <= 1.1 * truth, (key, res)
+    assert abs(live.get("via_malloc [malloc]", 0) - 400 * MB) <= 20 * MB, res
+    assert abs(live.get("via_realloc [realloc]", 0) - 400 * MB) <= 20 * MB, res
     for key in ("via_calloc [calloc]", "via_memalign [posix_memalign]", "via_aligned [aligned_alloc]"):
         assert live.get(key, 0) == 0, (key, res)  # freed (realloc'd or freed elsewhere): no false live bytes
 
@@ -207,7 +209,7 @@ def test_modules_loaded_during_the_session_are_hooked(cext):
         e.start()
         import _ddp_ca
         time.sleep(0.3)              # the wall thread's ticks hook the new object
-        def late(): return [_ddp_ca.lib.ca_malloc(1 << 20) for _ in range(100)]
+        def late(): return [_ddp_ca.lib.ca_malloc(1 << 22) for _ in range(100)]
         m = late()
         p = e.stop()
         emit(alloc=dict(by_leaf(p, EventType.ALLOC)), notes=list(p.metadata.notes))
@@ -217,7 +219,7 @@ def test_modules_loaded_during_the_session_are_hooked(cext):
     if SANITIZED:
         assert malloc_left_to_an_interposer(res), res
         return
-    assert 0.85 * 100 * 2 ** 20 <= res["alloc"].get("late [malloc]", 0) <= 1.15 * 100 * 2 ** 20, res
+    assert 0.9 * 100 * 2 ** 22 <= res["alloc"].get("late [malloc]", 0) <= 1.1 * 100 * 2 ** 22, res
 
 
 def test_no_double_counting_beside_tracemalloc(cext):
@@ -231,7 +233,7 @@ def test_no_double_counting_beside_tracemalloc(cext):
         import tracemalloc, _ddp_ca
         tracemalloc.start()
         def arrays(): return [np.ones(262144) for _ in range(50)]
-        def blocks(): return [_ddp_ca.lib.ca_malloc(1 << 20) for _ in range(50)]
+        def blocks(): return [_ddp_ca.lib.ca_malloc(1 << 22) for _ in range(50)]
         e = engine(events=("alloc", "live"))
         e.start()
         a = arrays(); b = blocks()
@@ -252,7 +254,7 @@ def test_no_double_counting_beside_tracemalloc(cext):
     if SANITIZED:
         assert malloc_left_to_an_interposer(res), res
     else:
-        assert 0.85 * 50 * 2 ** 20 <= res["blocks"] <= 1.15 * 50 * 2 ** 20, res
+        assert 0.9 * 50 * 2 ** 22 <= res["blocks"] <= 1.1 * 50 * 2 ** 22, res
     assert res["traced"] >= res["nbytes"], res
 
 
@@ -323,7 +325,7 @@ def test_fork_in_a_session(cext):
                 _ddp_ca.lib.ca_free(q)
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
-        def after_fork(): return [np.ones(262144) for _ in range(50)]
+        def after_fork(): return [np.empty(524288) for _ in range(50)]
         keep = after_fork()
         p = e.stop()
         emit(before=before, status=status, live=by_leaf(p, EventType.LIVE)["after_fork [numpy]"],
