@@ -63,6 +63,8 @@ def _parser() -> _Parser:
     rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
     rec.add_argument("-i", "--interval", default=interval, help=f"sampling interval for cpu and wall (default {interval})")
     rec.add_argument("--alloc-rate", default=alloc_rate, help=f"mean bytes between allocation samples (default {alloc_rate})")
+    rec.add_argument("--no-native-alloc", action="store_true",
+                     help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
@@ -186,7 +188,8 @@ def _record_config(args) -> SamplerConfig:
         labels[k] = v
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
-                              engine=args.engine, labels=labels, asyncio=args.asyncio)
+                              native_alloc=not args.no_native_alloc, engine=args.engine, labels=labels,
+                              asyncio=args.asyncio)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
         return SamplerConfig.make(**config_options)

@@ -181,3 +181,13 @@ class AllocTracker:
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "live_overflow", "notes_dropped", "typed", "untyped", "reentered",
             "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns", "unlinked", "reclaimed")}
+
+    @staticmethod
+    def native_stats() -> dict:
+        """The C allocation hooks' counters (native/nalloc.c)."""
+        s = _binding.ffi.new("ddp_nalloc_stats *")
+        _binding.lib.ddp_nalloc_get_stats(s)
+        return {name: int(getattr(s, name)) for name in (
+            "sampled", "emit_failed", "not_python", "live_overflow", "objects", "slots_patched", "slots_foreign",
+            "restore_mismatch", "protect_failed", "passes", "passes_deferred", "kinds_patched", "kinds_foreign", "tracking_objects",
+            "active_patches")}

@@ -717,8 +717,8 @@ class Session:
 
     def __init__(self, interval_ns: int, max_depth: int, events, *, ring_records: int = 0, agg_keys: int = 0,
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
-                 alloc_rate: int = 0, wait_threshold_ns: int = 0, wait_max_rate: int = 0,
-                 merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
+                 alloc_rate: int = 0, native_alloc: bool = False, wait_threshold_ns: int = 0,
+                 wait_max_rate: int = 0, merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
                  merge_shadow: bool = False):
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
@@ -748,6 +748,7 @@ class Session:
         for i, t in enumerate(exclude_tids):
             cfg.exclude_tids[i] = int(t)
         cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
+        cfg.native_alloc = int(bool(native_alloc))  # allocations: also C allocations of extension modules
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:

@@ -88,6 +88,7 @@ class SamplerConfig:
     events: tuple[EventType, ...] = DEFAULT_EVENTS
     interval_ns: int = DEFAULT_INTERVAL_NS  # CPU-time period per thread, and the wall period
     alloc_rate: int = DEFAULT_ALLOC_RATE
+    native_alloc: bool = True  # alloc/live also sample C allocations of extension modules (native engine)
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
     labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
@@ -100,6 +101,7 @@ class SamplerConfig:
         interval=DEFAULT_INTERVAL_NS / 1e9,
         alloc_rate=DEFAULT_ALLOC_RATE,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        native_alloc: bool = True,
         engine: str = "auto",
         labels=None,
         asyncio: str = "fold",
@@ -112,12 +114,15 @@ class SamplerConfig:
             raise ValueError(f"invalid engine {engine!r}; expected one of: {', '.join(ENGINES)}")
         if not isinstance(max_depth, int) or not 1 <= max_depth <= 4096:
             raise ValueError(f"invalid max_depth {max_depth!r}: must be an int in 1..4096")
+        if not isinstance(native_alloc, bool):
+            raise ValueError(f"invalid native_alloc {native_alloc!r}: must be True or False")
         if asyncio not in ASYNCIO_MODES:
             raise ValueError(f"invalid asyncio mode {asyncio!r}; expected one of: {', '.join(ASYNCIO_MODES)}")
         return cls(
             events=parse_events(events),
             interval_ns=interval_ns,
             alloc_rate=parse_size_bytes(alloc_rate),
+            native_alloc=native_alloc,
             max_depth=max_depth,
             engine=engine,
             labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
@@ -130,6 +135,7 @@ class SamplerConfig:
             "events": [e.label for e in self.events],
             "interval_ns": self.interval_ns,
             "alloc_rate": self.alloc_rate,
+            "native_alloc": self.native_alloc,
             "max_depth": self.max_depth,
             "engine": self.engine,
             "labels": [list(kv) for kv in self.labels],
@@ -143,6 +149,7 @@ class SamplerConfig:
             events=tuple(EventType.parse(e) for e in spec["events"]),
             interval_ns=int(spec["interval_ns"]),
             alloc_rate=int(spec["alloc_rate"]),
+            native_alloc=bool(spec.get("native_alloc", True)),
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],
             labels=tuple(tuple(kv) for kv in spec.get("labels", ())),

@@ -86,8 +86,8 @@ _SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", 
 _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
-%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [-l KEY=VALUE ...] [-o NAME]
-         [--save PATH] [--no-show] [--engine auto|native|python]
+%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [-l KEY=VALUE ...]
+         [-o NAME] [--save PATH] [--no-show] [--engine auto|native|python]
          [--asyncio fold|raw|off] [--children] [--dask CLIENT]     profile this cell
 %ddprof [options] STATEMENT     profile one statement
 %ddprof start [options]         profile across cells until %ddprof stop
@@ -139,6 +139,8 @@ def _sampler_options(p: "_Parser", statement: bool = False) -> None:
                    help=f"sampling interval for cpu and wall, e.g. 10ms (default {DEFAULT_INTERVAL_NS // 1_000_000}ms)")
     p.add_argument("--alloc-rate", default=None, metavar="SIZE",
                    help=f"mean bytes between allocation samples, e.g. 512KiB (default {DEFAULT_ALLOC_RATE // 1024}KiB)")
+    p.add_argument("--no-native-alloc", action="store_true",
+                   help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     p.add_argument("-l", "--label", action="append" if statement else "extend", nargs=None if statement else "+",
                    default=[], metavar="KEY=VALUE", help="label every sample with KEY=VALUE")
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")
@@ -193,6 +195,8 @@ def _config(args) -> SamplerConfig:
         options["interval"] = args.interval
     if args.alloc_rate is not None:
         options["alloc_rate"] = args.alloc_rate
+    if args.no_native_alloc:
+        options["native_alloc"] = False
     try:
         return SamplerConfig.make(**options)
     except ValueError as exc:

@@ -228,7 +228,7 @@ class ProfileHandle:
 
 
 @contextmanager
-def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", engine="auto",
+def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", native_alloc=True, engine="auto",
             max_depth=None, labels=None, children=False, dask=None, asyncio="fold") -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
 
@@ -236,14 +236,17 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", eng
     samples suspended tasks (wall, park) and folds the event loop's machinery into one
     ``[asyncio loop]`` frame; "raw" keeps the loop's frames; "off" leaves asyncio alone.
 
+    ``native_alloc`` (alloc/live): also sample memory that C extensions allocate (numpy
+    array data, the C allocator called from extension modules); False: Python objects only.
+
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
     cluster (label ``worker``).
 
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
-    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, engine=engine, labels=labels,
-                   asyncio=asyncio)
+    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc, engine=engine,
+                   labels=labels, asyncio=asyncio)
     if max_depth is not None:
         options["max_depth"] = max_depth
     sampler = Sampler(children=children, dask=dask, **options)  # [children/dask]

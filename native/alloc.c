@@ -72,6 +72,7 @@
 #include <unistd.h>
 #include <Python.h>
 #include "ddp_internal.h"
+#include "alloc.h"
 #include "engine.h"
 
 #define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
@@ -176,6 +177,27 @@ static inline int64_t draw_gap(void)
     double g = -rate * log(uniform01()); /* >= 0 */
     return g > 9e18 ? (int64_t)9e18 : (int64_t)g;
 }
+
+/* ---- shared with the C allocation hooks (nalloc.c) ------------------------------------------ */
+double ddp_alloc_mean_gap(void) { return rate; }
+
+/* The Horvitz-Thompson weights of a sampled allocation of n bytes (p = 1 - exp(-n/R)):
+ * count = 1/p rounded stochastically with u in (0, 1], bytes = n/p.  -1 when n == 0. */
+int ddp_alloc_weigh(size_t n, double u, int64_t *count, int64_t *bytes)
+{
+    double s = (double)n;
+    double prob = -expm1(-s / rate);
+    if (!(prob > 0))
+        return -1;
+    double c = 1.0 / prob;
+    *count = (int64_t)c;
+    if (u <= c - (double)*count)
+        ++*count;
+    *bytes = (int64_t)llround(s * c);
+    return 0;
+}
+
+uint64_t ddp_alloc_new_id(void) { return atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed) + 1; }
 
 /* ---- known static types: no read needed ------------------------------------------------- */
 static const struct {
@@ -367,14 +389,31 @@ static uintptr_t block_type(uintptr_t p, uint64_t size, int safe)
     return 0;
 }
 
+static void note_add(const ddp_alloc_info *note);
+
 static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 {
     ddp_alloc_info note = { .id = id, .size = size };
     if (copy_type_name(type, note.type_name) != 0)
         return;
+    note_add(&note);
+}
+
+/* A sample's leaf named outright (the C allocation hooks: "malloc", "numpy", ...). */
+void ddp_alloc_note(uint64_t id, uint64_t size, const char *name)
+{
+    ddp_alloc_info note = { .id = id, .size = size };
+    size_t len = strnlen(name, TYPE_NAME_CAP - 1);
+    memcpy(note.type_name, name, len);
+    note.type_name[len] = 0;
+    note_add(&note);
+}
+
+static void note_add(const ddp_alloc_info *note)
+{
     pthread_mutex_lock(&notes_lock);
     if (notes_len < NOTES_CAP) {
-        notes[(notes_head + notes_len) % NOTES_CAP] = note;
+        notes[(notes_head + notes_len) % NOTES_CAP] = *note;
         notes_len++;
     } else {
         atomic_fetch_add_explicit(&ast.notes_dropped, 1, memory_order_relaxed);
@@ -479,16 +518,10 @@ static void slow_path_body(layer_t *L, void *p, size_t n)
     smp.remaining[k] = draw_gap();
     if (smp.pending)
         pending_try(); /* give the previous one a last chance before replacing it */
-    double s = (double)n;
-    double prob = -expm1(-s / rate);
-    if (!(prob > 0))
+    int64_t count, bytes;
+    if (ddp_alloc_weigh(n, uniform01(), &count, &bytes) != 0)
         goto out; /* n == 0 */
-    double c = 1.0 / prob;
-    int64_t count = (int64_t)c;
-    if (uniform01() <= c - (double)count)
-        count++;
-    int64_t bytes = (int64_t)llround(s * c);
-    uint64_t id = atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed) + 1;
+    uint64_t id = ddp_alloc_new_id();
     atomic_fetch_add_explicit(&ast.sampled, 1, memory_order_relaxed);
     int64_t t0 = ddp_now_ns();
     int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
@@ -740,10 +773,14 @@ static void freeze_live(unsigned skip)
     free(frozen);
     frozen = NULL;
     frozen_n = 0;
-    if (!live_n || !live)
+    int native_n = ddp_nalloc_live_count();
+    if ((!live_n || !live) && !native_n)
         return;
-    frozen = calloc(live_n, sizeof *frozen);
+    frozen = calloc(live_n + (uint32_t)native_n + 1, sizeof *frozen);
     if (!frozen)
+        return;
+    frozen_n = ddp_nalloc_live_take(frozen, native_n); /* C allocations: named leaves already */
+    if (!live)
         return;
     for (uint32_t i = 0; i < LIVE_CAP; i++) {
         live_t *e = &live[i];
@@ -864,6 +901,7 @@ int ddp_alloc_live_ids(uint64_t *out, int max)
                     out[n] = live[i].id;
                 n++;
             }
+        n += ddp_nalloc_live_ids(n < max ? out + n : NULL, n < max ? max - n : 0);
     } else {
         for (int i = 0; i < frozen_n; i++) {
             if (n < max)

@@ -100,6 +100,8 @@ typedef struct {
     /* ---- end lock/park ---- */
     /* ---- allocations (alloc.c) ---- */
     int64_t alloc_rate;          /* ALLOC: mean bytes between samples (Poisson); 0 = 512 KiB */
+    int32_t native_alloc;        /* ALLOC: 1 = also C allocations of extension modules (nalloc.c) */
+    int32_t native_reserved;
     /* ---- end allocations ---- */
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
     int32_t agg_reserved;
@@ -296,6 +298,32 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out);
  * install (1) / remove (0) a foreign pass-through allocator over MEM and OBJ. */
 int ddp_alloc_test_get_allocator(int domain, uint64_t *out5);
 int ddp_alloc_test_foreign(int on);
+/* C allocations of extension modules (nalloc.c): GOT hooks of PyTraceMalloc_Track/Untrack and
+ * of the C allocator, sampled into ALLOC and LIVE like the PyMem hooks. */
+typedef struct {
+    uint64_t sampled;            /* C allocations sampled */
+    uint64_t emit_failed;        /* sampled but not recorded (buffer full, ...) */
+    uint64_t not_python;         /* sampled on a thread that runs no Python (no stack to charge) */
+    uint64_t live_overflow;      /* recorded but not tracked for LIVE: table full */
+    uint64_t objects;            /* objects scanned */
+    uint64_t slots_patched;
+    uint64_t slots_foreign;      /* slots resolving to another allocator (an interposer): left alone */
+    uint64_t restore_mismatch;   /* slots someone re-patched before our restore: left theirs */
+    uint64_t protect_failed;
+    uint64_t passes;
+    uint64_t passes_deferred;    /* passes put off: objects were still being loaded each time */
+    uint32_t kinds_patched;      /* bit per DDP_NALLOC_* hook */
+    uint32_t kinds_foreign;
+    int32_t tracking_objects;    /* objects calling PyTraceMalloc_Track: counted by it, not by malloc */
+    int32_t active_patches;
+} ddp_nalloc_stats;
+enum { DDP_NALLOC_TRACK = 0, DDP_NALLOC_UNTRACK, DDP_NALLOC_MALLOC, DDP_NALLOC_CALLOC, DDP_NALLOC_REALLOC,
+       DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN };
+int ddp_nalloc_get_stats(ddp_nalloc_stats *out);
+/* Tests: the hooked functions' GOT slots in loaded objects now (as ddp_wait_slots; the
+ * interpreter's own object is not listed), and the wrapper of a DDP_NALLOC_* kind. */
+int ddp_nalloc_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
+uint64_t ddp_nalloc_wrapper(int kind);
 /* ---- end allocations ---- */
 /* ---- asyncio task stepper (aiostep.c) ----------------------------------------------------------
  * Builds the C types SlotBase and StepBase and sets them as attributes of ddprof_nb._native

@@ -7,5 +7,6 @@
 
 extern const ddp_engine ddp_alloc_engine; /* alloc.c */
 extern const ddp_engine ddp_waits_engine; /* waits.c */
+extern const ddp_engine ddp_nalloc_engine; /* nalloc.c */
 
-const ddp_engine *const ddp_engines[] = { &ddp_alloc_engine, &ddp_waits_engine, NULL };
+const ddp_engine *const ddp_engines[] = { &ddp_alloc_engine, &ddp_waits_engine, &ddp_nalloc_engine, NULL };

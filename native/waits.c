@@ -8,7 +8,7 @@
  * sleep and socket wait — locks created before profiling started included — with the exact
  * duration, on the waiting thread itself, whose own frame walk (ddp_emit_own) is safe.
  *
- * Safety rules:
+ * Safety rules (the patching itself: gotpatch.c):
  *  - a slot is patched only when it resolves (by its symbol version) to the very function
  *    this module calls, and either already holds it or still holds the object's own lazy
  *    PLT stub; a slot holding anything else (another hook, an interposer) is left alone;
@@ -19,7 +19,7 @@
  *  - a fork child restores the slots at once (pthread_atfork) and records nothing;
  *  - wrappers call the original, keep its return value and errno, and record only while a
  *    session with the event is active and the caller is a Python thread;
- *  - no loader function is ever called from inside dl_iterate_phdr (see "ELF walking").
+ *  - no loader function is ever called from inside dl_iterate_phdr (gotpatch.c).
  * Objects loaded during a session (dlopen, a later `import select`) are patched at the wall
  * thread's next tick.
  *
@@ -64,27 +64,14 @@
 #include <Python.h>
 #include "ddp_internal.h"
 #include "engine.h"
+#include "gotpatch.h"
 
-#define MAX_PATCHES 1024
 #define DEFAULT_THRESHOLD_NS 100000
 #define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half).  A record costs ~1 us of stack walk in
                               * the waiting thread and ~11 us of drain (bench_locks: drain thread CPU / records),
                               * the rest of a wait ~0.05 us: records/s are the cost (1000/s: ~1.3% of a CPU) */
 #define KEEP_WINDOW_NS 100000000LL
 
-typedef struct {
-    uintptr_t slot;
-    uintptr_t original;
-    uintptr_t wrapper;
-    uintptr_t obj_base, obj_dyn; /* the object it belongs to */
-    uintptr_t relro_lo, relro_hi;
-    int kind;
-    int seen;                    /* the last scan that found its object loaded */
-    int restored;
-} patch_t;
-
-static patch_t patches[MAX_PATCHES];
-static int npatches;
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int w_on;           /* wrappers record */
 static _Atomic int w_emitting;     /* wrappers inside ddp_emit_own */
@@ -101,8 +88,7 @@ static int w_atfork_done;
 
 static struct {
     _Atomic uint64_t records, short_skipped, rate_dropped, emit_failed, calls, edge_records;
-    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed, passes;
-    uint32_t kinds_patched, kinds_foreign; /* bit per DDP_WAIT_* kind: some slot hooked / left as someone else's */
+    uint64_t passes;
 } ws;
 
 static DDP_TLS uint64_t w_rng;
@@ -411,485 +397,52 @@ static int w_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct 
     WAIT_BODY(DDP_WAIT_COND_TIMEDWAIT, pthread_cond_timedwait(c, m, t), r != 0)
 }
 
-enum { WHERE_ANY, WHERE_LIBPYTHON };
-
-typedef struct {
-    const char *name;
-    int kind;
-    void *wrapper;
-    void *real;   /* what this module's own calls go to (its GOT is never patched) */
-    int where;
-} hook_t;
-
-static const hook_t hooks[] = {
-    {"sem_wait", DDP_WAIT_SEM_WAIT, (void *)w_sem_wait, (void *)sem_wait, WHERE_ANY},
-    {"sem_timedwait", DDP_WAIT_SEM_TIMEDWAIT, (void *)w_sem_timedwait, (void *)sem_timedwait, WHERE_ANY},
-    {"sem_clockwait", DDP_WAIT_SEM_CLOCKWAIT, (void *)w_sem_clockwait, (void *)sem_clockwait, WHERE_ANY},
-    {"clock_nanosleep", DDP_WAIT_CLOCK_NANOSLEEP, (void *)w_clock_nanosleep, (void *)clock_nanosleep, WHERE_ANY},
-    {"nanosleep", DDP_WAIT_NANOSLEEP, (void *)w_nanosleep, (void *)nanosleep, WHERE_ANY},
-    {"select", DDP_WAIT_SELECT, (void *)w_select, (void *)select, WHERE_ANY},
-    {"pselect", DDP_WAIT_PSELECT, (void *)w_pselect, (void *)pselect, WHERE_ANY},
-    {"poll", DDP_WAIT_POLL, (void *)w_poll, (void *)poll, WHERE_ANY},
-    {"ppoll", DDP_WAIT_PPOLL, (void *)w_ppoll, (void *)ppoll, WHERE_ANY},
-    {"epoll_wait", DDP_WAIT_EPOLL_WAIT, (void *)w_epoll_wait, (void *)epoll_wait, WHERE_ANY},
-    {"epoll_pwait", DDP_WAIT_EPOLL_PWAIT, (void *)w_epoll_pwait, (void *)epoll_pwait, WHERE_ANY},
-    {"recv", DDP_WAIT_RECV, (void *)w_recv, (void *)recv, WHERE_ANY},
-    {"recvfrom", DDP_WAIT_RECVFROM, (void *)w_recvfrom, (void *)recvfrom, WHERE_ANY},
-    {"recvmsg", DDP_WAIT_RECVMSG, (void *)w_recvmsg, (void *)recvmsg, WHERE_ANY},
-    {"accept", DDP_WAIT_ACCEPT, (void *)w_accept, (void *)accept, WHERE_ANY},
-    {"accept4", DDP_WAIT_ACCEPT4, (void *)w_accept4, (void *)accept4, WHERE_ANY},
-    {"pthread_cond_wait", DDP_WAIT_COND_WAIT, (void *)w_cond_wait, (void *)pthread_cond_wait, WHERE_LIBPYTHON},
-    {"pthread_cond_timedwait", DDP_WAIT_COND_TIMEDWAIT, (void *)w_cond_timedwait, (void *)pthread_cond_timedwait,
-     WHERE_LIBPYTHON},
+/* Hooked everywhere but in our own object and the C library; the cond waits (the GIL) in
+ * libpython (or the executable holding it) only: elsewhere a cond wait is not the GIL. */
+static const gp_hook hooks[] = {
+    {"sem_wait", DDP_WAIT_SEM_WAIT, (void *)w_sem_wait, (void *)sem_wait},
+    {"sem_timedwait", DDP_WAIT_SEM_TIMEDWAIT, (void *)w_sem_timedwait, (void *)sem_timedwait},
+    {"sem_clockwait", DDP_WAIT_SEM_CLOCKWAIT, (void *)w_sem_clockwait, (void *)sem_clockwait},
+    {"clock_nanosleep", DDP_WAIT_CLOCK_NANOSLEEP, (void *)w_clock_nanosleep, (void *)clock_nanosleep},
+    {"nanosleep", DDP_WAIT_NANOSLEEP, (void *)w_nanosleep, (void *)nanosleep},
+    {"select", DDP_WAIT_SELECT, (void *)w_select, (void *)select},
+    {"pselect", DDP_WAIT_PSELECT, (void *)w_pselect, (void *)pselect},
+    {"poll", DDP_WAIT_POLL, (void *)w_poll, (void *)poll},
+    {"ppoll", DDP_WAIT_PPOLL, (void *)w_ppoll, (void *)ppoll},
+    {"epoll_wait", DDP_WAIT_EPOLL_WAIT, (void *)w_epoll_wait, (void *)epoll_wait},
+    {"epoll_pwait", DDP_WAIT_EPOLL_PWAIT, (void *)w_epoll_pwait, (void *)epoll_pwait},
+    {"recv", DDP_WAIT_RECV, (void *)w_recv, (void *)recv},
+    {"recvfrom", DDP_WAIT_RECVFROM, (void *)w_recvfrom, (void *)recvfrom},
+    {"recvmsg", DDP_WAIT_RECVMSG, (void *)w_recvmsg, (void *)recvmsg},
+    {"accept", DDP_WAIT_ACCEPT, (void *)w_accept, (void *)accept},
+    {"accept4", DDP_WAIT_ACCEPT4, (void *)w_accept4, (void *)accept4},
+    {"pthread_cond_wait", DDP_WAIT_COND_WAIT, (void *)w_cond_wait, (void *)pthread_cond_wait},
+    {"pthread_cond_timedwait", DDP_WAIT_COND_TIMEDWAIT, (void *)w_cond_timedwait, (void *)pthread_cond_timedwait},
 };
 #define NHOOKS ((int)(sizeof hooks / sizeof hooks[0]))
 
-static const hook_t *hook_by_name(const char *name)
+static void *route(const gp_obj *o, const gp_hook *h, int *kind)
 {
-    for (int i = 0; i < NHOOKS; i++)
-        if (strcmp(hooks[i].name, name) == 0)
-            return &hooks[i];
-    return NULL;
+    *kind = h->kind;
+    if ((h->kind == DDP_WAIT_COND_WAIT || h->kind == DDP_WAIT_COND_TIMEDWAIT) && !o->is_libpython)
+        return NULL;
+    if (h->kind == DDP_WAIT_POLL && strstr(o->name, "/_socket.")) {
+        *kind = DDP_WAIT_SOCK_POLL; /* socket timeouts wait in poll(): name them socket */
+        return (void *)w_sock_poll;
+    }
+    return h->wrapper;
 }
 
+static gp_set gp = { .hooks = hooks, .nhooks = NHOOKS, .route = route };
 
-/* ---- ELF walking ----------------------------------------------------------------------- *
- * Loader locks.  dl_iterate_phdr holds the loader's write lock while it calls us, and dlsym
- * takes the loader's main lock, which dlopen holds while it waits for the write lock: a
- * dlsym inside the callback deadlocks against any dlopen on another thread.  So a pass runs
- * in three steps: collect the (symbol, version) pairs the unscanned objects import (inside
- * the iteration, loads only), resolve them (outside it), patch (inside a second iteration:
- * an object on the list cannot be unmapped under us, dlclose unmaps after unlisting).
- * Restoring also runs inside an iteration, so it only ever writes into mapped objects.
- * Objects loaded during a session are found by the wall thread's tick (patch_new_objects),
- * from the loader's load counter: dlopen itself is not wrapped, because glibc's dlopen
- * resolves relative names and $ORIGIN against its caller's address, which a wrapper
- * would change for every caller. */
-#if defined(__x86_64__)
-#define R_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define R_GLOB_DAT R_X86_64_GLOB_DAT
-#elif defined(__aarch64__)
-#define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
-#define R_GLOB_DAT R_AARCH64_GLOB_DAT
-#else
+#ifdef GP_NO_ARCH
 #define DDP_WAITS_NO_ARCH 1
 #endif
 
-#define MAX_WANTS 96   /* distinct (symbol, version) imports of the hooked names */
-#define MAX_DONE 2048  /* objects scanned this session */
-
-typedef struct {
-    uintptr_t base;
-    const char *name;
-    const ElfW(Sym) *symtab;
-    const char *strtab;
-    const ElfW(Half) *versym;
-    const ElfW(Verneed) *verneed;
-    long verneednum;
-    uintptr_t dyn;              /* with base: the object's identity */
-    uintptr_t lo, hi;           /* the object's mapped range (lazy PLT stubs point inside) */
-    uintptr_t relro_lo, relro_hi;
-    int is_libpython, is_socket;
-    int incomplete;             /* an import could not be resolved yet: scan it again later */
-} obj_t;
-
-typedef struct {
-    int hook;                   /* index in hooks[] */
-    char ver[32];               /* "" when unversioned */
-    void *target;               /* what the loader resolves it to */
-    int resolved;
-} want_t;
-
-enum { SCAN_COLLECT, SCAN_PATCH, SCAN_LIST, SCAN_RESTORE };
-
-typedef struct {
-    int mode;
-    uintptr_t self_base, libpython_base;
-    want_t *wants;
-    int nwants;
-    /* SCAN_LIST */
-    uint64_t *addr, *val;
-    int32_t *kind;
-    int cap, n;
-} scan_ctx;
-
-static struct { uintptr_t base, dyn; int seen; } done[MAX_DONE];
-static int ndone;                   /* under patch_lock */
-static int pass_no;                 /* numbers the collect iterations (patch_t.seen, done[].seen) */
-static unsigned long long seen_adds; /* the loader's load counter when the last pass began */
-static uintptr_t self_base_cache, libpython_base_cache;
-static int bases_known;
-
-static uintptr_t fix(uintptr_t base, uintptr_t p) { return p < base ? p + base : p; }
-
-static void mark_present(uintptr_t base, uintptr_t dyn)
-{
-    for (int i = 0; i < npatches; i++)
-        if (patches[i].obj_base == base && patches[i].obj_dyn == dyn)
-            patches[i].seen = pass_no;
-    for (int i = 0; i < ndone; i++)
-        if (done[i].base == base && done[i].dyn == dyn)
-            done[i].seen = pass_no;
-}
-
-/* Forget the patches and scans of objects unloaded since (dlclose): a library loaded again,
- * perhaps at the same address, is then scanned afresh, and stop never writes into it on
- * behalf of the old one. */
-static void drop_unloaded(void)
-{
-    int k = 0;
-    for (int i = 0; i < npatches; i++) {
-        if (patches[i].seen == pass_no)
-            patches[k++] = patches[i];
-        else
-            ws.restore_unloaded++;
-    }
-    npatches = k;
-    k = 0;
-    for (int i = 0; i < ndone; i++)
-        if (done[i].seen == pass_no)
-            done[k++] = done[i];
-    ndone = k;
-}
-
-static int is_done(uintptr_t base, uintptr_t dyn)
-{
-    for (int i = 0; i < ndone; i++)
-        if (done[i].base == base && done[i].dyn == dyn)
-            return 1;
-    return 0;
-}
-
-static const char *sym_version(obj_t *o, size_t symidx)
-{
-    if (!o->versym || !o->verneed)
-        return NULL;
-    ElfW(Half) v = o->versym[symidx] & 0x7fff;
-    if (v < 2)
-        return NULL;
-    const ElfW(Verneed) *vn = o->verneed;
-    for (long i = 0; i < o->verneednum && vn; i++) {
-        const ElfW(Vernaux) *va = (const ElfW(Vernaux) *)((const char *)vn + vn->vn_aux);
-        for (int j = 0; j < vn->vn_cnt; j++) {
-            if (va->vna_other == v)
-                return o->strtab + va->vna_name;
-            if (!va->vna_next)
-                break;
-            va = (const ElfW(Vernaux) *)((const char *)va + va->vna_next);
-        }
-        if (!vn->vn_next)
-            break;
-        vn = (const ElfW(Verneed) *)((const char *)vn + vn->vn_next);
-    }
-    return NULL;
-}
-
-static want_t *want_find(scan_ctx *c, int hook, const char *ver)
-{
-    for (int i = 0; i < c->nwants; i++)
-        if (c->wants[i].hook == hook && strcmp(c->wants[i].ver, ver) == 0)
-            return &c->wants[i];
-    return NULL;
-}
-
-/* Store val into a GOT slot that still holds `expect`.  The loader made the pages of
- * [align_down(relro_lo), align_down(relro_hi)) read-only (_dl_protect_relro): only such a
- * page is made writable for the store and read-only again after it.  Any other page is
- * writable as it is and its protection is never touched (with 16K/64K pages the RELRO's
- * last page also holds .data, which must stay writable).  0 done, 1 the slot held
- * something else, -1 mprotect refused. */
-static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
-{
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t page = slot & ~(pg - 1);
-    int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
-    if (ro && mprotect((void *)page, pg, PROT_READ | PROT_WRITE) != 0)
-        return -1;
-    int ok = __atomic_compare_exchange_n((uintptr_t *)slot, &expect, val, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    if (ro)
-        mprotect((void *)page, pg, PROT_READ);
-    return ok ? 0 : 1;
-}
-
-static void patch_one(obj_t *o, uintptr_t slot, uintptr_t cur, unsigned type, size_t si, const hook_t *h,
-                      void *wrapper, int kind, scan_ctx *c)
-{
-    if (cur == (uintptr_t)wrapper)
-        return; /* ours already (an object scanned again) */
-    const char *ver = sym_version(o, si);
-    want_t *w = want_find(c, (int)(h - hooks), ver ? ver : "");
-    if (!w || !w->resolved) {
-        o->incomplete = 1; /* loaded between the passes with a new version: next pass */
-        return;
-    }
-    /* Patch only slots that resolve (by their symbol version) to the very function this
-     * module calls, and hold it or their own lazy PLT stub: anything else is someone else's. */
-    int lazy = cur >= o->lo && cur < o->hi && type == R_JUMP_SLOT;
-    if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy)) {
-        ws.slots_foreign++;
-        ws.kinds_foreign |= 1u << kind;
-        return;
-    }
-    if (npatches >= MAX_PATCHES) {
-        o->incomplete = 1;
-        return;
-    }
-    int rc = write_slot(slot, o->relro_lo, o->relro_hi, cur, (uintptr_t)wrapper);
-    if (rc < 0) {
-        ws.protect_failed++;
-        return;
-    }
-    if (rc > 0) { /* changed under us (lazy binding resolved it just now): next pass */
-        o->incomplete = 1;
-        return;
-    }
-    patch_t *p = &patches[npatches++];
-    memset(p, 0, sizeof *p);
-    p->seen = pass_no;
-    p->slot = slot;
-    p->original = cur;
-    p->wrapper = (uintptr_t)wrapper;
-    p->obj_base = o->base;
-    p->obj_dyn = o->dyn;
-    p->relro_lo = o->relro_lo;
-    p->relro_hi = o->relro_hi;
-    p->kind = kind;
-    ws.slots_patched++;
-    ws.kinds_patched |= 1u << kind;
-}
-
-static void visit_rela(obj_t *o, const ElfW(Rela) *rel, size_t bytes, scan_ctx *c)
-{
-    size_t n = bytes / sizeof(ElfW(Rela));
-    for (size_t i = 0; i < n; i++) {
-        unsigned type = (unsigned)ELF64_R_TYPE(rel[i].r_info);
-        if (type != R_JUMP_SLOT && type != R_GLOB_DAT)
-            continue;
-        size_t si = ELF64_R_SYM(rel[i].r_info);
-        if (!si)
-            continue;
-        if (o->symtab[si].st_shndx != SHN_UNDEF)
-            continue; /* defined here: not an import */
-        const hook_t *h = hook_by_name(o->strtab + o->symtab[si].st_name);
-        if (!h)
-            continue;
-        if (h->where == WHERE_LIBPYTHON && !o->is_libpython)
-            continue;
-        void *wrapper = h->wrapper;
-        int kind = h->kind;
-        if (o->is_socket && h->kind == DDP_WAIT_POLL) {
-            wrapper = (void *)w_sock_poll; /* socket timeouts wait in poll(): name them socket */
-            kind = DDP_WAIT_SOCK_POLL;
-        }
-        uintptr_t slot = o->base + rel[i].r_offset;
-        uintptr_t cur = __atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST);
-        if (c->mode == SCAN_LIST) {
-            if (c->n < c->cap) {
-                c->addr[c->n] = slot;
-                c->val[c->n] = cur;
-                c->kind[c->n] = kind;
-            }
-            c->n++;
-        } else if (c->mode == SCAN_COLLECT) {
-            const char *ver = sym_version(o, si);
-            if (!ver)
-                ver = "";
-            if (cur != (uintptr_t)wrapper && !want_find(c, (int)(h - hooks), ver) && c->nwants < MAX_WANTS &&
-                strlen(ver) < sizeof c->wants[0].ver) {
-                want_t *w = &c->wants[c->nwants++];
-                memset(w, 0, sizeof *w);
-                w->hook = (int)(h - hooks);
-                strcpy(w->ver, ver);
-            }
-        } else {
-            patch_one(o, slot, cur, type, si, h, wrapper, kind, c);
-        }
-    }
-}
-
-static void restore_object(uintptr_t base, uintptr_t dyn)
-{
-    for (int i = 0; i < npatches; i++) {
-        patch_t *p = &patches[i];
-        if (p->restored || p->obj_base != base || p->obj_dyn != dyn)
-            continue;
-        p->restored = 1;
-        /* only a slot still holding our wrapper: one someone re-patched since stays theirs */
-        int rc = write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
-        if (rc > 0)
-            ws.restore_mismatch++;
-        else if (rc < 0)
-            ws.protect_failed++;
-    }
-}
-
-/* Called by dl_iterate_phdr with the loader's write lock held: loads and stores only (no
- * dlsym, dladdr, dlopen or anything else that takes a loader lock). */
-static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
-{
-    (void)size;
-    scan_ctx *c = ctx;
-    uintptr_t base = info->dlpi_addr;
-    const char *name = info->dlpi_name ? info->dlpi_name : "";
-    obj_t o;
-    memset(&o, 0, sizeof o);
-    o.base = base;
-    o.name = name;
-    o.lo = UINTPTR_MAX;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_DYNAMIC)
-            o.dyn = base + ph->p_vaddr;
-        else if (ph->p_type == PT_GNU_RELRO) {
-            o.relro_lo = base + ph->p_vaddr;
-            o.relro_hi = o.relro_lo + ph->p_memsz;
-        } else if (ph->p_type == PT_LOAD) {
-            uintptr_t lo = base + ph->p_vaddr, hi = lo + ph->p_memsz;
-            if (lo < o.lo)
-                o.lo = lo;
-            if (hi > o.hi)
-                o.hi = hi;
-        }
-    }
-    if (!o.dyn)
-        return 0;
-    if (c->mode == SCAN_RESTORE) {
-        restore_object(base, o.dyn);
-        return 0;
-    }
-    if (base == c->self_base && base)
-        return 0;
-    if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
-        strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
-        return 0;
-    if (c->mode == SCAN_COLLECT) /* still loaded: its patches and done entry stay (drop_unloaded) */
-        mark_present(base, o.dyn);
-    if ((c->mode == SCAN_COLLECT || c->mode == SCAN_PATCH) && is_done(base, o.dyn))
-        return 0;
-    uintptr_t jmprel = 0, rela = 0;
-    size_t pltrelsz = 0, relasz = 0;
-    long pltrel = 0;
-    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)o.dyn; d->d_tag != DT_NULL; d++) {
-        switch (d->d_tag) {
-        case DT_JMPREL: jmprel = fix(base, d->d_un.d_ptr); break;
-        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
-        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
-        case DT_RELA: rela = fix(base, d->d_un.d_ptr); break;
-        case DT_RELASZ: relasz = d->d_un.d_val; break;
-        case DT_SYMTAB: o.symtab = (const ElfW(Sym) *)fix(base, d->d_un.d_ptr); break;
-        case DT_STRTAB: o.strtab = (const char *)fix(base, d->d_un.d_ptr); break;
-        case DT_VERSYM: o.versym = (const ElfW(Half) *)fix(base, d->d_un.d_ptr); break;
-        case DT_VERNEED: o.verneed = (const ElfW(Verneed) *)fix(base, d->d_un.d_ptr); break;
-        case DT_VERNEEDNUM: o.verneednum = (long)d->d_un.d_val; break;
-        }
-    }
-    if (!o.symtab || !o.strtab)
-        return 0;
-    o.is_libpython = base == c->libpython_base;
-    o.is_socket = strstr(name, "/_socket.") != NULL;
-    if (jmprel && pltrel == DT_RELA)
-        visit_rela(&o, (const ElfW(Rela) *)jmprel, pltrelsz, c);
-    if (rela)
-        visit_rela(&o, (const ElfW(Rela) *)rela, relasz, c); /* GLOB_DAT: -fno-plt builds */
-    if (c->mode == SCAN_PATCH && !o.incomplete && ndone < MAX_DONE) {
-        done[ndone].base = base;
-        done[ndone].dyn = o.dyn;
-        done[ndone].seen = pass_no;
-        ndone++;
-        ws.objects++;
-    }
-    return 0;
-}
-
-/* Our own object's and libpython's load addresses, in dl_iterate_phdr's convention (outside
- * any iteration: dladdr and dlopen take loader locks). */
-static void scan_init(scan_ctx *c, int mode)
-{
-    memset(c, 0, sizeof *c);
-    c->mode = mode;
-    if (!bases_known) {
-        Dl_info di;
-        if (dladdr((void *)w_sem_wait, &di))
-            self_base_cache = (uintptr_t)di.dli_fbase;
-        if (dladdr((void *)PyEval_SaveThread, &di))
-            libpython_base_cache = (uintptr_t)di.dli_fbase;
-        /* dl_iterate_phdr reports the executable with dlpi_addr 0 when it is not PIE: dladdr's
-         * fbase is then its load address, not 0.  Normalize to dlpi_addr's convention. */
-        if (libpython_base_cache) {
-            Dl_info dm;
-            void *h = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
-            struct link_map *lm = NULL;
-            if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
-                for (; lm; lm = lm->l_next) {
-                    if (dladdr((void *)lm->l_ld, &dm) && (uintptr_t)dm.dli_fbase == libpython_base_cache) {
-                        libpython_base_cache = lm->l_addr;
-                        break;
-                    }
-                }
-            }
-            if (h)
-                dlclose(h);
-        }
-        bases_known = 1;
-    }
-    c->self_base = self_base_cache;
-    c->libpython_base = libpython_base_cache;
-}
-
-static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
-{
-    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
-        *(unsigned long long *)ctx = info->dlpi_adds;
-    return 1; /* the counters are the same in every entry: the first one is enough */
-}
-
-static unsigned long long loader_adds(void)
-{
-    unsigned long long adds = 0;
-    dl_iterate_phdr(counters_cb, &adds);
-    return adds;
-}
-
 /* Hook every loaded object not scanned yet this session (patch_lock held). */
-static void patch_pass(void)
-{
-    want_t wants[MAX_WANTS];
-    scan_ctx c;
-    scan_init(&c, SCAN_COLLECT);
-    c.wants = wants;
-    seen_adds = loader_adds(); /* before the scan: an object loaded during it is seen next tick */
-    pass_no++;
-    dl_iterate_phdr(visit_object, &c);
-    drop_unloaded();
-    if (!c.nwants)
-        return;
-    for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
-        const char *name = hooks[wants[i].hook].name;
-        wants[i].target = wants[i].ver[0] ? dlvsym(RTLD_DEFAULT, name, wants[i].ver) : dlsym(RTLD_DEFAULT, name);
-        wants[i].resolved = 1;
-    }
-    c.mode = SCAN_PATCH;
-    dl_iterate_phdr(visit_object, &c);
-}
+static void patch_pass(void) { gp_pass(&gp); }
 
-static void restore_all(int check_loaded)
-{
-    if (check_loaded) {
-        scan_ctx c;
-        memset(&c, 0, sizeof c);
-        c.mode = SCAN_RESTORE;
-        dl_iterate_phdr(visit_object, &c);
-        for (int i = 0; i < npatches; i++)
-            if (!patches[i].restored)
-                ws.restore_unloaded++; /* its object is gone: nothing to put back */
-    } else { /* a fork child: one thread, every object as in the parent */
-        for (int i = 0; i < npatches; i++)
-            write_slot(patches[i].slot, patches[i].relro_lo, patches[i].relro_hi, patches[i].wrapper,
-                       patches[i].original);
-    }
-    npatches = 0;
-    ndone = 0;
-}
+static void restore_all(int check_loaded) { gp_restore_all(&gp, check_loaded); }
 
 /* fork() waits until no thread of ours is inside the loader (patch_lock is held around every
  * dl_iterate_phdr, dlsym and dladdr of this file): a loader lock copied held into the child
@@ -912,7 +465,7 @@ static void atfork_child(void)
         atomic_store(&inflight[i].tid, 0);
     }
     atomic_store(&inflight_hi, 0);
-    if (npatches)
+    if (gp.npatches)
         restore_all(0);
 }
 
@@ -932,6 +485,7 @@ static int waits_start(const ddp_config *cfg)
     }
     pthread_mutex_lock(&patch_lock);
     memset(&ws, 0, sizeof ws);
+    memset(&gp.st, 0, sizeof gp.st);
     w_events = cfg->events & W_EVENTS;
     atomic_store(&w_parked_scanned, 0);
     w_threshold = cfg->wait_threshold_ns > 0 ? cfg->wait_threshold_ns : DEFAULT_THRESHOLD_NS;
@@ -961,7 +515,7 @@ static void patch_new_objects(void)
     if (!atomic_load(&w_on))
         return;
     pthread_mutex_lock(&patch_lock);
-    if (atomic_load(&w_on) && loader_adds() != seen_adds) { /* objects were loaded since the last pass */
+    if (atomic_load(&w_on) && gp_loaded_since(&gp)) { /* objects were loaded since the last pass */
         patch_pass();
         ws.passes++;
     }
@@ -995,7 +549,7 @@ static void waits_stop(void)
 {
     pthread_mutex_lock(&patch_lock);
     atomic_store(&w_on, 0);
-    if (npatches || ndone)
+    if (gp.npatches || gp.ndone)
         restore_all(1);
     for (int spins = 0; atomic_load(&w_emitting) && spins < 10000000; spins++)
         sched_yield();
@@ -1055,18 +609,18 @@ int ddp_wait_get_stats(ddp_wait_stats *out)
     out->rate_dropped = atomic_load(&ws.rate_dropped);
     out->emit_failed = atomic_load(&ws.emit_failed);
     out->calls = atomic_load(&ws.calls);
-    out->objects = ws.objects;
-    out->slots_patched = ws.slots_patched;
-    out->slots_foreign = ws.slots_foreign;
-    out->restore_mismatch = ws.restore_mismatch;
-    out->restore_unloaded = ws.restore_unloaded;
-    out->active_patches = npatches;
+    out->objects = gp.st.objects;
+    out->slots_patched = gp.st.slots_patched;
+    out->slots_foreign = gp.st.slots_foreign;
+    out->restore_mismatch = gp.st.restore_mismatch;
+    out->restore_unloaded = gp.st.restore_unloaded;
+    out->active_patches = gp.npatches;
     out->threshold_ns = w_threshold;
-    out->protect_failed = ws.protect_failed;
+    out->protect_failed = gp.st.protect_failed;
     out->passes = ws.passes;
     out->edge_records = atomic_load(&ws.edge_records);
-    out->kinds_patched = ws.kinds_patched;
-    out->kinds_foreign = ws.kinds_foreign;
+    out->kinds_patched = gp.st.kinds_patched;
+    out->kinds_foreign = gp.st.kinds_foreign;
     return DDP_OK;
 }
 
@@ -1077,16 +631,10 @@ int ddp_wait_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
 #else
     if (cap < 0 || (cap && (!addr || !val || !kind)))
         return DDP_EINVAL;
-    scan_ctx c;
     pthread_mutex_lock(&patch_lock);
-    scan_init(&c, SCAN_LIST);
-    c.addr = addr;
-    c.val = val;
-    c.kind = kind;
-    c.cap = cap;
-    dl_iterate_phdr(visit_object, &c);
+    int n = gp_list(&gp, addr, val, kind, cap);
     pthread_mutex_unlock(&patch_lock);
-    return c.n;
+    return n;
 #endif
 }
 

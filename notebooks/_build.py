@@ -513,7 +513,38 @@ notebook("03-memory", [
     """, expect=("live after the cell",)),
     md("""
         Allocation churn is about the same (parsing did not change); what the cell keeps
-        dropped to the cache's bounded size. **Next:** *04-locks-and-waiting*.
+        dropped to the cache's bounded size.
+
+        ## Arrays: memory allocated in C
+
+        numpy keeps array data outside Python's object allocator, in memory it allocates in C.
+        The profile still shows it, as a `[numpy]` leaf under the line that made the array
+        (C extensions' own `malloc` calls show as `[malloc]`); `--no-native-alloc` leaves them out.
+    """),
+    code('''
+        import numpy as np
+
+
+        def load_features(n_rows=100_000):
+            raw = np.random.default_rng(0).random((n_rows, 64))  # 51 MB
+            return (raw - raw.mean(axis=0)) / raw.std(axis=0)   # a normalised copy: 51 MB more, raw is dropped
+
+
+        def embed(features):
+            return features @ np.random.default_rng(1).random((64, 16))
+    '''),
+    prof("""
+        features = load_features()
+        vectors = embed(features)
+    """, events="alloc", name="arrays", expect=("load_features",)),
+    code("""
+        %ddprof top 5 arrays -e live
+        arrays = ddprof_nb.history["arrays"]
+        held = features.nbytes + vectors.nbytes
+        print(f"live: {arrays.total('live') / 2**20:.0f} MiB for {held / 2**20:.0f} MiB of arrays held")
+    """, expect=("load_features", "arrays held")),
+    md("""
+        **Next:** *04-locks-and-waiting*.
     """),
 ])
 

@@ -147,7 +147,7 @@ class NativeEngine(Engine):
             self.config.interval_ns, self.config.max_depth, self.config.events,
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
-            alloc_rate=self.config.alloc_rate, **self._session_knobs,
+            alloc_rate=self.config.alloc_rate, native_alloc=self.config.native_alloc, **self._session_knobs,
             **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
         )
         try:
@@ -233,6 +233,7 @@ class NativeEngine(Engine):
                 self._converter.alloc.flush(final=True)
                 self._converter.alloc.add_live()
                 stats["alloc"] = AllocTracker.stats()
+                stats["alloc_native"] = AllocTracker.native_stats()
         finally:
             session.release()
         return self._build(stats)
@@ -303,6 +304,7 @@ class NativeEngine(Engine):
         notes.extend(self._lockpark_notes())  # lock/park
         if "alloc" in stats:  # allocations
             notes.extend(_alloc_notes(self.config.alloc_rate, stats["alloc"], conv.alloc))
+            notes.extend(_native_alloc_notes(self.config.native_alloc, stats["alloc_native"]))
         notes.extend(self._errors)
         meta = Metadata(
             start_ns=self._start_ns,
@@ -424,13 +426,13 @@ def _timer_note(failures: int, err: int) -> str:
 # ---- allocations ------------------------------------------------------------------------------
 def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
     """Profile notes of the allocation sampler: rate, typing coverage, losses, limits."""
-    notes = [f"alloc: {st['sampled']} samples (Poisson over bytes, mean {rate} B; Horvitz-Thompson weights); "
+    notes = [f"alloc: {st['sampled']} samples of the Python allocators (Poisson over bytes, mean {rate} B; "
+             "Horvitz-Thompson weights); "
              f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
     total = tracker.typed + tracker.untyped
     if total:
         notes.append(f"alloc type leaf: known for {100 * tracker.typed / total:.0f}% of samples "
                      "(unknown for MEM-domain buffers and objects freed before their type could be read)")
-    notes.append("alloc: numpy array data (numpy's own allocator) and the RAW domain are not sampled")
     if st["emit_failed"]:
         notes.append(f"alloc: {st['emit_failed']} sample(s) lost (sample buffer full)")
     if st["live_overflow"]:
@@ -446,4 +448,43 @@ def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
                      "session (tracemalloc.stop() puts back the allocator it saved, which can be older than ours): "
                      "allocations after that were not sampled, and live omits that allocator's blocks (their frees "
                      "went unseen)")
+    return notes
+
+
+# C allocations of extension modules (native/nalloc.c); the names follow DDP_NALLOC_* order
+_NALLOC_KINDS = ("PyTraceMalloc_Track", "PyTraceMalloc_Untrack", "malloc", "calloc", "realloc", "free",
+                 "posix_memalign", "aligned_alloc", "memalign")
+
+
+def _native_alloc_notes(enabled: bool, st: dict) -> list[str]:
+    """Which allocation sources were active, what was hooked, what could not be."""
+    if not enabled:
+        return ["alloc: sources: Python allocators (PyMem, PyObject) only; C allocations of extension modules "
+                "(numpy array data, malloc) not sampled (native_alloc=False)"]
+    hooked = [k for i, k in enumerate(_NALLOC_KINDS) if st["kinds_patched"] >> i & 1]
+    notes = [f"alloc: sources: Python allocators (PyMem, PyObject) and C allocations of extension modules: "
+             f"{', '.join(hooked) or 'nothing'} hooked ({st['slots_patched']} GOT slots in {st['objects']} objects; "
+             f"{st['sampled']} samples); numpy array data through PyTraceMalloc_Track "
+             f"({st['tracking_objects']} object(s) report buffers there, their own malloc calls are left to it)"]
+    if st["not_python"]:
+        notes.append(f"alloc: {st['not_python']} C allocation sample(s) on threads running no Python "
+                     "(native worker threads) were not recorded")
+    if st["emit_failed"]:
+        notes.append(f"alloc: {st['emit_failed']} C allocation sample(s) lost (sample buffer full)")
+    if st["live_overflow"]:
+        notes.append(f"live: {st['live_overflow']} C allocation sample(s) not tracked (live table full)")
+    if st["slots_foreign"]:
+        foreign = [k for i, k in enumerate(_NALLOC_KINDS) if st["kinds_foreign"] >> i & 1]
+        notes.append(f"alloc: {st['slots_foreign']} slot(s) of {', '.join(foreign)} resolve to another allocator "
+                     "(an interposed malloc such as jemalloc or tcmalloc, or another tool's hook) and were left "
+                     "alone: blocks allocated there are not sampled")
+    if st["protect_failed"]:
+        notes.append(f"alloc: {st['protect_failed']} GOT slot(s) could not be made writable: not hooked")
+    if st["restore_mismatch"]:
+        notes.append(f"alloc: degraded: another tool (memray, for one) re-patched {st['restore_mismatch']} of our C "
+                     "allocator slots during the session and they were left theirs: C allocations after that were "
+                     "not sampled, and live may hold C blocks whose free went unseen")
+    notes.append("alloc: not sampled: the RAW domain (PyMem_RawMalloc: the interpreter's own C buffers, zlib and "
+                 "bz2 streams included), the interpreter's direct malloc calls, mmap called directly, and "
+                 "allocators linked statically into a library (e.g. jemalloc or mimalloc inside a wheel)")
     return notes

@@ -187,3 +187,18 @@ def test_convert_and_report(workdir, monkeypatch, capsys):
     header = next(i for i, ln in enumerate(out) if ln.startswith("CPU time: top 3 functions"))
     assert out[header + 1].split()[0] == "self"
     assert "busy" in out[header + 2]
+
+
+def test_record_no_native_alloc(workdir):
+    # GIVEN a script making numpy arrays, recorded with -e alloc with and without --no-native-alloc
+    (workdir / "scripts" / "arrays.py").write_text(
+        "import numpy as np\narrays = [np.ones(1_000_000) for _ in range(20)]\n")
+    leaves = {}
+    for extra in ([], ["--no-native-alloc"]):
+        r = cli(["record", "-e", "alloc", "-o", "a.pprof", *extra, "--", "scripts/arrays.py"], workdir)
+        assert r.returncode == 0, r.stderr
+        profile = ddprof_nb.load(workdir / "a.pprof")
+        leaves[bool(extra)] = {profile.stack_frames(s)[-1].name for s in set(profile.stack.tolist())}
+    # THEN the arrays' data is a [numpy] leaf by default, and absent with the flag
+    assert "[numpy]" in leaves[False], leaves
+    assert "[numpy]" not in leaves[True], leaves

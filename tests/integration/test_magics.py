@@ -479,3 +479,20 @@ def test_unload_ext_stops_a_running_profile_and_removes_the_magics(shell, capsys
     # AND loading it again works
     assert run(shell, "%load_ext ddprof_nb")[0].success
     assert run(shell, "%%ddprof --no-show\nx = 1\n")[0].success
+
+
+def test_no_native_alloc_option_keeps_alloc_to_python_objects(shell):
+    # GIVEN a cell making numpy arrays (160 MB) under alloc/live, with and without --no-native-alloc
+    code = "%%ddprof --no-show -e alloc,live{flag}\narrays = [np.ones(1_000_000) for _ in range(20)]\n"
+    shell.user_ns["np"] = np
+    leaves = {}
+    for flag in ("", " --no-native-alloc"):
+        res, _ = run(shell, code.format(flag=flag))
+        assert res.success, res.error_in_exec
+        prof = history.latest
+        leaves[flag] = {prof.stack_frames(s)[-1].name for s in set(prof.stack.tolist())}
+        leaves[flag + " notes"] = " ".join(prof.metadata.notes)
+    # THEN by default the arrays' data shows as [numpy]; with the flag it does not, and the notes say so
+    assert "[numpy]" in leaves[""], leaves
+    assert "[numpy]" not in leaves[" --no-native-alloc"], leaves
+    assert "native_alloc=False" in leaves[" --no-native-alloc notes"], leaves

@@ -1,0 +1,21 @@
+/* alloc.h — what the PyMem hooks (alloc.c) and the C allocation hooks (nalloc.c) share:
+ * one sampling scheme (mean gap, Horvitz-Thompson weights), one sequence of sample ids, one
+ * LIVE table frozen at stop.  Included by those two files only.
+ */
+#ifndef DDP_ALLOC_H
+#define DDP_ALLOC_H
+#include <stddef.h>
+#include <stdint.h>
+#include "ddprof.h"
+
+double ddp_alloc_mean_gap(void);            /* the session's mean bytes between samples */
+int ddp_alloc_weigh(size_t n, double u, int64_t *count, int64_t *bytes); /* HT weights of a sample, u in (0, 1] */
+uint64_t ddp_alloc_new_id(void);            /* the next sample id of the session */
+void ddp_alloc_note(uint64_t id, uint64_t size, const char *name); /* a sample's leaf, named outright */
+
+/* nalloc.c: the sampled C blocks still allocated, for LIVE at stop */
+int ddp_nalloc_live_count(void);
+int ddp_nalloc_live_take(ddp_alloc_info *out, int max); /* copy them (up to max), empty the table */
+int ddp_nalloc_live_ids(uint64_t *out, int max);        /* their ids; returns how many (may exceed max) */
+
+#endif /* DDP_ALLOC_H */

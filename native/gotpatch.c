@@ -1,0 +1,526 @@
+/* gotpatch.c — loader-safe patching of GOT slots (used by waits.c and nalloc.c).
+ *
+ * A set (gp_set) names functions to redirect (hooks: name, wrapper, the real function) and
+ * keeps what it patched, so that it can put every slot back.
+ *
+ * Safety rules:
+ *  - a slot is patched only when it resolves (by its symbol version) to the very function
+ *    this module calls, and either already holds it or still holds the object's own lazy
+ *    PLT stub; a slot holding anything else (another hook, an interposer) is left alone and
+ *    counted (slots_foreign);
+ *  - restoring puts every slot back to its exact original value with a compare-and-swap,
+ *    and only in objects still loaded; a slot someone re-patched meanwhile is left and counted;
+ *  - our own object, the loader, libc, libpthread, libdl and the vDSO are never patched.
+ *
+ * Loader locks.  dl_iterate_phdr holds the loader's write lock while it calls us, and dlsym
+ * takes the loader's main lock, which dlopen holds while it waits for the write lock: a
+ * dlsym inside the callback deadlocks against any dlopen on another thread.  So a pass runs
+ * in three steps: collect the (symbol, version) pairs the unscanned objects import (inside
+ * the iteration, loads only), resolve them (outside it), patch (inside a second iteration:
+ * an object on the list cannot be unmapped under us, dlclose unmaps after unlisting).
+ * Restoring also runs inside an iteration, so it only ever writes into mapped objects.
+ * Objects loaded later are found by the user's periodic call of gp_pass when
+ * gp_loaded_since says the loader's load counter moved: dlopen itself is not wrapped,
+ * because glibc's dlopen resolves relative names and $ORIGIN against its caller's address,
+ * which a wrapper would change for every caller.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <Python.h>
+#include "gotpatch.h"
+
+#ifndef GP_NO_ARCH
+
+typedef struct {
+    int hook;                   /* index in hooks[] */
+    char ver[32];               /* "" when unversioned */
+    void *target;               /* what the loader resolves it to */
+    int resolved;
+} want_t;
+
+enum { SCAN_COLLECT, SCAN_PATCH, SCAN_LIST, SCAN_RESTORE };
+
+typedef struct {
+    gp_set *s;
+    int mode;
+    uintptr_t self_base, libpython_base;
+    want_t *wants;
+    int nwants;
+    int aborted;                /* SCAN_PATCH: the list changed since the collect */
+    /* SCAN_LIST */
+    uint64_t *addr, *val;
+    int32_t *kind;
+    int cap, n;
+} scan_ctx;
+
+static uintptr_t self_base_cache, libpython_base_cache;
+static pthread_once_t bases_once = PTHREAD_ONCE_INIT;
+
+static uintptr_t fix(uintptr_t base, uintptr_t p) { return p < base ? p + base : p; }
+
+static void mark_present(gp_set *s, uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < s->npatches; i++)
+        if (s->patches[i].obj_base == base && s->patches[i].obj_dyn == dyn)
+            s->patches[i].seen = s->pass_no;
+    for (int i = 0; i < s->ndone; i++)
+        if (s->done[i].base == base && s->done[i].dyn == dyn)
+            s->done[i].seen = s->pass_no;
+}
+
+/* Forget the patches and scans of objects unloaded since (dlclose): a library loaded again,
+ * perhaps at the same address, is then scanned afresh, and a restore never writes into it
+ * on behalf of the old one. */
+static void drop_unloaded(gp_set *s)
+{
+    int k = 0;
+    for (int i = 0; i < s->npatches; i++) {
+        if (s->patches[i].seen == s->pass_no)
+            s->patches[k++] = s->patches[i];
+        else
+            s->st.restore_unloaded++;
+    }
+    s->npatches = k;
+    k = 0;
+    for (int i = 0; i < s->ndone; i++)
+        if (s->done[i].seen == s->pass_no)
+            s->done[k++] = s->done[i];
+    s->ndone = k;
+}
+
+static int is_done(const gp_set *s, uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < s->ndone; i++)
+        if (s->done[i].base == base && s->done[i].dyn == dyn)
+            return 1;
+    return 0;
+}
+
+static const char *sym_version(const gp_obj *o, size_t symidx)
+{
+    if (!o->versym || !o->verneed)
+        return NULL;
+    ElfW(Half) v = o->versym[symidx] & 0x7fff;
+    if (v < 2)
+        return NULL;
+    const ElfW(Verneed) *vn = o->verneed;
+    for (long i = 0; i < o->verneednum && vn; i++) {
+        const ElfW(Vernaux) *va = (const ElfW(Vernaux) *)((const char *)vn + vn->vn_aux);
+        for (int j = 0; j < vn->vn_cnt; j++) {
+            if (va->vna_other == v)
+                return o->strtab + va->vna_name;
+            if (!va->vna_next)
+                break;
+            va = (const ElfW(Vernaux) *)((const char *)va + va->vna_next);
+        }
+        if (!vn->vn_next)
+            break;
+        vn = (const ElfW(Verneed) *)((const char *)vn + vn->vn_next);
+    }
+    return NULL;
+}
+
+static want_t *want_find(scan_ctx *c, int hook, const char *ver)
+{
+    for (int i = 0; i < c->nwants; i++)
+        if (c->wants[i].hook == hook && strcmp(c->wants[i].ver, ver) == 0)
+            return &c->wants[i];
+    return NULL;
+}
+
+static const gp_hook *hook_by_name(const gp_set *s, const char *name)
+{
+    for (int i = 0; i < s->nhooks; i++)
+        if (strcmp(s->hooks[i].name, name) == 0)
+            return &s->hooks[i];
+    return NULL;
+}
+
+/* Store val into a GOT slot that still holds `expect`.  The loader made the pages of
+ * [align_down(relro_lo), align_down(relro_hi)) read-only (_dl_protect_relro): only such a
+ * page is made writable for the store and read-only again after it.  Any other page is
+ * writable as it is and its protection is never touched (with 16K/64K pages the RELRO's
+ * last page also holds .data, which must stay writable).  0 done, 1 the slot held
+ * something else, -1 mprotect refused.
+ * A slot that does not hold `expect` is left before any mprotect: it may belong to a copy
+ * of the object loaded again at the same address and still being relocated, whose RELRO
+ * pages are writable until the loader is done (making one read-only would fault the
+ * loader's next relocation there). */
+static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
+{
+    if (__atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST) != expect)
+        return 1;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t page = slot & ~(pg - 1);
+    int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
+    if (ro && mprotect((void *)page, pg, PROT_READ | PROT_WRITE) != 0)
+        return -1;
+    int ok = __atomic_compare_exchange_n((uintptr_t *)slot, &expect, val, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (ro)
+        mprotect((void *)page, pg, PROT_READ);
+    return ok ? 0 : 1;
+}
+
+static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, size_t si, const gp_hook *h,
+                      void *wrapper, int kind, scan_ctx *c)
+{
+    gp_set *s = c->s;
+    if (cur == (uintptr_t)wrapper)
+        return; /* ours already (an object scanned again) */
+    const char *ver = sym_version(o, si);
+    want_t *w = want_find(c, (int)(h - s->hooks), ver ? ver : "");
+    if (!w || !w->resolved) {
+        o->incomplete = 1; /* loaded between the passes with a new version: next pass */
+        return;
+    }
+    /* Patch only slots that resolve (by their symbol version) to the very function this
+     * module calls, and hold it or their own lazy PLT stub: anything else is someone else's. */
+    int lazy = cur >= o->lo && cur < o->hi && type == GP_R_JUMP_SLOT;
+    if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy)) {
+        s->st.slots_foreign++;
+        s->st.kinds_foreign |= 1u << kind;
+        return;
+    }
+    if (s->npatches >= GP_MAX_PATCHES) {
+        o->incomplete = 1;
+        return;
+    }
+    int rc = write_slot(slot, o->relro_lo, o->relro_hi, cur, (uintptr_t)wrapper);
+    if (rc < 0) {
+        s->st.protect_failed++;
+        return;
+    }
+    if (rc > 0) { /* changed under us (lazy binding resolved it just now): next pass */
+        o->incomplete = 1;
+        return;
+    }
+    gp_patch *p = &s->patches[s->npatches++];
+    memset(p, 0, sizeof *p);
+    p->seen = s->pass_no;
+    p->slot = slot;
+    p->original = cur;
+    p->wrapper = (uintptr_t)wrapper;
+    p->obj_base = o->base;
+    p->obj_dyn = o->dyn;
+    p->relro_lo = o->relro_lo;
+    p->relro_hi = o->relro_hi;
+    p->kind = kind;
+    s->st.slots_patched++;
+    s->st.kinds_patched |= 1u << kind;
+}
+
+/* The imported symbol index of relocation r when it is a JUMP_SLOT or GLOB_DAT, else 0. */
+static size_t import_of(const gp_obj *o, const ElfW(Rela) *r, unsigned *type)
+{
+    *type = (unsigned)ELF64_R_TYPE(r->r_info);
+    if (*type != GP_R_JUMP_SLOT && *type != GP_R_GLOB_DAT)
+        return 0;
+    size_t si = ELF64_R_SYM(r->r_info);
+    if (!si || o->symtab[si].st_shndx != SHN_UNDEF)
+        return 0; /* defined here: not an import */
+    return si;
+}
+
+int gp_obj_imports(const gp_obj *o, const char *name)
+{
+    const ElfW(Rela) *tabs[2] = { o->jmprel, o->rela };
+    size_t ns[2] = { o->jmprel_n, o->rela_n };
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; tabs[t] && i < ns[t]; i++) {
+            unsigned type;
+            size_t si = import_of(o, &tabs[t][i], &type);
+            if (si && strcmp(o->strtab + o->symtab[si].st_name, name) == 0)
+                return 1;
+        }
+    return 0;
+}
+
+static void visit_rela(gp_obj *o, const ElfW(Rela) *rel, size_t n, scan_ctx *c)
+{
+    gp_set *s = c->s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned type;
+        size_t si = import_of(o, &rel[i], &type);
+        if (!si)
+            continue;
+        const gp_hook *h = hook_by_name(s, o->strtab + o->symtab[si].st_name);
+        if (!h)
+            continue;
+        int kind = h->kind;
+        void *wrapper = s->route ? s->route(o, h, &kind) : h->wrapper;
+        if (!wrapper)
+            continue;
+        uintptr_t slot = o->base + rel[i].r_offset;
+        uintptr_t cur = __atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST);
+        if (c->mode == SCAN_LIST) {
+            if (c->n < c->cap) {
+                c->addr[c->n] = slot;
+                c->val[c->n] = cur;
+                c->kind[c->n] = kind;
+            }
+            c->n++;
+        } else if (c->mode == SCAN_COLLECT) {
+            const char *ver = sym_version(o, si);
+            if (!ver)
+                ver = "";
+            if (cur != (uintptr_t)wrapper && !want_find(c, (int)(h - s->hooks), ver) && c->nwants < GP_MAX_WANTS &&
+                strlen(ver) < sizeof c->wants[0].ver) {
+                want_t *w = &c->wants[c->nwants++];
+                memset(w, 0, sizeof *w);
+                w->hook = (int)(h - s->hooks);
+                strcpy(w->ver, ver);
+            }
+        } else {
+            patch_one(o, slot, cur, type, si, h, wrapper, kind, c);
+        }
+    }
+}
+
+static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn)
+{
+    for (int i = 0; i < s->npatches; i++) {
+        gp_patch *p = &s->patches[i];
+        if (p->restored || p->obj_base != base || p->obj_dyn != dyn)
+            continue;
+        p->restored = 1;
+        /* only a slot still holding our wrapper: one someone re-patched since stays theirs */
+        int rc = write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
+        if (rc > 0)
+            s->st.restore_mismatch++;
+        else if (rc < 0)
+            s->st.protect_failed++;
+    }
+}
+
+/* Called by dl_iterate_phdr with the loader's write lock held: loads and stores only (no
+ * dlsym, dladdr, dlopen or anything else that takes a loader lock). */
+static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+    scan_ctx *c = ctx;
+    gp_set *s = c->s;
+    uintptr_t base = info->dlpi_addr;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    gp_obj o;
+    memset(&o, 0, sizeof o);
+    o.base = base;
+    o.name = name;
+    o.lo = UINTPTR_MAX;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_DYNAMIC)
+            o.dyn = base + ph->p_vaddr;
+        else if (ph->p_type == PT_GNU_RELRO) {
+            o.relro_lo = base + ph->p_vaddr;
+            o.relro_hi = o.relro_lo + ph->p_memsz;
+        } else if (ph->p_type == PT_LOAD) {
+            uintptr_t lo = base + ph->p_vaddr, hi = lo + ph->p_memsz;
+            if (lo < o.lo)
+                o.lo = lo;
+            if (hi > o.hi)
+                o.hi = hi;
+        }
+    }
+    if (!o.dyn)
+        return 0;
+    if (c->mode == SCAN_RESTORE) {
+        restore_object(s, base, o.dyn);
+        return 0;
+    }
+    if (c->mode == SCAN_PATCH && (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs ||
+                                  info->dlpi_adds != s->seen_adds)) {
+        c->aborted = 1; /* an object was added since the collect: it may still be relocating */
+        return 1;
+    }
+    if (base == c->self_base && base)
+        return 0;
+    if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
+        strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
+        return 0;
+    if (c->mode == SCAN_COLLECT) /* still loaded: its patches and done entry stay (drop_unloaded) */
+        mark_present(s, base, o.dyn);
+    if ((c->mode == SCAN_COLLECT || c->mode == SCAN_PATCH) && is_done(s, base, o.dyn))
+        return 0;
+    size_t pltrelsz = 0, relasz = 0;
+    long pltrel = 0;
+    uintptr_t jmprel = 0, rela = 0;
+    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)o.dyn; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_JMPREL: jmprel = fix(base, d->d_un.d_ptr); break;
+        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+        case DT_RELA: rela = fix(base, d->d_un.d_ptr); break;
+        case DT_RELASZ: relasz = d->d_un.d_val; break;
+        case DT_SYMTAB: o.symtab = (const ElfW(Sym) *)fix(base, d->d_un.d_ptr); break;
+        case DT_STRTAB: o.strtab = (const char *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERSYM: o.versym = (const ElfW(Half) *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERNEED: o.verneed = (const ElfW(Verneed) *)fix(base, d->d_un.d_ptr); break;
+        case DT_VERNEEDNUM: o.verneednum = (long)d->d_un.d_val; break;
+        }
+    }
+    if (!o.symtab || !o.strtab)
+        return 0;
+    if (jmprel && pltrel == DT_RELA) {
+        o.jmprel = (const ElfW(Rela) *)jmprel;
+        o.jmprel_n = pltrelsz / sizeof(ElfW(Rela));
+    }
+    if (rela) { /* GLOB_DAT: -fno-plt builds */
+        o.rela = (const ElfW(Rela) *)rela;
+        o.rela_n = relasz / sizeof(ElfW(Rela));
+    }
+    o.is_libpython = base == c->libpython_base;
+    if (s->classify && !s->classify(&o))
+        return 0;
+    if (o.jmprel)
+        visit_rela(&o, o.jmprel, o.jmprel_n, c);
+    if (o.rela)
+        visit_rela(&o, o.rela, o.rela_n, c);
+    if (c->mode == SCAN_PATCH && !o.incomplete && s->ndone < GP_MAX_DONE) {
+        s->done[s->ndone].base = base;
+        s->done[s->ndone].dyn = o.dyn;
+        s->done[s->ndone].seen = s->pass_no;
+        s->ndone++;
+        s->st.objects++;
+    }
+    return 0;
+}
+
+/* Our own object's and libpython's load addresses, in dl_iterate_phdr's convention (outside
+ * any iteration: dladdr and dlopen take loader locks). */
+static void find_bases(void)
+{
+    Dl_info di;
+    if (dladdr((void *)gp_pass, &di))
+        self_base_cache = (uintptr_t)di.dli_fbase;
+    if (dladdr((void *)PyEval_SaveThread, &di))
+        libpython_base_cache = (uintptr_t)di.dli_fbase;
+    /* dl_iterate_phdr reports the executable with dlpi_addr 0 when it is not PIE: dladdr's
+     * fbase is then its load address, not 0.  Normalize to dlpi_addr's convention. */
+    if (libpython_base_cache) {
+        Dl_info dm;
+        void *h = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+        struct link_map *lm = NULL;
+        if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
+            for (; lm; lm = lm->l_next) {
+                if (dladdr((void *)lm->l_ld, &dm) && (uintptr_t)dm.dli_fbase == libpython_base_cache) {
+                    libpython_base_cache = lm->l_addr;
+                    break;
+                }
+            }
+        }
+        if (h)
+            dlclose(h);
+    }
+}
+
+static void scan_init(scan_ctx *c, gp_set *s, int mode)
+{
+    memset(c, 0, sizeof *c);
+    c->s = s;
+    c->mode = mode;
+    pthread_once(&bases_once, find_bases);
+    c->self_base = self_base_cache;
+    c->libpython_base = libpython_base_cache;
+}
+
+static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+        *(unsigned long long *)ctx = info->dlpi_adds;
+    return 1; /* the counters are the same in every entry: the first one is enough */
+}
+
+static unsigned long long loader_adds(void)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(counters_cb, &adds);
+    return adds;
+}
+
+int gp_loaded_since(const gp_set *s) { return loader_adds() != s->seen_adds; }
+
+/* Objects half loaded.  dl_iterate_phdr also lists an object that dlopen is still
+ * relocating (its RELRO still writable, its GOT half filled), so the patching step only
+ * runs when no object was added since the collect began (the load counter is unchanged):
+ * every object then listed was there at the collect, and the dlsym calls in between waited
+ * for the loader's main lock, which dlopen holds until the object is relocated and
+ * protected.  Otherwise the pass is tried again (a few times, then at the next call). */
+static int pass_once(gp_set *s)
+{
+    want_t wants[GP_MAX_WANTS];
+    scan_ctx c;
+    scan_init(&c, s, SCAN_COLLECT);
+    c.wants = wants;
+    s->seen_adds = loader_adds(); /* before the scan: an object loaded during it is seen next pass */
+    s->pass_no++;
+    dl_iterate_phdr(visit_object, &c);
+    drop_unloaded(s);
+    if (!c.nwants)
+        return 1;
+    for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
+        const char *name = s->hooks[wants[i].hook].name;
+        wants[i].target = wants[i].ver[0] ? dlvsym(RTLD_DEFAULT, name, wants[i].ver) : dlsym(RTLD_DEFAULT, name);
+        wants[i].resolved = 1;
+    }
+    c.mode = SCAN_PATCH;
+    dl_iterate_phdr(visit_object, &c);
+    return !c.aborted;
+}
+
+void gp_pass(gp_set *s)
+{
+    for (int tries = 0; tries < 4; tries++)
+        if (pass_once(s))
+            return;
+    s->st.passes_deferred++;
+    s->seen_adds = 0; /* gp_loaded_since says yes: the next call tries again */
+}
+
+void gp_restore_all(gp_set *s, int check_loaded)
+{
+    if (check_loaded) {
+        scan_ctx c;
+        memset(&c, 0, sizeof c);
+        c.s = s;
+        c.mode = SCAN_RESTORE;
+        dl_iterate_phdr(visit_object, &c);
+        for (int i = 0; i < s->npatches; i++)
+            if (!s->patches[i].restored)
+                s->st.restore_unloaded++; /* its object is gone: nothing to put back */
+    } else { /* a fork child: one thread, every object as in the parent */
+        for (int i = 0; i < s->npatches; i++)
+            write_slot(s->patches[i].slot, s->patches[i].relro_lo, s->patches[i].relro_hi, s->patches[i].wrapper,
+                       s->patches[i].original);
+    }
+    s->npatches = 0;
+    s->ndone = 0;
+}
+
+int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
+{
+    scan_ctx c;
+    scan_init(&c, s, SCAN_LIST);
+    c.addr = addr;
+    c.val = val;
+    c.kind = kind;
+    c.cap = cap;
+    dl_iterate_phdr(visit_object, &c);
+    return c.n;
+}
+
+#else /* no GOT patching on this architecture */
+void gp_pass(gp_set *s) { (void)s; }
+int gp_loaded_since(const gp_set *s) { (void)s; return 0; }
+void gp_restore_all(gp_set *s, int check_loaded) { (void)check_loaded; s->npatches = s->ndone = 0; }
+int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
+{
+    (void)s; (void)addr; (void)val; (void)kind; (void)cap;
+    return 0;
+}
+int gp_obj_imports(const gp_obj *o, const char *name) { (void)o; (void)name; return 0; }
+#endif

@@ -1,0 +1,93 @@
+/* gotpatch.h — loader-safe patching of imported functions' GOT slots, shared by the
+ * wait hooks (waits.c) and the C allocation hooks (nalloc.c).  See gotpatch.c. */
+#ifndef DDP_GOTPATCH_H
+#define DDP_GOTPATCH_H
+
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
+
+#if defined(__x86_64__)
+#define GP_R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define GP_R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define GP_R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define GP_R_GLOB_DAT R_AARCH64_GLOB_DAT
+#else
+#define GP_NO_ARCH 1
+#endif
+
+#define GP_MAX_PATCHES 4096
+#define GP_MAX_DONE 2048   /* objects scanned this session */
+#define GP_MAX_WANTS 96    /* distinct (symbol, version) imports of the hooked names */
+
+typedef struct {
+    const char *name;
+    int kind;              /* the user's tag (a bit in kinds_patched / kinds_foreign: < 32) */
+    void *wrapper;
+    void *real;            /* what our own calls go to (our GOT is never patched) */
+} gp_hook;
+
+/* A loaded object, as seen inside dl_iterate_phdr. */
+typedef struct {
+    uintptr_t base;
+    const char *name;
+    const ElfW(Sym) *symtab;
+    const char *strtab;
+    const ElfW(Half) *versym;
+    const ElfW(Verneed) *verneed;
+    long verneednum;
+    uintptr_t dyn;              /* with base: the object's identity */
+    uintptr_t lo, hi;           /* the object's mapped range (lazy PLT stubs point inside) */
+    uintptr_t relro_lo, relro_hi;
+    const ElfW(Rela) *jmprel, *rela;
+    size_t jmprel_n, rela_n;
+    int is_libpython;           /* the object that holds the interpreter (libpython or the executable) */
+    int incomplete;             /* an import could not be resolved yet: scan it again later */
+    unsigned flags;             /* the user's, set by classify */
+} gp_obj;
+
+typedef struct {
+    uintptr_t slot, original, wrapper;
+    uintptr_t obj_base, obj_dyn; /* the object it belongs to */
+    uintptr_t relro_lo, relro_hi;
+    int kind;
+    int seen;                    /* the last scan that found its object loaded */
+    int restored;
+} gp_patch;
+
+typedef struct {
+    uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed;
+    uint64_t passes_deferred;   /* passes that found objects still being loaded every time: retried later */
+    uint32_t kinds_patched, kinds_foreign; /* bit per kind: some slot hooked / left as someone else's */
+} gp_stats;
+
+typedef struct gp_set {
+    const gp_hook *hooks;
+    int nhooks;
+    /* Called inside dl_iterate_phdr (loads only: no loader function) for every object that
+     * may be patched; 0 leaves the object alone.  May set o->flags.  NULL: every object. */
+    int (*classify)(gp_obj *o);
+    /* The wrapper for hook h's slot in object o (and its kind in *kind), NULL to leave the
+     * slot alone.  Same rules as classify.  NULL: h->wrapper, h->kind. */
+    void *(*route)(const gp_obj *o, const gp_hook *h, int *kind);
+    /* state (under the user's lock) */
+    gp_patch patches[GP_MAX_PATCHES];
+    int npatches;
+    struct { uintptr_t base, dyn; int seen; } done[GP_MAX_DONE];
+    int ndone;
+    int pass_no;
+    unsigned long long seen_adds; /* the loader's load counter when the last pass began */
+    gp_stats st;
+} gp_set;
+
+/* All with the user's lock held, none from inside dl_iterate_phdr. */
+void gp_pass(gp_set *s);                       /* hook every loaded object not scanned yet */
+int gp_loaded_since(const gp_set *s);          /* 1: objects were loaded since the last pass */
+void gp_restore_all(gp_set *s, int check_loaded); /* 0: a fork child (one thread, all objects as in the parent) */
+/* The slots of s's hooks in loaded objects now (patched or not): addresses, values, kinds. */
+int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
+/* Inside classify: 1 when o imports the function `name`. */
+int gp_obj_imports(const gp_obj *o, const char *name);
+
+#endif

@@ -1,0 +1,571 @@
+/* nalloc.c — C allocations of extension modules in ALLOC and LIVE.
+ *
+ * Most of a data notebook's memory is allocated in C: numpy array data, compression
+ * buffers, C++ containers.  Two sources, hooked in the GOT of every loaded object but the
+ * interpreter itself (gotpatch.c: the same loader-safe patching as the wait hooks; objects
+ * loaded during the session are hooked at the wall thread's next tick):
+ *  - PyTraceMalloc_Track / PyTraceMalloc_Untrack: numpy reports every data buffer there
+ *    (domain 389047), pandas its hash tables (424242); leaf "[numpy]", "[pandas hashtable]"
+ *    (other domains: "[traced domain N]").  The real
+ *    function is always called, so tracemalloc keeps working beside us.
+ *  - the C allocator: malloc, calloc, realloc, free, posix_memalign, aligned_alloc,
+ *    memalign; leaf "[malloc]", "[calloc]", ... .
+ *
+ * No double counting.
+ *  - The interpreter's own object (libpython, or the executable holding it) is never hooked:
+ *    the PyMem allocators end in its malloc, and alloc.c counts them already.
+ *  - An object that imports PyTraceMalloc_Track reports its buffers there (numpy: data
+ *    buffers are malloc'd and then tracked), so its allocation functions are not hooked;
+ *    its free is (a block allocated elsewhere may be freed there).
+ *
+ * Sampling: the Poisson process over bytes of alloc.c, at the same mean gap R, with one
+ * countdown per thread (these calls run without the GIL); weights from ddp_alloc_weigh.
+ * Sample ids come from alloc.c's sequence, the leaf as a note (ddp_alloc_note).
+ *
+ * Live: sampled blocks go into one table (a mutex: any thread, no GIL), keyed by address
+ * whatever object allocates or frees them: a block malloc'd in one library and freed in
+ * another is matched.  free and Untrack test a 64 KiB prefilter over 4 KiB granules
+ * first and take the lock only on a hit.  A free is taken out of the table before the
+ * real free (after it, another thread could be handed the same address and sample it).
+ * Frees the hooks cannot see (inside libc, the interpreter, a statically linked
+ * allocator) leave a sampled block in the table: such mixing of allocators is rare.
+ *
+ * Wrappers keep the real functions' results and errno; they record only while a session
+ * with native allocations is on and the caller is a Python thread (ddp_emit_own).  A fork
+ * child puts every slot back at once (pthread_atfork) and records nothing.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <Python.h>
+#include "ddp_internal.h"
+#include "alloc.h"
+#include "engine.h"
+#include "gotpatch.h"
+
+#define NPY_TRACE_DOMAIN 389047u    /* numpy's data buffers */
+#define KHASH_TRACE_DOMAIN 424242u  /* pandas' hash tables (khash) */
+#define NLIVE_CAP (1u << 14)  /* live table cells (power of two) */
+#define NLIVE_MAX (NLIVE_CAP / 4 * 3)
+#define NFILTER_SIZE (1u << 16)
+#define NFILTER_SHIFT 12      /* 4 KiB granules: sampled C blocks are mostly large */
+#define NFILTER_STICKY 255
+
+enum { SRC_NUMPY, SRC_PANDAS, SRC_TRACED, SRC_MALLOC, SRC_CALLOC, SRC_REALLOC, SRC_POSIX_MEMALIGN, SRC_ALIGNED_ALLOC,
+       SRC_MEMALIGN };
+static const char *const src_name[] = { "numpy", "pandas hashtable", NULL, "malloc", "calloc", "realloc", "posix_memalign",
+                                        "aligned_alloc", "memalign" };
+
+typedef struct {
+    uintptr_t ptr;           /* 0 = empty */
+    uint64_t size, id;
+    uint32_t src, domain;
+} nlive_t;
+
+static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER; /* the GOT passes and restores */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static nlive_t *nlive;       /* NLIVE_CAP cells, allocated once */
+static uint32_t nlive_n;
+static _Atomic uint8_t nfilter[NFILTER_SIZE];
+static _Atomic int n_on;
+static _Atomic uint64_t n_gen;
+static int n_atfork_done;
+
+static struct {
+    _Atomic uint64_t sampled, emit_failed, not_python, live_overflow;
+    uint64_t passes;
+    int32_t tracking_objects;
+} ns;
+
+/* Per thread: the countdown of session n_gen (initial-exec TLS: a few words). */
+static DDP_TLS struct {
+    int64_t remaining;
+    uint64_t gen, rng;
+    int busy;
+} nt;
+
+/* ---- the live table (live_lock) -------------------------------------------------------------- */
+static inline uint32_t nbucket(uintptr_t p) { return (uint32_t)(p >> NFILTER_SHIFT) & (NFILTER_SIZE - 1); }
+
+static inline int nfilter_hit(uintptr_t p)
+{
+    return atomic_load_explicit(&nfilter[nbucket(p)], memory_order_relaxed) != 0;
+}
+
+static inline uint32_t nhash(uintptr_t p)
+{
+    uint64_t x = (uint64_t)p * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(x >> 40) & (NLIVE_CAP - 1);
+}
+
+static nlive_t *nfind(uintptr_t p)
+{
+    for (uint32_t h = nhash(p), i = 0; i < NLIVE_CAP; i++, h = (h + 1) & (NLIVE_CAP - 1)) {
+        if (nlive[h].ptr == p)
+            return &nlive[h];
+        if (!nlive[h].ptr)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void nremove_at(uint32_t i)
+{
+    _Atomic uint8_t *c = &nfilter[nbucket(nlive[i].ptr)];
+    uint8_t v = atomic_load_explicit(c, memory_order_relaxed);
+    if (v != NFILTER_STICKY) /* saturated: its true count is unknown, so it stays set */
+        atomic_store_explicit(c, (uint8_t)(v - 1), memory_order_relaxed);
+    nlive_n--;
+    uint32_t j = i;
+    for (;;) {
+        nlive[i].ptr = 0;
+        for (;;) {
+            j = (j + 1) & (NLIVE_CAP - 1);
+            if (!nlive[j].ptr)
+                return;
+            uint32_t k = nhash(nlive[j].ptr);
+            if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+                continue;
+            break;
+        }
+        nlive[i] = nlive[j];
+        i = j;
+    }
+}
+
+/* Take p's entry out of the table (into *out when given): 1 found. */
+static int ntake(uintptr_t p, nlive_t *out)
+{
+    pthread_mutex_lock(&live_lock);
+    nlive_t *e = nlive_n ? nfind(p) : NULL;
+    if (e) {
+        if (out)
+            *out = *e;
+        nremove_at((uint32_t)(e - nlive));
+    }
+    pthread_mutex_unlock(&live_lock);
+    return e != NULL;
+}
+
+static int nput(const nlive_t *v)
+{
+    int rc = -1;
+    pthread_mutex_lock(&live_lock);
+    if (nlive && nlive_n < NLIVE_MAX) {
+        uint32_t h = nhash(v->ptr);
+        while (nlive[h].ptr && nlive[h].ptr != v->ptr)
+            h = (h + 1) & (NLIVE_CAP - 1);
+        if (!nlive[h].ptr) {
+            nlive_n++;
+            _Atomic uint8_t *c = &nfilter[nbucket(v->ptr)];
+            uint8_t f = atomic_load_explicit(c, memory_order_relaxed);
+            if (f != NFILTER_STICKY)
+                atomic_store_explicit(c, (uint8_t)(f + 1), memory_order_relaxed);
+        }
+        nlive[h] = *v;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return rc;
+}
+
+static inline void nforget(uintptr_t p)
+{
+    if (p && nfilter_hit(p))
+        ntake(p, NULL);
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+static inline uint64_t nrng(void)
+{
+    uint64_t x = nt.rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    nt.rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline double nuniform01(void) { return ((double)(nrng() >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
+
+static int64_t ndraw_gap(void)
+{
+    double g = -ddp_alloc_mean_gap() * log(nuniform01());
+    return g > 9e18 ? (int64_t)9e18 : (int64_t)g;
+}
+
+/* The whole fast path: 1 when an allocation of n bytes needs no sampling work. */
+static inline __attribute__((always_inline)) int nskip(size_t n)
+{
+    return nt.gen == atomic_load_explicit(&n_gen, memory_order_relaxed) && (nt.remaining -= (int64_t)n) >= 0;
+}
+
+static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
+{
+    uint64_t gen = atomic_load(&n_gen);
+    if (nt.gen != gen) { /* this thread's first allocation of the session: a fresh gap */
+        if (!nt.rng)
+            nt.rng = ((uint64_t)ddp_now_ns() ^ ((uint64_t)(uintptr_t)&nt << 16) ^ 0x9E3779B97F4A7C15ULL) | 1;
+        nt.gen = gen;
+        nt.remaining = ndraw_gap() - (int64_t)n;
+        if (nt.remaining >= 0)
+            return;
+    }
+    nt.remaining = ndraw_gap(); /* memoryless: the next gap from this allocation's end */
+    if (!p || !atomic_load(&n_on))
+        return;
+    int64_t count, bytes;
+    if (ddp_alloc_weigh(n, nuniform01(), &count, &bytes) != 0)
+        return;
+    uint64_t id = ddp_alloc_new_id();
+    atomic_fetch_add_explicit(&ns.sampled, 1, memory_order_relaxed);
+    int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
+    if (rc == DDP_EINVAL) {
+        atomic_fetch_add_explicit(&ns.not_python, 1, memory_order_relaxed);
+        return;
+    }
+    if (rc != DDP_OK) {
+        atomic_fetch_add_explicit(&ns.emit_failed, 1, memory_order_relaxed);
+        return;
+    }
+    char name[48];
+    const char *leaf = src_name[src];
+    if (!leaf) {
+        snprintf(name, sizeof name, "traced domain %u", domain);
+        leaf = name;
+    }
+    ddp_alloc_note(id, n, leaf);
+    nlive_t e = { .ptr = p, .size = n, .id = id, .src = (uint32_t)src, .domain = domain };
+    if (nput(&e) != 0)
+        atomic_fetch_add_explicit(&ns.live_overflow, 1, memory_order_relaxed);
+}
+
+/* This thread's countdown crossed zero (or belongs to another session) at an allocation of
+ * n bytes at p (0: it failed).  errno stays the allocator's. */
+static __attribute__((cold, noinline)) void nsample(uintptr_t p, size_t n, int src, uint32_t domain)
+{
+    if (nt.busy)
+        return;
+    nt.busy = 1;
+    int e = errno;
+    nsample_body(p, n, src, domain);
+    errno = e;
+    nt.busy = 0;
+}
+
+/* ---- wrappers ------------------------------------------------------------------------------ */
+static int n_track(unsigned int domain, uintptr_t ptr, size_t size)
+{
+    nforget(ptr); /* tracked again (numpy's realloc in place): the old sample ends */
+    int r = PyTraceMalloc_Track(domain, ptr, size);
+    if (__builtin_expect(!nskip(size), 0))
+        nsample(ptr, size, domain == NPY_TRACE_DOMAIN ? SRC_NUMPY : domain == KHASH_TRACE_DOMAIN ? SRC_PANDAS : SRC_TRACED,
+                domain);
+    return r;
+}
+
+static int n_untrack(unsigned int domain, uintptr_t ptr)
+{
+    nforget(ptr);
+    return PyTraceMalloc_Untrack(domain, ptr);
+}
+
+static void *n_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (__builtin_expect(!nskip(n), 0))
+        nsample((uintptr_t)p, n, SRC_MALLOC, 0);
+    return p;
+}
+
+static void *n_calloc(size_t nelem, size_t elsize)
+{
+    void *p = calloc(nelem, elsize);
+    size_t n;
+    if (!__builtin_mul_overflow(nelem, elsize, &n) && __builtin_expect(!nskip(n), 0))
+        nsample((uintptr_t)p, n, SRC_CALLOC, 0);
+    return p;
+}
+
+static void *n_realloc(void *old, size_t n)
+{
+    nlive_t was;
+    int had = old && nfilter_hit((uintptr_t)old) && ntake((uintptr_t)old, &was);
+    void *p = realloc(old, n);
+    if (!p && n && had) {
+        int e = errno;
+        nput(&was); /* failed: the old block is still allocated (and still sampled) */
+        errno = e;
+    }
+    if (__builtin_expect(!nskip(n), 0))
+        nsample((uintptr_t)p, n, SRC_REALLOC, 0);
+    return p;
+}
+
+static void n_free(void *p)
+{
+    nforget((uintptr_t)p);
+    free(p);
+}
+
+static int n_posix_memalign(void **out, size_t align, size_t n)
+{
+    int rc = posix_memalign(out, align, n);
+    if (__builtin_expect(!nskip(n), 0))
+        nsample(rc == 0 ? (uintptr_t)*out : 0, n, SRC_POSIX_MEMALIGN, 0);
+    return rc;
+}
+
+static void *n_aligned_alloc(size_t align, size_t n)
+{
+    void *p = aligned_alloc(align, n);
+    if (__builtin_expect(!nskip(n), 0))
+        nsample((uintptr_t)p, n, SRC_ALIGNED_ALLOC, 0);
+    return p;
+}
+
+static void *n_memalign(size_t align, size_t n)
+{
+    void *p = memalign(align, n);
+    if (__builtin_expect(!nskip(n), 0))
+        nsample((uintptr_t)p, n, SRC_MEMALIGN, 0);
+    return p;
+}
+
+/* ---- what is hooked where -------------------------------------------------------------------- */
+static const gp_hook hooks[] = {
+    {"PyTraceMalloc_Track", DDP_NALLOC_TRACK, (void *)n_track, (void *)PyTraceMalloc_Track},
+    {"PyTraceMalloc_Untrack", DDP_NALLOC_UNTRACK, (void *)n_untrack, (void *)PyTraceMalloc_Untrack},
+    {"malloc", DDP_NALLOC_MALLOC, (void *)n_malloc, (void *)malloc},
+    {"calloc", DDP_NALLOC_CALLOC, (void *)n_calloc, (void *)calloc},
+    {"realloc", DDP_NALLOC_REALLOC, (void *)n_realloc, (void *)realloc},
+    {"free", DDP_NALLOC_FREE, (void *)n_free, (void *)free},
+    {"posix_memalign", DDP_NALLOC_POSIX_MEMALIGN, (void *)n_posix_memalign, (void *)posix_memalign},
+    {"aligned_alloc", DDP_NALLOC_ALIGNED_ALLOC, (void *)n_aligned_alloc, (void *)aligned_alloc},
+    {"memalign", DDP_NALLOC_MEMALIGN, (void *)n_memalign, (void *)memalign},
+};
+#define NHOOKS ((int)(sizeof hooks / sizeof hooks[0]))
+
+enum { OBJ_TRACKS = 1 };
+
+static int classify(gp_obj *o)
+{
+    if (o->is_libpython)
+        return 0; /* the PyMem allocators end in its malloc: alloc.c counts those */
+    if (gp_obj_imports(o, "PyTraceMalloc_Track"))
+        o->flags |= OBJ_TRACKS;
+    return 1;
+}
+
+static void *route(const gp_obj *o, const gp_hook *h, int *kind)
+{
+    *kind = h->kind;
+    if ((o->flags & OBJ_TRACKS) && h->kind >= DDP_NALLOC_MALLOC && h->kind != DDP_NALLOC_FREE)
+        return NULL; /* its blocks are counted by its Track calls */
+    return h->wrapper;
+}
+
+static gp_set gp = { .hooks = hooks, .nhooks = NHOOKS, .classify = classify, .route = route };
+
+/* Objects that call PyTraceMalloc_Track among the hooked ones (for the notes). */
+static int count_tracking(void)
+{
+    int n = 0;
+    for (int i = 0; i < gp.npatches; i++)
+        if (gp.patches[i].kind == DDP_NALLOC_TRACK)
+            n++;
+    return n;
+}
+
+/* ---- fork: patch_lock is held around every loader call of this file -------------------------- */
+static void atfork_prepare(void) { pthread_mutex_lock(&patch_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&patch_lock); }
+
+static void atfork_child(void)
+{
+    atomic_store(&n_on, 0);
+    atomic_fetch_add(&n_gen, 1);
+    pthread_mutex_init(&patch_lock, NULL);
+    pthread_mutex_init(&live_lock, NULL); /* another thread may have held it at fork */
+    if (gp.npatches)
+        gp_restore_all(&gp, 0);
+    nlive_n = 0;
+    if (nlive)
+        memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
+    memset((void *)nfilter, 0, sizeof nfilter);
+}
+
+/* ---- the engine (engine.h) ---------------------------------------------------------------------- */
+static int nalloc_start(const ddp_config *cfg)
+{
+    int want = cfg->native_alloc && (cfg->events & (1u << DDP_EVENT_ALLOC));
+    if (!n_atfork_done) { /* (before patch_lock: the prepare handler takes it) */
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+        n_atfork_done = 1;
+    }
+    pthread_mutex_lock(&patch_lock);
+    memset(&ns, 0, sizeof ns);
+    memset(&gp.st, 0, sizeof gp.st);
+    pthread_mutex_lock(&live_lock); /* the last session's blocks are not this one's */
+    if (!nlive && want)
+        nlive = calloc(NLIVE_CAP, sizeof *nlive);
+    if (nlive)
+        memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
+    nlive_n = 0;
+    memset((void *)nfilter, 0, sizeof nfilter);
+    pthread_mutex_unlock(&live_lock);
+    int rc = !want ? DDP_OK : !nlive ? DDP_ENOMEM : DDP_EUNSUPPORTED;
+#ifndef GP_NO_ARCH
+    if (!want || !nlive) {
+        pthread_mutex_unlock(&patch_lock);
+        return rc;
+    }
+    atomic_fetch_add(&n_gen, 1); /* every thread draws a fresh gap at its next allocation */
+    atomic_store(&n_on, 1);
+    gp_pass(&gp);
+    ns.passes++;
+    ns.tracking_objects = count_tracking();
+    rc = DDP_OK;
+#endif
+    pthread_mutex_unlock(&patch_lock);
+    return rc;
+}
+
+static void nalloc_tick(int64_t now, int final)
+{
+    (void)now, (void)final;
+    if (!atomic_load(&n_on))
+        return;
+    pthread_mutex_lock(&patch_lock);
+    if (atomic_load(&n_on) && gp_loaded_since(&gp)) {
+        gp_pass(&gp);
+        ns.passes++;
+        ns.tracking_objects = count_tracking();
+    }
+    pthread_mutex_unlock(&patch_lock);
+}
+
+static void nalloc_stop(void)
+{
+    if (!atomic_load(&n_on))
+        return;
+    pthread_mutex_lock(&patch_lock);
+    atomic_store(&n_on, 0);
+    if (gp.npatches || gp.ndone)
+        gp_restore_all(&gp, 1);
+    pthread_mutex_unlock(&patch_lock);
+}
+
+/* Not with the GIL: patching takes loader locks a GIL holder may wait on (as lock/park);
+ * started after alloc's PyMem hooks, stopped before alloc freezes LIVE (engine.h's order). */
+const ddp_engine ddp_nalloc_engine = {
+    .name = "nalloc",
+    .events = 1u << DDP_EVENT_ALLOC,
+    .with_gil = 0,
+    .start = nalloc_start,
+    .stop = nalloc_stop,
+    .tick = nalloc_tick,
+    .emitting = NULL,
+    .after_fork = NULL, /* its own pthread_atfork handlers */
+};
+
+int ddp_nalloc_live_count(void)
+{
+    if (!nlive)
+        return 0;
+    pthread_mutex_lock(&live_lock);
+    int n = (int)nlive_n;
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
+/* At stop: the sampled blocks still allocated (up to max), then an empty table, so frees
+ * through slots another tool kept pointing at our wrappers find the prefilter clear. */
+int ddp_nalloc_live_take(ddp_alloc_info *out, int max)
+{
+    if (!nlive)
+        return 0;
+    pthread_mutex_lock(&live_lock);
+    int n = 0;
+    for (uint32_t i = 0; i < NLIVE_CAP && n < max; i++) {
+        const nlive_t *e = &nlive[i];
+        if (!e->ptr)
+            continue;
+        ddp_alloc_info *o = &out[n++];
+        memset(o, 0, sizeof *o);
+        o->id = e->id;
+        o->size = e->size;
+        if (src_name[e->src])
+            snprintf(o->type_name, sizeof o->type_name, "%s", src_name[e->src]);
+        else
+            snprintf(o->type_name, sizeof o->type_name, "traced domain %u", e->domain);
+    }
+    memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
+    nlive_n = 0;
+    memset((void *)nfilter, 0, sizeof nfilter);
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
+int ddp_nalloc_live_ids(uint64_t *out, int max)
+{
+    if (!nlive)
+        return 0;
+    pthread_mutex_lock(&live_lock);
+    int n = 0;
+    for (uint32_t i = 0; i < NLIVE_CAP; i++)
+        if (nlive[i].ptr) {
+            if (out && n < max)
+                out[n] = nlive[i].id;
+            n++;
+        }
+    pthread_mutex_unlock(&live_lock);
+    return n;
+}
+
+int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
+{
+    if (!out)
+        return DDP_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->sampled = atomic_load(&ns.sampled);
+    out->emit_failed = atomic_load(&ns.emit_failed);
+    out->not_python = atomic_load(&ns.not_python);
+    out->live_overflow = atomic_load(&ns.live_overflow);
+    out->objects = gp.st.objects;
+    out->slots_patched = gp.st.slots_patched;
+    out->slots_foreign = gp.st.slots_foreign;
+    out->restore_mismatch = gp.st.restore_mismatch;
+    out->protect_failed = gp.st.protect_failed;
+    out->passes = ns.passes;
+    out->passes_deferred = gp.st.passes_deferred;
+    out->kinds_patched = gp.st.kinds_patched;
+    out->kinds_foreign = gp.st.kinds_foreign;
+    out->tracking_objects = ns.tracking_objects;
+    out->active_patches = gp.npatches;
+    return DDP_OK;
+}
+
+int ddp_nalloc_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
+{
+    if (cap < 0 || (cap && (!addr || !val || !kind)))
+        return DDP_EINVAL;
+    pthread_mutex_lock(&patch_lock);
+    int n = gp_list(&gp, addr, val, kind, cap);
+    pthread_mutex_unlock(&patch_lock);
+    return n;
+}
+
+uint64_t ddp_nalloc_wrapper(int kind)
+{
+    for (int i = 0; i < NHOOKS; i++)
+        if (hooks[i].kind == kind)
+            return (uint64_t)(uintptr_t)hooks[i].wrapper;
+    return 0;
+}
