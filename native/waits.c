@@ -47,6 +47,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <poll.h>
 #include <pthread.h>
@@ -511,12 +512,14 @@ typedef struct {
     uint64_t *addr, *val;
     int32_t *kind;
     int cap, n;
+    int ro_taken;               /* SCAN_PATCH: the read-only snapshot is taken (ro_snapshot) */
 } scan_ctx;
 
 static struct { uintptr_t base, dyn; int seen; } done[MAX_DONE];
 static int ndone;                   /* under patch_lock */
 static int pass_no;                 /* numbers the collect iterations (patch_t.seen, done[].seen) */
 static unsigned long long seen_adds; /* the loader's load counter when the last pass began */
+static int w_retry;                 /* an object was still being loaded: pass again at the next tick */
 static uintptr_t self_base_cache, libpython_base_cache;
 static int bases_known;
 
@@ -592,17 +595,99 @@ static want_t *want_find(scan_ctx *c, int hook, const char *ver)
     return NULL;
 }
 
-/* Store val into a GOT slot that still holds `expect`.  The loader made the pages of
- * [align_down(relro_lo), align_down(relro_hi)) read-only (_dl_protect_relro): only such a
- * page is made writable for the store and read-only again after it.  Any other page is
- * writable as it is and its protection is never touched (with 16K/64K pages the RELRO's
- * last page also holds .data, which must stay writable).  0 done, 1 the slot held
+/* The read-only ("r--") mappings of the process, read from /proc/self/maps inside the
+ * patching iteration (no object is listed or unlisted meanwhile).  dlopen lists an object
+ * before it relocates it, on its own thread: until the loader has made the object's RELRO
+ * read-only it is still writing into those pages, so such an object is neither patched nor
+ * has its protection touched (making its RELRO read-only then crashed that dlopen).  Once
+ * protected, RELRO stays read-only: the snapshot cannot be stale in the unsafe direction. */
+#define MAX_RO 8192
+static struct { uintptr_t lo, hi; } ro_maps[MAX_RO];
+static int nro;
+static int ro_unknown; /* no /proc: every RELRO taken as protected (a dlopen racing a pass may crash) */
+
+static void ro_snapshot(void)
+{
+    char buf[4096];
+    nro = 0;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    ro_unknown = fd < 0;
+    if (fd < 0)
+        return;
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        while ((nl = memchr(line, '\n', (size_t)(buf + have - line))) != NULL) {
+            *nl = 0;
+            char *end;
+            uintptr_t lo = (uintptr_t)strtoull(line, &end, 16), hi;
+            if (*end == '-') {
+                hi = (uintptr_t)strtoull(end + 1, &end, 16);
+                if (end[0] == ' ' && end[1] == 'r' && end[2] == '-' && end[3] == '-' && nro < MAX_RO) {
+                    ro_maps[nro].lo = lo;
+                    ro_maps[nro].hi = hi;
+                    nro++;
+                }
+            }
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        memmove(buf, line, have);
+        if (have >= sizeof buf - 1)
+            have = 0; /* a line longer than the buffer (a long path): its address was read */
+    }
+    close(fd);
+}
+
+static int page_read_only(uintptr_t page)
+{
+    if (ro_unknown)
+        return 1;
+    int lo = 0, hi = nro - 1; /* /proc/self/maps is sorted by address */
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (page < ro_maps[mid].lo)
+            hi = mid - 1;
+        else if (page >= ro_maps[mid].hi)
+            lo = mid + 1;
+        else
+            return 1;
+    }
+    return 0;
+}
+
+/* The pages [align_down(relro_lo), align_down(relro_hi)) the loader makes read-only
+ * (_dl_protect_relro) once it has relocated the object; lo == hi: none. */
+static void relro_pages(uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    *lo = *hi = 0;
+    if (relro_lo < relro_hi) {
+        *lo = relro_lo & ~(pg - 1);
+        *hi = relro_hi & ~(pg - 1);
+    }
+}
+
+/* Store val into a GOT slot that still holds `expect`.  A slot in the object's protected
+ * RELRO pages (read-only: the caller checked, or the slot holds our wrapper, which we only
+ * wrote into protected RELRO) is made writable for the store and read-only again after it.
+ * Any other page is writable as it is and its protection is never touched (with 16K/64K
+ * pages the RELRO's last page also holds .data, which must stay writable).  A slot holding
+ * something else is left alone, its page's protection untouched.  0 done, 1 the slot held
  * something else, -1 mprotect refused. */
 static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
 {
+    if (__atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST) != expect)
+        return 1;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t page = slot & ~(pg - 1);
-    int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
+    uintptr_t page = slot & ~(pg - 1), rlo, rhi;
+    relro_pages(relro_lo, relro_hi, &rlo, &rhi);
+    int ro = page >= rlo && page < rhi;
     if (ro && mprotect((void *)page, pg, PROT_READ | PROT_WRITE) != 0)
         return -1;
     int ok = __atomic_compare_exchange_n((uintptr_t *)slot, &expect, val, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -785,6 +870,18 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
     }
     if (!o.symtab || !o.strtab)
         return 0;
+    if (c->mode == SCAN_PATCH) {
+        if (!c->ro_taken) {
+            ro_snapshot();
+            c->ro_taken = 1;
+        }
+        uintptr_t rlo, rhi;
+        relro_pages(o.relro_lo, o.relro_hi, &rlo, &rhi);
+        if (rlo < rhi && !page_read_only(rlo)) {
+            w_retry = 1; /* being relocated by a dlopen on another thread: the next tick */
+            return 0;
+        }
+    }
     o.is_libpython = base == c->libpython_base;
     o.is_socket = strstr(name, "/_socket.") != NULL;
     if (jmprel && pltrel == DT_RELA)
@@ -858,6 +955,7 @@ static void patch_pass(void)
     scan_init(&c, SCAN_COLLECT);
     c.wants = wants;
     seen_adds = loader_adds(); /* before the scan: an object loaded during it is seen next tick */
+    w_retry = 0;
     pass_no++;
     dl_iterate_phdr(visit_object, &c);
     drop_unloaded();
@@ -961,7 +1059,7 @@ static void patch_new_objects(void)
     if (!atomic_load(&w_on))
         return;
     pthread_mutex_lock(&patch_lock);
-    if (atomic_load(&w_on) && loader_adds() != seen_adds) { /* objects were loaded since the last pass */
+    if (atomic_load(&w_on) && (w_retry || loader_adds() != seen_adds)) { /* objects loaded since the last pass */
         patch_pass();
         ws.passes++;
     }

@@ -50,6 +50,53 @@ def test_1000_all_event_cycles_beside_an_import_and_dlopen_storm():
 
 
 @pytest.mark.lockpark
+def test_a_library_half_way_through_its_dlopen_is_left_to_the_loader():
+    # GIVEN a library whose RELRO pages are still writable, as they are while a dlopen on
+    #       another thread relocates it (dlopen lists an object before it relocates it, then
+    #       makes its RELRO read-only): libuuid (BIND_NOW: its nanosleep slot is in RELRO)
+    run = run_snippet(
+        """
+        import ctypes, mmap, struct, _uuid
+        path = next(line.split()[5] for line in open("/proc/self/maps") if "libuuid" in line)
+        base = min(int(line.split("-")[0], 16) for line in open("/proc/self/maps") if line.rstrip().endswith(path))
+        data = open(path, "rb").read()
+        phoff, = struct.unpack_from("<Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+        pg = mmap.PAGESIZE
+        for i in range(phnum):
+            p_type, _, _, p_vaddr, _, _, p_memsz, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+            if p_type == 0x6474E552:  # PT_GNU_RELRO: the pages the loader protects
+                lo, hi = (base + p_vaddr) & ~(pg - 1), (base + p_vaddr + p_memsz) & ~(pg - 1)
+
+        def perms(addr):
+            for line in open("/proc/self/maps"):
+                a, b = (int(x, 16) for x in line.split()[0].split("-"))
+                if a <= addr < b:
+                    return line.split()[1][:3]
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        assert hi > lo and perms(lo) == "r--", (hex(lo), hex(hi), perms(lo))
+        assert libc.mprotect(lo, hi - lo, 3) == 0  # PROT_READ | PROT_WRITE: "being relocated"
+        # WHEN a lock/park session hooks every loaded object's waits and unhooks them at stop
+        with ddprof_nb.profile(events=("lock", "park"), interval="1ms"):
+            time.sleep(0.05)
+        during_load = perms(lo)
+        # (and once the "loader" is done with it, a session hooks it as usual)
+        assert libc.mprotect(lo, hi - lo, 1) == 0
+        with ddprof_nb.profile(events=("lock", "park"), interval="1ms"):
+            time.sleep(0.05)
+        emit(during_load=during_load, after=perms(lo))
+        """,
+        timeout=60,
+    )
+    # THEN its RELRO is left as the loader has it: writable (making it read-only under the
+    # loader's relocation writes killed the process), and read-only again once it is done
+    r = run.ok()
+    assert r == {"during_load": "rw-", "after": "r--"}, r
+
+
+@pytest.mark.lockpark
 def test_fork_during_start_and_stop():
     # GIVEN a thread that forks again and again while the main thread starts and stops
     # sessions of every event (so forks land inside start, inside stop, and in between)
