@@ -224,6 +224,22 @@ static void wall_tick(int *cursor, ddp_record **scratch)
     }
 }
 
+/* At stop: every thread once more, so its wall time runs to the stop and not only to the
+ * last tick (a loaded machine spaces ticks out: a run beside two CPU hogs lost 0.2 s of a
+ * 1.15 s session this way). */
+static void wall_tick_final(ddp_record **scratch)
+{
+    wall_flush_stale(ddp_now_ns(), 0);
+    int n = atomic_load(&sess_nslots);
+    if (n > MAX_SLOTS)
+        n = MAX_SLOTS;
+    for (int i = 0; i < n; i++) {
+        slot_t *s = &sess_slots[i];
+        if (atomic_load(&s->active) && !atomic_load(&s->excluded))
+            wall_sample(s, scratch);
+    }
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
@@ -287,6 +303,10 @@ static void *sampler_main(void *arg)
         pthread_mutex_lock(&wake_lock);
     }
     pthread_mutex_unlock(&wake_lock);
+    if (sess_cfg.events & (1u << DDP_EVENT_WALL)) {
+        registry_tick(b, ++gen, ddp_now_ns()); /* threads gone since the last tick leave first */
+        wall_tick_final(&scratch);
+    }
     agg_fill();                        /* room in the ring for the last records */
     wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
     engines_tick(ddp_now_ns(), 1);     /* and the engines' last records (waits since the start) */
