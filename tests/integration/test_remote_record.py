@@ -215,8 +215,12 @@ def test_record_pid_agrees_with_the_in_process_engine(tmp_path):
     inner = inner.filter(time_range=(lo, lo + outer.metadata.duration_ns))
     a, b = workload_split(inner), workload_split(outer)
     print("in-process", {k: round(v, 1) for k, v in a.items()}, "outside", {k: round(v, 1) for k, v in b.items()})
+    # both sides are estimates: 5 points, or 3 standard errors of the difference of two
+    # shares (the outside recorder's few samples on a loaded machine weigh most)
+    n = sum(samples_in(outer, EventType.WALL, f) for f in ("a_sleeps", "b_burns", "c_waits"))
     for func in ("a_sleeps", "b_burns", "c_waits", "a_short", "a_long", "b_one", "b_three"):
-        assert abs(a[func] - b[func]) <= 5
+        p = b[func] / 100
+        assert abs(a[func] - b[func]) <= max(5.0, 300 * math.sqrt(2 * p * (1 - p) / max(n, 1))), (func, a, b, n)
 
 
 def test_record_stops_with_a_note_when_the_target_exits(tmp_path):
