@@ -391,7 +391,10 @@ class Faulthandler(Tool):
     def start(self):
         import faulthandler
 
-        self.crash = tempfile.TemporaryFile("w+")
+        # a named crash file when the harness gives one: it reads it after a SIGSEGV (see
+        # test_coexist_matrix.run_cells on faulthandler's own watchdog crashes)
+        where = os.environ.get("COEXIST_CRASH_FILE")
+        self.crash = open(where, "w+") if where else tempfile.TemporaryFile("w+")
         self.dumps = tempfile.TemporaryFile("w+")
         faulthandler.enable(file=self.crash, all_threads=True)
         faulthandler.dump_traceback_later(0.02, repeat=True, file=self.dumps)
@@ -418,6 +421,8 @@ class Faulthandler(Tool):
         # its fatal-signal handler still catches a crash: a forked child segfaults on purpose
         pid = os.fork()
         if pid == 0:
+            import resource  # a crash on purpose: no core file in the tester's directory
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             ctypes.string_at(0)
             os._exit(99)
         status = wait_child(pid, 3)
@@ -430,6 +435,9 @@ class Faulthandler(Tool):
         elif "Segmentation fault" not in report and not SANITIZED:
             out.append("faulthandler's SIGSEGV handler is gone: a segfaulting child printed no traceback "
                        f"(report: {report[:200]!r})")
+        # the child's report read, the file is empty again: a later crash's report is its own
+        self.crash.seek(0)
+        self.crash.truncate()
         faulthandler.disable()
         return out
 

@@ -148,6 +148,8 @@ def test_a_crash_after_a_tool_put_our_segv_handler_back_still_dies():
         # WHEN the process then really segfaults (in a forked child)
         pid = os.fork()
         if pid == 0:
+            import resource  # a crash on purpose: no core file in the tester's directory
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             ctypes.string_at(0)
             os._exit(99)
         status = wait_child(pid, 5)
