@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PYTHONS=${PYTHONS:-"3.11 3.12 3.13"}
 failed=()
+# everything printed is kept, so that the summary can end with each failure's reason (CI
+# shows the tail of long outputs)
+whole_log=$(mktemp)
+exec > >(tee "$whole_log") 2>&1
 step() { printf '\n=== %s (%s)\n' "$1" "$(date +%T)"; }
 
 python_for() {  # the interpreter binary for a version: pyenv's, else python3.X on PATH
@@ -115,7 +119,14 @@ fi
 
 step "summary"
 if [ ${#failed[@]} -gt 0 ]; then
+    # the failing tests of every phase and, for each, its first assertion lines
+    grep -aE '^(FAILED|ERROR) |^(E   |>       assert)' "$whole_log" | cut -c1-400 | awk '
+        /^(FAILED|ERROR) / { print; next }
+        /^>/ { n = 0; print "  " $0; next }
+        n++ < 4 { print "  " $0 }' | head -n 80
     echo "FAILED: ${failed[*]}"
+    rm -f "$whole_log"
     exit 1
 fi
+rm -f "$whole_log"
 echo "all test runs passed"

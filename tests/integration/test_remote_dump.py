@@ -134,10 +134,17 @@ def test_dump_names_every_thread_stack(tmp_path):
 def test_dump_through_the_api_gives_frames_with_lines(tmp_path):
     proc = start_target(tmp_path)
     try:
-        with remote.Target(proc.pid) as target:
-            threads = target.dump()
-        main = threads[0]
+        # "ready" is printed just before the wait: until the main thread is in it, a look may
+        # still see it at the print
+        for _ in range(50):
+            with remote.Target(proc.pid) as target:
+                threads = target.dump()
+            main = threads[0]
+            if main.frames and main.frames[0].name == "Condition.wait":
+                break
+            time.sleep(0.1)
         assert main.main and main.tid == proc.pid
+        assert main.frames[0].name == "Condition.wait", main.frames
         gamma = next(f for f in main.frames if f.name == "main_waits_in_gamma")
         assert gamma.filename == str(tmp_path / "target.py")
         assert TARGET.splitlines()[gamma.line - 1].strip() == "stop.wait(120)"
