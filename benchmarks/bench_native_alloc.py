@@ -1,0 +1,305 @@
+"""Cost of sampling C-extension allocations (native_alloc) on numpy and pandas workloads.
+
+    python benchmarks/bench_native_alloc.py [--quick] [--pairs N] [--slice S] [--rate 512KiB]
+                                            [--workloads numpy,frame] [--tools ...]
+
+Two workloads, each cut into slices of ~--slice seconds of CPU:
+  - numpy churn: arrays of 1 KB-10 MB (log-uniform, seeded), filled and dropped;
+  - frame: a pandas pipeline on a 20,000-row frame (build from columns, a derived column, a
+    groupby sum, a merge back, a sort); without pandas, a numpy stand-in doing the same
+    steps on column arrays (the header says which ran).
+Tools: ddprof_nb alloc+live with native_alloc on, the same with it off (what alloc cost
+before C allocations were sampled), tracemalloc (1 frame) and memray (memray.Tracker,
+in-process, writing to a temporary file) where importable.
+Method (as bench_alloc.py): adjacent pairs of slices in ONE process, one with a tool and one
+bare, order alternating; one round times one pair per tool, tools in an order rotating
+across rounds so all see the same spells of machine load; the heap before the slices is
+frozen (gc.freeze) so a full collection of it does not land in one slice of a pair at
+random; tools' start/stop lie outside the timed slice, ddprof_nb's slices end with one drain
+inside it (its background drain is off).  Reported per tool and workload: the median
+with/bare ratio ± its standard error (0.93 x IQR / sqrt(pairs)) and the IQR, of wall time,
+wall minus run-queue wait, and the workload thread's CPU; ddprof_nb's samples per second of
+slice.  The goal (issue 22): native_alloc on costs <= 5 points of wall time more than off
+(the difference of the two medians, its standard error from theirs).
+--quick (CI): 30 pairs of 0.06 s slices, ~1 min; default 40 pairs of 0.12 s, ~2.5 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")  # no BLAS threads fighting the tools for the cores
+
+import numpy as np  # noqa: E402
+
+from bench_alloc import load, median_se  # noqa: E402
+from clocks import run_queue_wait  # noqa: E402
+from ddprof_nb._alloc import AllocTracker  # noqa: E402
+from ddprof_nb.config import SamplerConfig  # noqa: E402
+from ddprof_nb.engines.native import NativeEngine  # noqa: E402
+
+try:
+    import pandas as pd
+except ImportError:  # the numpy stand-in runs instead (the header says so)
+    pd = None
+
+
+# -- workloads ----------------------------------------------------------------------------------
+_rng = np.random.default_rng(22)
+SIZES = np.exp(_rng.uniform(math.log(1e3), math.log(1e7), 4096)).astype(np.int64) // 8  # float64 elements
+
+
+def numpy_churn(n):
+    """n arrays of 1 KB-10 MB, each filled (its pages touched, as real data is) and dropped."""
+    s = 0.0
+    for i in range(n):
+        a = np.ones(int(SIZES[i % len(SIZES)]))
+        s += a[-1]
+    return s
+
+
+ROWS = 20_000
+KEYS = _rng.integers(0, 500, ROWS)
+X = _rng.random(ROWS)
+Y = _rng.integers(0, 1000, ROWS)
+
+
+def frame_pandas(n):
+    out = 0.0
+    for _ in range(n):
+        df = pd.DataFrame({"k": KEYS, "x": X, "y": Y})
+        df["z"] = df["x"] * 2 + df["y"]
+        g = df.groupby("k", sort=False)["z"].sum().rename("zs")
+        m = df.merge(g, left_on="k", right_index=True)
+        out += float(m.sort_values("zs")["zs"].iloc[-1])
+    return out
+
+
+def frame_numpy(n):
+    """The same steps on plain column arrays (stand-in when pandas is not installed)."""
+    out = 0.0
+    for _ in range(n):
+        cols = {"k": KEYS.copy(), "x": X.copy(), "y": Y.copy()}
+        cols["z"] = cols["x"] * 2 + cols["y"]
+        uk, inv = np.unique(cols["k"], return_inverse=True)
+        zs = np.bincount(inv, weights=cols["z"], minlength=len(uk))
+        merged = np.column_stack([cols["k"], cols["x"], cols["y"], cols["z"], zs[inv]])
+        out += float(merged[np.argsort(merged[:, 4], kind="stable")][-1, 4])
+    return out
+
+
+WORKLOADS = {"numpy": ("numpy churn (1 KB-10 MB arrays)", numpy_churn),
+             "frame": ("pandas frame pipeline" if pd is not None else "frame pipeline, numpy stand-in (no pandas)",
+                       frame_pandas if pd is not None else frame_numpy)}
+
+
+def calibrate(fn, target_s):
+    """Iterations of fn for ~target_s of this thread's CPU."""
+    n = 1
+    while True:
+        t = time.thread_time()
+        fn(n)
+        dt = time.thread_time() - t
+        if dt > 0.03:
+            return max(1, round(n * target_s / dt))
+        n *= 4
+
+
+# -- tools -------------------------------------------------------------------------------------
+class DDProf:
+    def __init__(self, rate, native):
+        self.rate, self.native = rate, native
+        self.name = f"ddprof_nb native {'on' if native else 'off'}"
+        self.samples, self.seconds = 0, 0.0
+
+    def start(self):
+        cfg = SamplerConfig.make(events=("alloc", "live"), alloc_rate=self.rate, native_alloc=self.native)
+        self.e = NativeEngine(cfg, drain_interval=1e6)  # end_slice drains, inside the timing
+        self.e.start()
+        self._t = time.perf_counter()
+
+    def end_slice(self):
+        self.e._drain_once()
+
+    def stop(self):
+        self.seconds += time.perf_counter() - self._t
+        self.samples += AllocTracker.stats()["sampled"] + AllocTracker.native_stats()["sampled"]
+        self.e.stop()
+
+
+class Tracemalloc:
+    name = "tracemalloc"
+
+    def start(self):
+        import tracemalloc
+
+        tracemalloc.start()
+
+    def stop(self):
+        import tracemalloc
+
+        tracemalloc.stop()
+
+
+class Memray:
+    name = "memray (Tracker)"
+
+    def __init__(self):
+        import memray
+
+        self.memray = memray
+        self.dir = tempfile.mkdtemp(prefix="bench_native_alloc_")
+        self.i = 0
+
+    def start(self):
+        self.i += 1
+        self.path = os.path.join(self.dir, f"t{self.i}.bin")
+        self.t = self.memray.Tracker(self.path)
+        self.t.__enter__()
+
+    def stop(self):
+        self.t.__exit__(None, None, None)
+        os.unlink(self.path)
+
+
+MEASURES = ("wall", "wall - run-queue wait", "workload CPU")
+ON_VS_OFF = "ddprof_nb native on (vs off)"
+
+
+def slice_times(tool, fn, n):
+    if tool is not None:
+        tool.start()
+    gc.collect()  # the start's side effects stay outside the slice
+    q, c, t = run_queue_wait() or 0.0, time.thread_time(), time.perf_counter()
+    fn(n)
+    if tool is not None and hasattr(tool, "end_slice"):
+        tool.end_slice()
+    wall = time.perf_counter() - t
+    out = (wall, wall - ((run_queue_wait() or 0.0) - q), time.thread_time() - c)
+    if tool is not None:
+        tool.stop()
+    return out
+
+
+def overhead(rows, fn, n, pairs):
+    """rows: [(label, tool, baseline tool or None for bare)]; {label: {measure: [ratios]}}."""
+    ratios = {r[0]: {m: [] for m in MEASURES} for r in rows}
+    failed = {}
+    for i in range(pairs):
+        k = i % len(rows)
+        for label, tool, base in rows[k:] + rows[:k]:
+            if label in failed:
+                continue
+            try:
+                pair = [slice_times(x, fn, n) for x in ((tool, base) if i % 2 == 0 else (base, tool))]
+            except Exception as exc:  # noqa: BLE001 - report and go on without it
+                failed[label] = f"{type(exc).__name__}: {exc}"
+                continue
+            with_, bare = pair if i % 2 == 0 else pair[::-1]
+            for m, a, b in zip(MEASURES, with_, bare):
+                ratios[label][m].append(a / b)
+    return ratios, failed
+
+
+def make_tools(names, rate):
+    tools, missing = [], []
+    for name in names:
+        if name == "on":
+            tools.append(DDProf(rate, True))
+        elif name == "off":
+            tools.append(DDProf(rate, False))
+        elif name == "tracemalloc":
+            tools.append(Tracemalloc())
+        elif name == "memray":
+            try:
+                tools.append(Memray())
+            except ImportError:
+                missing.append("memray: not installed (the bench extra has it)")
+        else:
+            raise SystemExit(f"unknown tool {name!r}: choose from on, off, tracemalloc, memray")
+    return tools, missing
+
+
+def report(rows, ratios, failed):
+    w = 27
+    print(f"| {'tool (vs baseline)':<34} | " + " | ".join(f"{m:>{w}}" for m in MEASURES) + " | samples/s |")
+    print("|" + "-" * 36 + "|" + "|".join("-" * (w + 2) for _ in MEASURES) + "|-----------|")
+    walls = {}
+    for label, tool, base in rows:
+        if label in failed:
+            print(f"| {label:<34} | failed: {failed[label]} |")
+            continue
+        cells = []
+        for m in MEASURES:
+            med, se, q1, q3 = median_se(ratios[label][m])
+            if m == "wall":
+                walls[label] = (med, se)
+            cells.append(f"{100 * (med - 1):+.1f}% ±{100 * se:.1f} ({100 * (q1 - 1):+.0f}..{100 * (q3 - 1):+.0f})")
+        rate = f"{tool.samples / tool.seconds:,.0f}" if base is None and isinstance(tool, DDProf) and tool.seconds else ""
+        print(f"| {label:<34} | " + " | ".join(f"{c:>{w}}" for c in cells) + f" | {rate:>9} |")
+    if ON_VS_OFF in walls:
+        d, se = walls[ON_VS_OFF][0] - 1, walls[ON_VS_OFF][1]
+        verdict = "yes" if d <= 0.05 else "NO"
+        if abs(d - 0.05) <= 2 * se:
+            verdict += " (within 2 SE)"
+        print(f"\nnative_alloc on vs off, paired (wall): {100 * d:+.1f}% ±{100 * se:.1f}; goal <= 5 %: {verdict}")
+    return walls
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="30 pairs of 0.05 s slices (~1.5 min)")
+    ap.add_argument("--pairs", type=int, help="pairs per tool and workload (default 40; --quick 30)")
+    ap.add_argument("--slice", type=float, help="seconds of CPU per slice (default 0.1; --quick 0.05)")
+    ap.add_argument("--rate", default="512KiB")
+    ap.add_argument("--workloads", default="numpy,frame")
+    ap.add_argument("--tools", default="on,off,tracemalloc,memray")
+    args = ap.parse_args()
+    pairs = args.pairs or (30 if args.quick else 40)
+    slice_s = args.slice or (0.05 if args.quick else 0.1)
+    if pairs < 30:
+        ap.error("--pairs: at least 30 (the goal is a median of >= 30 pairs)")
+    names = [w for w in args.workloads.split(",") if w]
+    for w in names:
+        if w not in WORKLOADS:
+            ap.error(f"--workloads: unknown {w!r} (choose from {', '.join(WORKLOADS)})")
+    tools, missing = make_tools([t for t in args.tools.split(",") if t], args.rate)
+    print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, numpy {np.__version__}, "
+          f"pandas {pd.__version__ if pd is not None else 'not installed'}, alloc_rate={args.rate}, "
+          f"{pairs} pairs of ~{slice_s:g} s CPU slices per tool and workload")
+    for m in missing:
+        print(m)
+    rows = [(t.name, t, None) for t in tools]
+    by_name = {t.name: t for t in tools}
+    if "ddprof_nb native on" in by_name and "ddprof_nb native off" in by_name:
+        # the goal's measure, paired directly: one slice with native_alloc, one without
+        rows.append((ON_VS_OFF, by_name["ddprof_nb native on"], by_name["ddprof_nb native off"]))
+    t0 = time.perf_counter()
+    for w in names:
+        title, fn = WORKLOADS[w]
+        fn(1)  # imports, caches, specialisation: before the freeze and the timing
+        n = calibrate(fn, slice_s)
+        for t in tools:
+            if isinstance(t, DDProf):
+                t.samples, t.seconds = 0, 0.0
+        gc.collect()
+        gc.freeze()
+        print(f"\n### {title}: {n} iterations per slice; {load()} (before)")
+        ratios, failed = overhead(rows, fn, n, pairs)
+        print(f"{load()} (after); median slowdown vs the baseline (no profiler unless named) ± standard error (IQR)\n")
+        report(rows, ratios, failed)
+        gc.unfreeze()
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
