@@ -544,6 +544,40 @@ notebook("03-memory", [
         print(f"live: {arrays.total('live') / 2**20:.0f} MiB for {held / 2**20:.0f} MiB of arrays held")
     """, expect=("load_features", "arrays held")),
     md("""
+        ## A DataFrame: memory by the line that built it
+
+        pandas stores a frame's columns in numpy blocks, so the same `[numpy]` leaves show
+        where a frame's memory went: **live** puts it on the line that built the frame, and
+        the sandwich view splits it between the pandas and numpy calls below that line.
+        The frame here is ~250 MB (peak ~2x while pandas copies the columns into one block):
+        enough to see, small enough for a 2 GB Binder or CI machine. The same cell at 1 GB
+        (`load_sales(8_000_000)`) shows ~1 GB on the same line, if the machine has the memory.
+    """),
+    code('''
+        import pandas as pd
+
+
+        def load_sales(n_rows=2_000_000):
+            rng = np.random.default_rng(2)
+            return pd.DataFrame({
+                "store": rng.integers(0, 500, n_rows),
+                "units": rng.integers(1, 20, n_rows, dtype=np.int32),
+                **{f"price_week{w}": rng.random(n_rows) for w in range(13)},
+                "region": pd.Categorical(rng.choice(["north", "south", "east", "west"], n_rows)),
+            })
+    '''),
+    prof("""
+        sales = load_sales()
+    """, events="alloc", name="frame", expect=("load_sales",)),
+    code("""
+        %ddprof top 3 frame -e live --by line
+        %ddprof sandwich load_sales frame -e live -n 6
+        frame = ddprof_nb.history["frame"]
+        truth = sales.memory_usage(deep=True).sum()
+        print(f"live: {frame.total('live') / 2**20:.0f} MiB for a DataFrame of {truth / 2**20:.0f} MiB "
+              "(memory_usage(deep=True))")
+    """, expect=("load_sales", "DataFrame.__init__", "for a DataFrame of")),
+    md("""
         **Next:** *04-locks-and-waiting*.
     """),
 ])

@@ -355,3 +355,41 @@ def test_fork_in_a_session(cext):
     assert res["before"] > 0, res
     assert res["status"] == 0, res
     assert abs(res["live"] - res["nbytes"]) <= 0.05 * res["nbytes"], res
+
+
+def test_dataframe_live_at_the_line_that_built_it():
+    # GIVEN a ~240 MB DataFrame (20 float64 columns, an int64 id, 1 M unique strings) built in
+    #   one statement and still referenced at stop (alloc_rate 128 KiB: the ~57 MB of small
+    #   str objects get ~450 samples, a relative standard deviation of ~1 % of the total)
+    # WHEN profiled with alloc and live
+    # THEN LIVE at that statement's line is df.memory_usage(deep=True).sum() within 5 %, and
+    #   the part allocated by numpy under pandas' calls is the frame's blocks (memory_usage
+    #   without deep: the columns' arrays, the strings' pointer array included) within 3 %
+    pytest.importorskip("pandas")
+    res = run(
+        '''
+        import pandas as pd
+        def build(n, rng):
+            return pd.DataFrame({"id": np.arange(n), **{f"x{i}": rng.random(n) for i in range(20)}, "name": [f"user-{i:07d}" for i in range(n)]})  # noqa: E501
+        line = build.__code__.co_firstlineno + 1
+        rng = np.random.default_rng(0)
+        e = NativeEngine(SamplerConfig.make(events=("alloc", "live"), alloc_rate="128KiB"))
+        e.start()
+        df = build(1_000_000, rng)
+        p = e.stop()
+        at_line = under_pandas = 0
+        for s in p.samples():
+            if s.event is not EventType.LIVE:
+                continue
+            i = max((k for k, f in enumerate(s.stack) if f.name == "build" and f.filename == "<string>"), default=-1)
+            if i < 0 or s.stack[i].line != line:
+                continue
+            at_line += s.values[1]
+            if s.stack[-1].name == "[numpy]" and any("pandas" in f.filename for f in s.stack[i + 1:]):
+                under_pandas += s.values[1]
+        emit(at_line=at_line, under_pandas=under_pandas, deep=int(df.memory_usage(deep=True).sum()),
+             shallow=int(df.memory_usage(deep=False).sum()), notes=list(p.metadata.notes))
+        '''
+    )
+    assert abs(res["at_line"] - res["deep"]) <= 0.05 * res["deep"], res
+    assert abs(res["under_pandas"] - res["shallow"]) <= 0.03 * res["shallow"], res
