@@ -269,8 +269,9 @@ int ddp_wait_inject(int kind, int64_t d_ns);
  * sampled blocks still allocated then.  Type names are "" when unknown. */
 typedef struct {
     uint64_t id;                 /* the ALLOC record's aux */
-    uint64_t size;               /* requested bytes of the sampled block */
+    uint64_t size;               /* requested bytes of the sampled block (what is left of it: a mapping partly unmapped) */
     char type_name[48];          /* tp_name of the object in the block, "" unknown */
+    uint64_t sampled_size;       /* its bytes when sampled, when it shrank since (LIVE scales its weight); else 0 */
 } ddp_alloc_info;
 
 typedef struct {
@@ -305,6 +306,7 @@ typedef struct {
     uint64_t emit_failed;        /* sampled but not recorded (buffer full, ...) */
     uint64_t not_python;         /* sampled on a thread that runs no Python (no stack to charge) */
     uint64_t live_overflow;      /* recorded but not tracked for LIVE: table full */
+    uint64_t maps_trimmed;       /* sampled mappings partly unmapped: LIVE keeps the larger piece left */
     uint64_t objects;            /* objects scanned */
     uint64_t slots_patched;
     uint64_t slots_foreign;      /* slots resolving to another allocator (an interposer): left alone */
@@ -318,7 +320,8 @@ typedef struct {
     int32_t active_patches;
 } ddp_nalloc_stats;
 enum { DDP_NALLOC_TRACK = 0, DDP_NALLOC_UNTRACK, DDP_NALLOC_MALLOC, DDP_NALLOC_CALLOC, DDP_NALLOC_REALLOC,
-       DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN };
+       DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN, DDP_NALLOC_MMAP,
+       DDP_NALLOC_MMAP64, DDP_NALLOC_MUNMAP, DDP_NALLOC_MREMAP };
 int ddp_nalloc_get_stats(ddp_nalloc_stats *out);
 /* Tests: the hooked functions' GOT slots in loaded objects now (as ddp_wait_slots; the
  * interpreter's own object is not listed), and the wrapper of a DDP_NALLOC_* kind. */

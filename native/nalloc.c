@@ -10,6 +10,10 @@
  *    function is always called, so tracemalloc keeps working beside us.
  *  - the C allocator: malloc, calloc, realloc, free, posix_memalign, aligned_alloc,
  *    memalign; leaf "[malloc]", "[calloc]", ... .
+ *  - anonymous mappings: mmap (mmap64), munmap, mremap; leaf "[mmap]".  Large buffers that
+ *    extensions map themselves, and the arenas of allocators linked into a library (they
+ *    grow by mmap: seen where an arena grows, not per block).  File mappings are not
+ *    allocations (their pages belong to the file's cache) and are left out.
  *
  * No double counting.
  *  - The interpreter's own object (libpython, or the executable holding it) is never hooked:
@@ -29,6 +33,11 @@
  * real free (after it, another thread could be handed the same address and sample it).
  * Frees the hooks cannot see (inside libc, the interpreter, a statically linked
  * allocator) leave a sampled block in the table: such mixing of allocators is rare.
+ * Sampled mappings are also listed by range (nmaps, under live_lock), since munmap may take
+ * any page range of them: fully unmapped, the sample ends; partly, the entry keeps the
+ * larger piece left (a hole in the middle loses the smaller side: LIVE never holds bytes
+ * that are gone) and LIVE scales its weight by the bytes left.  MAP_FIXED and mremap
+ * end the samples of the ranges they replace or move.
  *
  * Wrappers keep the real functions' results and errno; they record only while a session
  * with native allocations is on and the caller is a Python thread (ddp_emit_own).  A fork
@@ -39,6 +48,9 @@
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,15 +67,17 @@
 #define NFILTER_SIZE (1u << 16)
 #define NFILTER_SHIFT 12      /* 4 KiB granules: sampled C blocks are mostly large */
 #define NFILTER_STICKY 255
+#define NMAPS_MAX 1024        /* sampled mappings tracked by range (more: sampled, not tracked for LIVE) */
 
 enum { SRC_NUMPY, SRC_PANDAS, SRC_TRACED, SRC_MALLOC, SRC_CALLOC, SRC_REALLOC, SRC_POSIX_MEMALIGN, SRC_ALIGNED_ALLOC,
-       SRC_MEMALIGN };
+       SRC_MEMALIGN, SRC_MMAP };
 static const char *const src_name[] = { "numpy", "pandas hashtable", NULL, "malloc", "calloc", "realloc", "posix_memalign",
-                                        "aligned_alloc", "memalign" };
+                                        "aligned_alloc", "memalign", "mmap" };
 
 typedef struct {
     uintptr_t ptr;           /* 0 = empty */
     uint64_t size, id;
+    uint64_t sampled_size;   /* size when sampled (a mapping shrinks when partly unmapped) */
     uint32_t src, domain;
 } nlive_t;
 
@@ -72,12 +86,15 @@ static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static nlive_t *nlive;       /* NLIVE_CAP cells, allocated once */
 static uint32_t nlive_n;
 static _Atomic uint8_t nfilter[NFILTER_SIZE];
+static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page ranges */
+static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
+static uintptr_t page_mask;  /* page size - 1 */
 static _Atomic int n_on;
 static _Atomic uint64_t n_gen;
 static int n_atfork_done;
 
 static struct {
-    _Atomic uint64_t sampled, emit_failed, not_python, live_overflow;
+    _Atomic uint64_t sampled, emit_failed, not_python, live_overflow, maps_trimmed;
     uint64_t passes;
     int32_t tracking_objects;
 } ns;
@@ -139,24 +156,29 @@ static void nremove_at(uint32_t i)
     }
 }
 
-/* Take p's entry out of the table (into *out when given): 1 found. */
-static int ntake(uintptr_t p, nlive_t *out)
+/* Take p's entry out of the table (into *out when given): 1 found.  live_lock held. */
+static int ntake_locked(uintptr_t p, nlive_t *out)
 {
-    pthread_mutex_lock(&live_lock);
-    nlive_t *e = nlive_n ? nfind(p) : NULL;
+    nlive_t *e = nlive && nlive_n ? nfind(p) : NULL;
     if (e) {
         if (out)
             *out = *e;
         nremove_at((uint32_t)(e - nlive));
     }
-    pthread_mutex_unlock(&live_lock);
     return e != NULL;
 }
 
-static int nput(const nlive_t *v)
+static int ntake(uintptr_t p, nlive_t *out)
+{
+    pthread_mutex_lock(&live_lock);
+    int r = ntake_locked(p, out);
+    pthread_mutex_unlock(&live_lock);
+    return r;
+}
+
+static int nput_locked(const nlive_t *v)
 {
     int rc = -1;
-    pthread_mutex_lock(&live_lock);
     if (nlive && nlive_n < NLIVE_MAX) {
         uint32_t h = nhash(v->ptr);
         while (nlive[h].ptr && nlive[h].ptr != v->ptr)
@@ -171,8 +193,67 @@ static int nput(const nlive_t *v)
         nlive[h] = *v;
         rc = 0;
     }
+    return rc;
+}
+
+static int nput(const nlive_t *v)
+{
+    pthread_mutex_lock(&live_lock);
+    int rc = nput_locked(v);
     pthread_mutex_unlock(&live_lock);
     return rc;
+}
+
+/* ---- sampled mappings by range (live_lock) ------------------------------------------------------ */
+static int nmap_put(const nlive_t *v)
+{
+    int rc = -1;
+    pthread_mutex_lock(&live_lock);
+    int n = atomic_load_explicit(&nmaps_n, memory_order_relaxed);
+    if (n < NMAPS_MAX && nput_locked(v) == 0) {
+        nmaps[n].lo = v->ptr;
+        nmaps[n].hi = (v->ptr + v->size + page_mask) & ~page_mask;
+        atomic_store_explicit(&nmaps_n, n + 1, memory_order_relaxed);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&live_lock);
+    return rc;
+}
+
+/* The pages [a, a + len) are being unmapped (or replaced, or moved): every sampled mapping
+ * they touch ends, or keeps the larger piece left of it. */
+static void nmap_cut(uintptr_t a, size_t len)
+{
+    if (!atomic_load_explicit(&nmaps_n, memory_order_relaxed) || !len)
+        return;
+    uintptr_t lo_cut = a & ~page_mask;
+    uintptr_t hi_cut = a + len < a ? UINTPTR_MAX : (a + len + page_mask) & ~page_mask;
+    pthread_mutex_lock(&live_lock);
+    int n = atomic_load_explicit(&nmaps_n, memory_order_relaxed);
+    for (int i = 0; i < n; i++) {
+        uintptr_t lo = nmaps[i].lo, hi = nmaps[i].hi;
+        if (hi <= lo_cut || lo >= hi_cut)
+            continue;
+        nlive_t e;
+        int had = ntake_locked(lo, &e);
+        uintptr_t head = lo_cut > lo ? lo_cut - lo : 0, tail = hi > hi_cut ? hi - hi_cut : 0;
+        if (had && (head || tail)) { /* partly unmapped: the larger piece left stays sampled */
+            uintptr_t end = e.ptr + e.size; /* the bytes asked for end here (within the last page) */
+            uintptr_t plo = head >= tail ? lo : hi_cut, phi = head >= tail ? lo_cut : hi;
+            e.ptr = plo;
+            e.size = (end < phi ? end : phi) > plo ? (end < phi ? end : phi) - plo : 0;
+            if (e.size && nput_locked(&e) == 0) {
+                nmaps[i].lo = plo;
+                nmaps[i].hi = phi;
+                atomic_fetch_add_explicit(&ns.maps_trimmed, 1, memory_order_relaxed);
+                continue;
+            }
+        }
+        nmaps[i] = nmaps[--n]; /* gone: the last entry moves here and is looked at next */
+        i--;
+    }
+    atomic_store_explicit(&nmaps_n, n, memory_order_relaxed);
+    pthread_mutex_unlock(&live_lock);
 }
 
 static inline void nforget(uintptr_t p)
@@ -241,8 +322,8 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
         leaf = name;
     }
     ddp_alloc_note(id, n, leaf);
-    nlive_t e = { .ptr = p, .size = n, .id = id, .src = (uint32_t)src, .domain = domain };
-    if (nput(&e) != 0)
+    nlive_t e = { .ptr = p, .size = n, .id = id, .sampled_size = n, .src = (uint32_t)src, .domain = domain };
+    if ((src == SRC_MMAP ? nmap_put(&e) : nput(&e)) != 0)
         atomic_fetch_add_explicit(&ns.live_overflow, 1, memory_order_relaxed);
 }
 
@@ -338,6 +419,55 @@ static void *n_memalign(size_t align, size_t n)
     return p;
 }
 
+/* Anonymous mappings only: a file mapping's pages are the file's (see the top comment). */
+static inline int n_is_alloc_map(int flags) { return (flags & MAP_ANONYMOUS) != 0; }
+
+static void *n_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (flags & MAP_FIXED)
+        nmap_cut((uintptr_t)addr, len); /* the mappings it replaces end (even if it fails: never false bytes) */
+    void *p = mmap(addr, len, prot, flags, fd, off);
+    if (p != MAP_FAILED && n_is_alloc_map(flags) && __builtin_expect(!nskip(len), 0))
+        nsample((uintptr_t)p, len, SRC_MMAP, 0);
+    return p;
+}
+
+static void *n_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (flags & MAP_FIXED)
+        nmap_cut((uintptr_t)addr, len);
+    void *p = mmap64(addr, len, prot, flags, fd, off);
+    if (p != MAP_FAILED && n_is_alloc_map(flags) && __builtin_expect(!nskip(len), 0))
+        nsample((uintptr_t)p, len, SRC_MMAP, 0);
+    return p;
+}
+
+/* The sample ends before the pages go: after, another thread could map and sample them. */
+static int n_munmap(void *addr, size_t len)
+{
+    nmap_cut((uintptr_t)addr, len);
+    return munmap(addr, len);
+}
+
+/* A move or resize, as realloc: the old range's sample ends, the result is an allocation of
+ * new_len (mremap of file mappings is rare enough to be counted with them). */
+static void *n_mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+    void *want = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+        nmap_cut((uintptr_t)want, new_len); /* what it maps over ends */
+    }
+    nmap_cut((uintptr_t)old, old_len ? old_len : 1);
+    void *p = (flags & MREMAP_FIXED) ? mremap(old, old_len, new_len, flags, want) : mremap(old, old_len, new_len, flags);
+    if (p != MAP_FAILED && __builtin_expect(!nskip(new_len), 0))
+        nsample((uintptr_t)p, new_len, SRC_MMAP, 0);
+    return p;
+}
+
 /* ---- what is hooked where -------------------------------------------------------------------- */
 static const gp_hook hooks[] = {
     {"PyTraceMalloc_Track", DDP_NALLOC_TRACK, (void *)n_track, (void *)PyTraceMalloc_Track},
@@ -349,6 +479,10 @@ static const gp_hook hooks[] = {
     {"posix_memalign", DDP_NALLOC_POSIX_MEMALIGN, (void *)n_posix_memalign, (void *)posix_memalign},
     {"aligned_alloc", DDP_NALLOC_ALIGNED_ALLOC, (void *)n_aligned_alloc, (void *)aligned_alloc},
     {"memalign", DDP_NALLOC_MEMALIGN, (void *)n_memalign, (void *)memalign},
+    {"mmap", DDP_NALLOC_MMAP, (void *)n_mmap, (void *)mmap},
+    {"mmap64", DDP_NALLOC_MMAP64, (void *)n_mmap64, (void *)mmap64},
+    {"munmap", DDP_NALLOC_MUNMAP, (void *)n_munmap, (void *)munmap},
+    {"mremap", DDP_NALLOC_MREMAP, (void *)n_mremap, (void *)mremap},
 };
 #define NHOOKS ((int)(sizeof hooks / sizeof hooks[0]))
 
@@ -366,8 +500,9 @@ static int classify(gp_obj *o)
 static void *route(const gp_obj *o, const gp_hook *h, int *kind)
 {
     *kind = h->kind;
-    if ((o->flags & OBJ_TRACKS) && h->kind >= DDP_NALLOC_MALLOC && h->kind != DDP_NALLOC_FREE)
-        return NULL; /* its blocks are counted by its Track calls */
+    if ((o->flags & OBJ_TRACKS) && h->kind >= DDP_NALLOC_MALLOC && h->kind != DDP_NALLOC_FREE &&
+        h->kind != DDP_NALLOC_MUNMAP)
+        return NULL; /* its blocks are counted by its Track calls (its frees still end others' samples) */
     return h->wrapper;
 }
 
@@ -396,6 +531,7 @@ static void atfork_child(void)
     if (gp.npatches)
         gp_restore_all(&gp, 0);
     nlive_n = 0;
+    atomic_store(&nmaps_n, 0);
     if (nlive)
         memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
     memset((void *)nfilter, 0, sizeof nfilter);
@@ -418,6 +554,11 @@ static int nalloc_start(const ddp_config *cfg)
     if (nlive)
         memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
     nlive_n = 0;
+    atomic_store(&nmaps_n, 0);
+    if (!page_mask) {
+        long ps = sysconf(_SC_PAGESIZE);
+        page_mask = (uintptr_t)(ps > 0 ? ps : 4096) - 1;
+    }
     memset((void *)nfilter, 0, sizeof nfilter);
     pthread_mutex_unlock(&live_lock);
     int rc = !want ? DDP_OK : !nlive ? DDP_ENOMEM : DDP_EUNSUPPORTED;
@@ -501,6 +642,7 @@ int ddp_nalloc_live_take(ddp_alloc_info *out, int max)
         memset(o, 0, sizeof *o);
         o->id = e->id;
         o->size = e->size;
+        o->sampled_size = e->sampled_size != e->size ? e->sampled_size : 0;
         if (src_name[e->src])
             snprintf(o->type_name, sizeof o->type_name, "%s", src_name[e->src]);
         else
@@ -508,6 +650,7 @@ int ddp_nalloc_live_take(ddp_alloc_info *out, int max)
     }
     memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
     nlive_n = 0;
+    atomic_store(&nmaps_n, 0);
     memset((void *)nfilter, 0, sizeof nfilter);
     pthread_mutex_unlock(&live_lock);
     return n;
@@ -538,6 +681,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
     out->emit_failed = atomic_load(&ns.emit_failed);
     out->not_python = atomic_load(&ns.not_python);
     out->live_overflow = atomic_load(&ns.live_overflow);
+    out->maps_trimmed = atomic_load(&ns.maps_trimmed);
     out->objects = gp.st.objects;
     out->slots_patched = gp.st.slots_patched;
     out->slots_foreign = gp.st.slots_foreign;

@@ -453,7 +453,7 @@ def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
 
 # C allocations of extension modules (native/nalloc.c); the names follow DDP_NALLOC_* order
 _NALLOC_KINDS = ("PyTraceMalloc_Track", "PyTraceMalloc_Untrack", "malloc", "calloc", "realloc", "free",
-                 "posix_memalign", "aligned_alloc", "memalign")
+                 "posix_memalign", "aligned_alloc", "memalign", "mmap", "mmap64", "munmap", "mremap")
 
 
 def _native_alloc_notes(enabled: bool, st: dict) -> list[str]:
@@ -473,6 +473,9 @@ def _native_alloc_notes(enabled: bool, st: dict) -> list[str]:
         notes.append(f"alloc: {st['emit_failed']} C allocation sample(s) lost (sample buffer full)")
     if st["live_overflow"]:
         notes.append(f"live: {st['live_overflow']} C allocation sample(s) not tracked (live table full)")
+    if st["maps_trimmed"]:
+        notes.append(f"live: {st['maps_trimmed']} sampled mapping(s) partly unmapped: live counts the larger piece "
+                     "left of each (a hole in the middle drops the smaller side)")
     if st["slots_foreign"]:
         foreign = [k for i, k in enumerate(_NALLOC_KINDS) if st["kinds_foreign"] >> i & 1]
         notes.append(f"alloc: {st['slots_foreign']} slot(s) of {', '.join(foreign)} resolve to another allocator "
@@ -485,6 +488,7 @@ def _native_alloc_notes(enabled: bool, st: dict) -> list[str]:
                      "allocator slots during the session and they were left theirs: C allocations after that were "
                      "not sampled, and live may hold C blocks whose free went unseen")
     notes.append("alloc: not sampled: the RAW domain (PyMem_RawMalloc: the interpreter's own C buffers, zlib and "
-                 "bz2 streams included), the interpreter's direct malloc calls, mmap called directly, and "
-                 "allocators linked statically into a library (e.g. jemalloc or mimalloc inside a wheel)")
+                 "bz2 streams included), the interpreter's direct malloc and mmap calls, file mappings (mmap of a "
+                 "file: its pages are the file's), and the blocks of allocators linked statically into a library "
+                 "(e.g. jemalloc or mimalloc inside a wheel: their arenas show as [mmap] where they grow, not per block)")
     return notes
