@@ -21,7 +21,12 @@ with/bare ratio ± its standard error (0.93 x IQR / sqrt(pairs)) and the IQR, of
 wall minus run-queue wait, and the workload thread's CPU; ddprof_nb's samples per second of
 slice.  The goal (issue 22): native_alloc on costs <= 5 points of wall time more than off
 (the difference of the two medians, its standard error from theirs).
---quick (CI): 30 pairs of 0.06 s slices, ~1 min; default 40 pairs of 0.12 s, ~2.5 min.
+Accuracy (--frame-gb, default 1; --quick 0.25; 0 skips): the issue's 1 GB DataFrame (20 float64
+columns, an int64 id, unique strings) built in one statement inside an alloc+live session:
+LIVE at that line against df.memory_usage(deep=True).sum() (goal: within 5 %), and how it
+splits between the calls below the line (pandas' DataFrame construction, the strings' list).
+It needs ~2.5x the frame in free memory (the columns, then pandas' consolidated copy).
+--quick (CI): 30 pairs of 0.05 s slices; default 40 pairs of 0.1 s (CPU time ~1 and ~2 min).
 """
 
 from __future__ import annotations
@@ -111,6 +116,37 @@ def calibrate(fn, target_s):
         if dt > 0.03:
             return max(1, round(n * target_s / dt))
         n *= 4
+
+
+# -- accuracy: a DataFrame's memory at the line that built it ---------------------------------------
+def build_frame(n, rng):
+    return pd.DataFrame({"id": np.arange(n), **{f"x{i}": rng.random(n) for i in range(20)}, "name": [f"user-{i:09d}" for i in range(n)]})  # noqa: E501
+
+
+def frame_accuracy(gb, rate):
+    """(rows of the LIVE split below the building line, live at the line, truth, seconds)."""
+    n = int(gb * 1e9 / (22 * 8 + 66))  # bytes per row: 21 numeric columns, a pointer and a ~58-byte str
+    line = build_frame.__code__.co_firstlineno + 1
+    e = NativeEngine(SamplerConfig.make(events=("alloc", "live"), alloc_rate=rate))
+    e.start()
+    t = time.perf_counter()
+    df = build_frame(n, np.random.default_rng(0))
+    dt = time.perf_counter() - t
+    p = e.stop()
+    truth = int(df.memory_usage(deep=True).sum())
+    at_line, below = 0, {}
+    for s in p.samples():
+        if s.event.name != "LIVE":
+            continue
+        i = max((k for k, f in enumerate(s.stack) if f.name == "build_frame"), default=-1)
+        if i < 0 or s.stack[i].line != line:
+            continue
+        at_line += s.values[1]
+        callee = s.stack[i + 1].name if i + 1 < len(s.stack) else "(the line itself)"
+        key = f"{callee} -> {s.stack[-1].name}"
+        below[key] = below.get(key, 0) + s.values[1]
+    del df
+    return sorted(below.items(), key=lambda kv: -kv[1]), at_line, truth, dt
 
 
 # -- tools -------------------------------------------------------------------------------------
@@ -262,6 +298,7 @@ def main():
     ap.add_argument("--rate", default="512KiB")
     ap.add_argument("--workloads", default="numpy,frame")
     ap.add_argument("--tools", default="on,off,tracemalloc,memray")
+    ap.add_argument("--frame-gb", type=float, help="the DataFrame of the accuracy check, GB (default 1; --quick 0.25; 0 skips)")
     args = ap.parse_args()
     pairs = args.pairs or (30 if args.quick else 40)
     slice_s = args.slice or (0.05 if args.quick else 0.1)
@@ -283,6 +320,19 @@ def main():
         # the goal's measure, paired directly: one slice with native_alloc, one without
         rows.append((ON_VS_OFF, by_name["ddprof_nb native on"], by_name["ddprof_nb native off"]))
     t0 = time.perf_counter()
+    frame_gb = args.frame_gb if args.frame_gb is not None else (0.25 if args.quick else 1.0)
+    if frame_gb > 0 and pd is None:
+        print("\naccuracy: skipped (needs pandas)")
+    elif frame_gb > 0:
+        below, at_line, truth, dt = frame_accuracy(frame_gb, args.rate)
+        err = at_line / truth - 1
+        print(f"\n### accuracy: a {truth / 2**30:.2f} GiB DataFrame built in one statement ({dt:.1f} s)\n")
+        print("| LIVE at the building line, by call below it -> leaf | MiB | share |\n|---|---|---|")
+        for key, v in below:
+            print(f"| {key} | {v / 2**20:,.1f} | {100 * v / max(1, at_line):.1f}% |")
+        print(f"| **total at the line** vs memory_usage(deep=True) {truth / 2**20:,.1f} MiB | {at_line / 2**20:,.1f} | "
+              f"error {100 * err:+.1f}%; goal +-5%: {'yes' if abs(err) <= 0.05 else 'NO'} |")
+        gc.collect()
     for w in names:
         title, fn = WORKLOADS[w]
         fn(1)  # imports, caches, specialisation: before the freeze and the timing
