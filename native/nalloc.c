@@ -432,6 +432,7 @@ static void *n_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t o
     return p;
 }
 
+#ifdef __GLIBC__ /* glibc exports mmap64 as a symbol of its own (musl: a macro at most) */
 static void *n_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     if (flags & MAP_FIXED)
@@ -441,6 +442,7 @@ static void *n_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t
         nsample((uintptr_t)p, len, SRC_MMAP, 0);
     return p;
 }
+#endif
 
 /* The sample ends before the pages go: after, another thread could map and sample them. */
 static int n_munmap(void *addr, size_t len)
@@ -480,7 +482,9 @@ static const gp_hook hooks[] = {
     {"aligned_alloc", DDP_NALLOC_ALIGNED_ALLOC, (void *)n_aligned_alloc, (void *)aligned_alloc},
     {"memalign", DDP_NALLOC_MEMALIGN, (void *)n_memalign, (void *)memalign},
     {"mmap", DDP_NALLOC_MMAP, (void *)n_mmap, (void *)mmap},
+#ifdef __GLIBC__
     {"mmap64", DDP_NALLOC_MMAP64, (void *)n_mmap64, (void *)mmap64},
+#endif
     {"munmap", DDP_NALLOC_MUNMAP, (void *)n_munmap, (void *)munmap},
     {"mremap", DDP_NALLOC_MREMAP, (void *)n_mremap, (void *)mremap},
 };
