@@ -67,6 +67,7 @@ from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
 from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
 from .explorer.threads import KERNEL_FRAMES
 from .history import history
+from .live_display import line_sink, widget_sink
 from .kernels import ALLOW_ATTACH_HELP, allow_attach, find_kernel, list_kernels, runtime_dir
 from .remote import RemoteError, Target, VersionMismatch, dump_text
 from .remote_record import record
@@ -87,10 +88,10 @@ _CO_COROUTINE = inspect.CO_COROUTINE
 
 USAGE = """\
 %%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [-l KEY=VALUE ...]
-         [-o NAME] [--save PATH] [--no-show] [--engine auto|native|python]
+         [-o NAME] [--save PATH] [--no-show] [--live] [--engine auto|native|python]
          [--asyncio fold|raw|off] [--children] [--dask CLIENT]     profile this cell
 %ddprof [options] STATEMENT     profile one statement
-%ddprof start [options]         profile across cells until %ddprof stop
+%ddprof start [options]         profile across cells until %ddprof stop (--live: watch it meanwhile)
 %ddprof stop                    stop, store and show that profile
 %ddprof show [NAME]             show a stored profile (default: the latest)
 %ddprof list                    list the stored profiles (ddprof_nb.history)
@@ -156,6 +157,10 @@ def _sampler_options(p: "_Parser", statement: bool = False) -> None:
                    help="also profile child Python processes started meanwhile (labels pid, process)")
     p.add_argument("--dask", default=None, metavar="CLIENT",
                    help="also profile every worker of this dask.distributed Client (a name in the namespace)")
+    if not statement:
+        p.add_argument("--live", action="store_true",
+                       help="show the samples so far while it runs (refreshed about once a second), "
+                            "then the explorer of the whole profile")
     p.add_argument("-h", "--help", action="store_true", help="show this help")
 
 
@@ -227,6 +232,7 @@ class _Session:
     is_async: bool = False
     all_threads: bool = False
     started: float = field(default_factory=time.perf_counter)
+    live: object = None  # the live view's sink (live_display), when --live
 
 
 _session: _Session | None = None
@@ -250,21 +256,54 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
     config = _config(args)
     if args.name is not None and not args.name.strip():
         raise UsageError(f"{what}: invalid name {args.name!r} for -o: give a non-empty name")
+    live = getattr(args, "live", False)
+    if live and args.no_show:
+        raise UsageError(f"{what}: --live shows the profile while it runs; it cannot go with --no-show")
     with _session_lock:
         if _session is not None:
             raise UsageError(_busy_message(what))
         sampler = Sampler(config, children=getattr(args, "children", False),  # [children/dask]
                           dask=_dask_client(shell, args, what))
+        session = _Session(sampler, kind, threading.get_native_id(), args.name, args.save,
+                           not args.no_show, count, root_files, frame, is_async,
+                           getattr(args, "all_threads", False))
+        if live:
+            session.live = _live_sink(shell, session)
         try:
-            sampler.start(trim="none")
+            sampler.start(trim="none", live=session.live)
         except ProfilerBusyError:
+            _end_live(session, None, "a profile is already running")
             raise UsageError(_busy_message(what)) from None
         except (ProfilerError, ValueError, OSError) as exc:
+            _end_live(session, None, str(exc))
             raise UsageError(f"{what}: cannot start profiling: {exc}") from None
-        _session = _Session(sampler, kind, threading.get_native_id(), args.name, args.save,
-                            not args.no_show, count, root_files, frame, is_async,
-                            getattr(args, "all_threads", False))
+        _session = session
         return _session
+
+
+def _live_sink(shell, session: _Session):
+    """--live: the live view widget in a notebook, else a progress line on a terminal's
+    stderr, else None (``live_display``); its snapshots are shaped as the final profile."""
+    def shape(profile: Profile) -> Profile:
+        return session.sampler.shape_live(profile, pipeline.MAGIC, **_stop_facts(shell, session))
+
+    where = f"In[{session.count}]" if session.count is not None else ""
+    sink = widget_sink(shape, f"ddprof live {where}".rstrip()) if _mode(shell) == "widget" else None
+    return sink if sink is not None else line_sink()
+
+
+def _end_live(session: _Session, profile: Profile | None, error: str | None = None) -> None:
+    """The live view becomes the explorer of ``profile`` (or says why there is none)."""
+    sink, session.live = session.live, None
+    if sink is None:
+        return
+    try:
+        sink.finish(profile, error)
+    except Exception as exc:  # noqa: BLE001 - the profile is stored; only its live view failed
+        print(f"ddprof: the live view could not finish: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if getattr(sink, "final", None) is not None:
+        session.show = False  # the live view became the explorer: not shown twice
 
 
 def _dask_client(shell, args, what: str):
@@ -284,13 +323,9 @@ def _dask_client(shell, args, what: str):
     return client
 
 
-def _finish(shell, session: _Session) -> tuple[str, Profile]:
-    """Stop ``session``; root and name its stacks; store it in the history."""
-    global _session
-    with _session_lock:
-        if _session is session:
-            _session = None
-    elapsed = time.perf_counter() - session.started
+def _stop_facts(shell, session: _Session) -> dict:
+    """What ``pipeline.MAGIC`` needs to know of the session: its root frames (the cell),
+    the frames it drops, where an async cell's waits go, which threads it hides."""
     if session.root_files is not None:
         root_files = session.root_files
 
@@ -310,11 +345,24 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
         cell = Frame("<module>", cell_file, 0, 1)
         n = cells.cell_number(cell_file, shell)
         outside = (cells.cell_frame(cell, n) if n is not None else cell, Frame("[await]"))
-    profile = session.sampler.stop(
-        pipeline.MAGIC, is_root=is_root, drop=lambda f: f.filename in _OWN_FILES, outside=outside,
-        rename=shell if shell is not None else True,
-        hide=None if session.all_threads else KERNEL_FRAMES, hide_reason="--all-threads keeps them",
-    )
+    return dict(is_root=is_root, drop=lambda f: f.filename in _OWN_FILES, outside=outside,
+                rename=shell if shell is not None else True,
+                hide=None if session.all_threads else KERNEL_FRAMES, hide_reason="--all-threads keeps them")
+
+
+def _finish(shell, session: _Session) -> tuple[str, Profile]:
+    """Stop ``session``; root and name its stacks; store it in the history; a live view
+    becomes the explorer of the result."""
+    global _session
+    with _session_lock:
+        if _session is session:
+            _session = None
+    elapsed = time.perf_counter() - session.started
+    try:
+        profile = session.sampler.stop(pipeline.MAGIC, **_stop_facts(shell, session))
+    except BaseException as exc:
+        _end_live(session, None, f"{type(exc).__name__}: {exc}")
+        raise
     name = session.name
     if name is None:
         if session.kind == "span":
@@ -330,6 +378,7 @@ def _finish(shell, session: _Session) -> tuple[str, Profile]:
     print(render_text.status_line(profile, name, wall_s=elapsed))
     if session.save:
         _save(profile, session.save)
+    _end_live(session, profile)
     return name, profile
 
 
@@ -480,6 +529,7 @@ class _CellHooks:
                     session.sampler.stop()
                 except Exception:  # noqa: BLE001
                     pass
+            _end_live(session, None, f"{type(exc).__name__}: {exc}")
             print(f"ddprof: could not finish the profile: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 

@@ -15,6 +15,7 @@ Only ``events`` is imported from the package: it is the leaf table everything sh
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import platform
@@ -511,6 +512,9 @@ class ProfileBuilder:
         self._compact_every = compact_every
         self._tick_ns = MIN_TICK_NS
         self._max_time = 0
+        # a live view's running aggregate (ddprof_nb.live): called with every batch of rows as
+        # it arrives, in the consumer's thread, as tap(builder, event, stack, thread, labels, time, values)
+        self.tap = None
 
     # -- interning ----------------------------------------------------------------------
     def frame_id(self, frame: Frame) -> int:
@@ -588,8 +592,22 @@ class ProfileBuilder:
         self._max_time = max(self._max_time, int(t.max()))
         self._chunks.append((ev, stack_ids, thr, lab, t, vals))
         self._raw_rows += n
+        if self.tap is not None:
+            self.tap(self, ev, stack_ids, thr, lab, t, vals)
         if self._raw_rows >= self._compact_every:
             self._compact()
+
+    def flush(self) -> None:
+        """Hand the rows added one by one to ``add_many`` now (and so to ``tap``), not when
+        ``_PENDING_ROWS`` of them have gathered: a live view reads what was drained so far."""
+        self._flush_pending()
+
+    def interned_since(self, n_frames: int, n_stacks: int) -> tuple[list, list, list]:
+        """The frames and stacks interned after the first ``n_frames`` / ``n_stacks`` (ids
+        are given in order, so these are the ids from there on), and every thread so far."""
+        frames = list(itertools.islice(self._frames, n_frames, None)) if len(self._frames) > n_frames else []
+        stacks = list(itertools.islice(self._stacks, n_stacks, None)) if len(self._stacks) > n_stacks else []
+        return frames, stacks, list(self._threads)
 
     def _flush_pending(self) -> None:
         if not self._pending:

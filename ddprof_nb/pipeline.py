@@ -22,7 +22,7 @@ __all__ = [
     "Step", "StopContext", "run", "trim_prefix",
     "merge_tasks", "add_labels", "trim_caller", "drop_sampler_frames", "note_fallback", "merge_remote",
     "fold_asyncio", "name_cells", "reroot", "hide_threads",
-    "COLLECT", "PYTHON_API", "MAGIC", "CLI",
+    "COLLECT", "PYTHON_API", "MAGIC", "CLI", "live_steps",
 ]
 
 
@@ -188,3 +188,15 @@ MAGIC = COLLECT + (reroot, hide_threads)
 
 # ``python -m ddprof_nb record``: re-rooted at the script; no cells, no kernel threads.
 CLI = COLLECT + (reroot,)
+
+
+# A live view's snapshot (ddprof_nb.live) goes through the steps of its list that shape
+# stacks, so it looks like the final profile: not those that collect (tasks, children,
+# workers: joined at stop), add notes or labels, or hide threads (the view hides the
+# profiler's and the kernel's threads itself, as the explorer does).
+_LIVE = frozenset({trim_caller, drop_sampler_frames, fold_asyncio, name_cells, reroot})
+
+
+def live_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """The steps of ``steps`` a live snapshot goes through, in order."""
+    return tuple(s for s in steps if s in _LIVE)

@@ -19,6 +19,7 @@ from . import pipeline
 from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from .engines.python import PythonEngine
+from .live import LiveAggregate, LiveRefresher
 from .model import Profile
 
 _active_lock = threading.Lock()
@@ -103,6 +104,7 @@ class Sampler:
         self._prefix: list = []
         self._tid = 0
         self._keep_last = True
+        self._live: LiveRefresher | None = None
         self.profile: Profile | None = None
 
     @property
@@ -113,10 +115,12 @@ class Sampler:
     def engine_name(self) -> str:
         return self._engine.name if self._engine is not None else ""
 
-    def start(self, *, caller_depth: int = 0, trim: str = "caller") -> "Sampler":
+    def start(self, *, caller_depth: int = 0, trim: str = "caller", live=None,
+              live_period: float | None = None) -> "Sampler":
         """Start sampling.  ``trim``: 'caller' roots the starting thread's stacks at the
         frame ``caller_depth`` levels above this call; 'below' roots them below it (magics:
-        the cell itself); 'none' keeps whole stacks."""
+        the cell itself); 'none' keeps whole stacks.  ``live``: a sink (``ddprof_nb.live``)
+        given a snapshot of the samples so far every ``live_period`` seconds until stop."""
         global _active
         if trim not in ("caller", "below", "none"):
             raise ValueError(f"invalid trim {trim!r}")
@@ -137,6 +141,10 @@ class Sampler:
                     cls = _engine_classes()["python"]
                 tasks = asyncio_support.TaskSampler(self.config)
             engine = cls(engine_config)
+            refresher = None
+            if live is not None:
+                engine.live = LiveAggregate()
+                refresher = LiveRefresher(engine.live, live, *(() if live_period is None else (live_period,)))
             self._prefix = [] if trim == "none" else _caller_frames(caller_depth + 1)
             self._keep_last = trim == "caller"
             self._tid = threading.get_native_id()
@@ -149,6 +157,9 @@ class Sampler:
                     raise
             self._engine, self._tasks = engine, tasks
             _active = self
+            if refresher is not None:
+                self._live = refresher
+                refresher.start()
         self._start_remote()  # [children/dask]
         return self
 
@@ -193,6 +204,9 @@ class Sampler:
                 raise NotRunningError("the profiler is not running (stop without start)")
             engine, self._engine = self._engine, None
             tasks, self._tasks = self._tasks, None
+            live, self._live = self._live, None
+            if live is not None:  # first: no refresh outlives the session
+                live.stop()
             try:
                 task_profile = tasks.stop(forget_names=False) if tasks is not None else None
             finally:
@@ -202,13 +216,25 @@ class Sampler:
                     _active = None
                     if tasks is not None:  # (after the engine's last drain: its records name tasks)
                         tasks.forget_names()
-        ctx = pipeline.StopContext(
-            tid=self._tid, prefix=tuple(self._prefix), keep_last=self._keep_last, labels=dict(self.config.labels or {}),
-            note=self._note, task_profile=task_profile, remote=self._finish_remote, asyncio=self.config.asyncio,
-            sampler_files=frozenset({__file__}), **front_end,
-        )
+        ctx = self._context(task_profile=task_profile, remote=self._finish_remote, **front_end)
         self.profile = pipeline.run(profile, steps, ctx)
         return self.profile
+
+    def _context(self, **facts) -> pipeline.StopContext:
+        return pipeline.StopContext(
+            tid=self._tid, prefix=tuple(self._prefix), keep_last=self._keep_last, labels=dict(self.config.labels or {}),
+            note=self._note, asyncio=self.config.asyncio, sampler_files=frozenset({__file__}), **facts,
+        )
+
+    def shape_live(self, profile: Profile, steps: tuple = pipeline.COLLECT, **front_end) -> Profile:
+        """A live snapshot's profile through the stack-shaping steps of ``steps``
+        (``pipeline.live_steps``), with the facts ``stop(steps, **front_end)`` will have."""
+        return pipeline.run(profile, pipeline.live_steps(steps), self._context(**front_end))
+
+    @property
+    def live_refreshes(self) -> int:
+        """Refreshes the running session's live view had so far (0 without one)."""
+        return self._live.refreshes if self._live is not None else 0
 
 
 def active() -> Sampler | None:
@@ -229,7 +255,8 @@ class ProfileHandle:
 
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", native_alloc=True, engine="auto",
-            max_depth=None, labels=None, children=False, dask=None, asyncio="fold") -> Iterator[ProfileHandle]:
+            max_depth=None, labels=None, children=False, dask=None, asyncio="fold",
+            live=False) -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
 
     ``asyncio``: "fold" (default) gives asyncio tasks their own stacks and ``task`` label,
@@ -243,6 +270,12 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
     cluster (label ``worker``).
 
+    ``live=True`` shows the samples so far while the block runs, about once a second: in
+    a notebook the live view (flame so far, samples per thread, elapsed time), which becomes
+    the explorer of the whole profile at the end; elsewhere a progress line on stderr when
+    it is a terminal, else nothing (``ddprof_nb.live_display``).  A sink object
+    (``update(snapshot)``, ``finish(profile, error)``; ``ddprof_nb.live``) may be given instead.
+
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
     options = dict(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc, engine=engine,
@@ -251,11 +284,25 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
         options["max_depth"] = max_depth
     sampler = Sampler(children=children, dask=dask, **options)  # [children/dask]
     handle = ProfileHandle(sampler)
-    sampler.start(caller_depth=2)  # contextmanager's __enter__ and this generator sit between
+    sink = None
+    if live is True:
+        from .live_display import sink_for
+
+        sink = sink_for(lambda p: sampler.shape_live(p, pipeline.PYTHON_API))
+    elif live is not False and live is not None:
+        if not (callable(getattr(live, "update", None)) and callable(getattr(live, "finish", None))):
+            raise TypeError(f"profile(live=...) takes True, False or a sink with update() and finish(), "
+                            f"not {type(live).__name__}")
+        sink = live
+    sampler.start(caller_depth=2, live=sink)  # contextmanager's __enter__ and this generator sit between
     try:
         yield handle
     finally:
-        handle.profile = sampler.stop(pipeline.PYTHON_API)
+        try:
+            handle.profile = sampler.stop(pipeline.PYTHON_API)
+        finally:
+            if sink is not None:
+                sink.finish(handle.profile, None if handle.profile is not None else "the profile could not be made")
 
 
 def profiled(func=None, **options):

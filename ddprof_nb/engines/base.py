@@ -30,6 +30,9 @@ class Engine(abc.ABC):
                 f"it supports: {', '.join(e.label for e in EventType if e in self.supported_events)}"
             )
         self.config = config
+        # a live view's running aggregate (ddprof_nb.live.LiveAggregate), set before start():
+        # the engine makes it its builder's tap and flushes the builder each time it drains
+        self.live = None
 
     @classmethod
     @abc.abstractmethod

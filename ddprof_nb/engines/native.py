@@ -172,6 +172,8 @@ class NativeEngine(Engine):
         # ---- end lock/park
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
+        if self.live is not None:
+            self._converter.builder.tap = self.live.feed
         self._refresh_names()
         # threads started from now on are named as they start: the drain names the threads
         # it finds alive, but it needs the GIL, which beside dozens of busy threads it gets a
@@ -195,6 +197,8 @@ class NativeEngine(Engine):
         session.drain(self._converter)
         if self._converter.alloc is not None:  # allocations
             self._converter.alloc.flush()
+        if self.live is not None:  # the live view reads what was drained so far
+            self._converter.builder.flush()
 
     def _drain_loop(self) -> None:
         self._go.wait()

@@ -50,6 +50,7 @@ from .base import Engine
 THREAD_NAME = "ddprof_nb-python-sampler"
 _LINUX = sys.platform.startswith("linux")
 _MAX_ERROR_KINDS = 5  # distinct error messages kept for the notes
+_LIVE_FLUSH_S = 0.5  # a live session's rows reach its view at least this often (ddprof_nb.live)
 # threads threading adopted after they started elsewhere (their CPU clock predates us)
 _DUMMY_THREAD = getattr(threading, "_DummyThread", ())
 
@@ -272,6 +273,8 @@ class PythonEngine(Engine):
         self._start_mono = time.monotonic_ns()
         self._builder = ProfileBuilder(Metadata(start_ns=start_ns, interval_ns=self.config.interval_ns, engine=self.name))
         self._truncated_id = self._builder.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        if self.live is not None:
+            self._builder.tap = self.live.feed
         # baseline every live thread now, so its first sample's CPU weight starts here
         self._clocks.begin_tick()
         threads = {t.ident: t for t in threading.enumerate() if t.ident is not None}
@@ -324,9 +327,13 @@ class PythonEngine(Engine):
         self._me = threading.get_ident()
         interval = self.config.interval_ns / 1e9
         deadline = time.monotonic() + interval
+        flushed = time.monotonic()
         while not self._stop.wait(max(0.0, deadline - time.monotonic())):
             self._tick()
             deadline += interval
+            if self.live is not None and deadline - flushed >= _LIVE_FLUSH_S:  # the live view reads the rows so far
+                self._builder.flush()
+                flushed = deadline
             now = time.monotonic()
             if deadline < now:  # the GIL was held past a whole interval: no burst to catch up
                 deadline = now + interval

@@ -21,9 +21,9 @@ LAYERS = [
     ("exporters", ["exporters", "loading", "importers"]),
     ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "asyncio_support", "children",
                  "dask_support", "elfsyms", "remote", "remote_record", "kernels"]),
-    ("session", ["sampler", "pipeline", "cells", "history"]),
+    ("session", ["sampler", "pipeline", "cells", "history", "live"]),
     ("explorer", ["explorer"]),
-    ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo"]),  # "": the package's __init__
+    ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo", "live_display"]),  # "": the package's __init__
 ]
 
 # (importer, imported) -> why it sits inside a function
@@ -66,6 +66,10 @@ INNER_IMPORTS = {
     ("", "history"): "``ddprof_nb.history`` is the History object, not the module",
     ("explorer", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("magics", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("explorer.live_view", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("live_display", "explorer.live_view"): "ipywidgets load when a live view is shown",
+    # profile(live=True) picks where to show the samples so far: a front end's choice
+    ("sampler", "live_display"): "the live view's display (IPython, ipywidgets) loads with a live session",
 }
 # children.py and dask_support.py run inside child processes and Dask workers, where
 # their functions are looked up by name; their imports inside functions are theirs to keep
