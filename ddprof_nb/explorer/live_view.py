@@ -12,13 +12,14 @@ explorer of the whole profile in its place once the session stopped.
 from __future__ import annotations
 
 import ipywidgets as W
+import numpy as np
 
 from ..events import EventType
 from ..live import RECENT_S, LiveSnapshot
 from ..model import Profile
 from ..render import html as render_html
 from ..render.format import esc, format_count, format_duration
-from .threads import KERNEL_THREAD_NAMES, hide_machinery, user_first
+from .threads import KERNEL_THREAD_NAMES, Machinery, hide_machinery, user_first
 
 __all__ = ["LiveView", "MAX_NODES"]
 
@@ -36,6 +37,7 @@ class LiveView(W.VBox):
         self.title = title
         self.refreshes = 0  # snapshots drawn; also in the header's data-refreshes (the widget state)
         self.final = None  # the explorer (or static view) the view became at the end
+        self._skeleton = None  # (raw's size, shaped view, raw row of each view row, machinery): see _view
         self.status = W.HTML(self._header(None))
         self.flame = W.HTML("")
         self.threads = W.HTML("")
@@ -53,8 +55,7 @@ class LiveView(W.VBox):
                 f"<b>{esc(self.title)}</b> &middot; {body}{extra}</div>")
 
     def update(self, snap: LiveSnapshot) -> None:
-        profile = self.shape(snap.profile) if self.shape is not None else snap.profile
-        view, machinery = hide_machinery(profile)
+        view, machinery = self._view(snap.profile)
         event = _event(view)
         flame = (render_html.flame_section(view, event, max_nodes=MAX_NODES) if event is not None
                  else "<div class='ddp-flame ddp-empty'>(no samples yet)</div>")
@@ -65,6 +66,27 @@ class LiveView(W.VBox):
             self.flame.value = flame
             self.threads.value = table
             self.status.value = self._header(snap, f" &middot; refreshed every second, {self.refreshes} so far")
+
+    def _view(self, raw: Profile) -> tuple[Profile, Machinery]:
+        """``raw`` shaped and without the machinery threads.  Both only map stacks, drop
+        rows or pick threads, whatever the values: they run on a skeleton of ``raw`` (each
+        row's time is its row number, so no two rows merge) when the running aggregate
+        gained keys since the last refresh, and otherwise the skeleton's rows take the new
+        values.  The skeleton's tables stay the same objects, so the call tree's shape is
+        cached between refreshes too (``render.tree``)."""
+        n = len(raw)
+        if self._skeleton is None or self._skeleton[0] != (n, len(raw.stacks), len(raw.threads)):
+            tick = raw.tick_ns
+            rows = np.arange(n, dtype=np.int64)
+            skeleton = Profile(raw.frames, raw.stacks, raw.threads, raw.labelsets, raw.event, raw.stack, raw.thread,
+                               raw.labels, rows * tick, np.ones((n, 2), dtype=np.int64), raw.metadata, tick_ns=tick)
+            shaped = self.shape(skeleton) if self.shape is not None else skeleton
+            view, machinery = hide_machinery(shaped)
+            self._skeleton = ((n, len(raw.stacks), len(raw.threads)), view, view.time_ns // tick, machinery)
+        _, v, rows, machinery = self._skeleton
+        view = Profile(v.frames, v.stacks, v.threads, v.labelsets, v.event, v.stack, v.thread, v.labels,
+                       np.zeros(len(rows), dtype=np.int64), raw.values[rows], raw.metadata, tick_ns=v.tick_ns)
+        return view, machinery
 
     def finish(self, profile: Profile | None, error: str | None = None) -> None:
         """Become the explorer of ``profile`` (a static report if the explorer fails); with
