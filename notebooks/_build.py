@@ -42,9 +42,12 @@ def code(text: str, expect: tuple[str, ...] = ()) -> dict:
 
 
 def prof(body: str, *, events: str = "cpu,wall", interval: str | None = None, labels: dict | None = None,
-         name: str | None = None, expect: tuple[str, ...] = ()) -> dict:
-    """A cell profiled with ``%%ddprof``; the explorer it shows must name ``expect``."""
+         name: str | None = None, expect: tuple[str, ...] = (), live: bool = False) -> dict:
+    """A cell profiled with ``%%ddprof``; the explorer it shows must name ``expect``.
+    ``live``: ``--live``, the live view that becomes the explorer at the end."""
     opts = [f"-e {events}"]
+    if live:
+        opts.append("--live")
     if interval:
         opts.append(f"-i {interval}")
     for k, v in (labels or {}).items():
@@ -52,7 +55,8 @@ def prof(body: str, *, events: str = "cpu,wall", interval: str | None = None, la
     if name:
         opts.append(f"-o {name}")
     source = "%%ddprof " + " ".join(opts) + "\n" + textwrap.dedent(body).strip("\n")
-    return {"kind": "code", "source": source, "expect": tuple(expect), "profiled": True, "events": events}
+    return {"kind": "code", "source": source, "expect": tuple(expect), "profiled": True, "events": events,
+            "live": live}
 
 
 # --------------------------------------------------------------------------------------
@@ -1050,6 +1054,99 @@ notebook("07-export-and-share", [
 ])
 
 
+# -- 08 -------------------------------------------------------------------------------
+notebook("08-watching-a-long-cell", [
+    md("""
+        # Watching a long cell
+
+        "Where is my 20-minute cell now?"  `%%ddprof --live` answers while the cell runs: the
+        view appears at the start of the cell and refreshes about once a second with
+
+        - the flame graph of what was sampled so far (CPU, rooted at the cell),
+        - the samples per second of each of your threads over the last ten seconds,
+        - the elapsed time and the samples taken.
+
+        When the cell ends, the same place becomes the usual explorer of the whole profile.
+        The refresh runs in a background thread from what the sampler has already drained
+        (nothing is recomputed from the start each second) and costs well under 1 % of the
+        cell's time (`benchmarks/bench_live.py`).
+
+        Our long cell: a small job in three phases, parsing, a pool of threads scoring the
+        records, and a summary.
+    """),
+    SETUP,
+    code('''
+        import threading
+        import time
+
+
+        def parse_records(seconds):
+            end = time.perf_counter() + seconds
+            records = []
+            while time.perf_counter() < end:
+                records.append(",".join(str(i * i) for i in range(40)).split(","))
+            return records
+
+
+        def score_chunk(records, seconds, out):
+            end = time.perf_counter() + seconds
+            total = 0
+            while time.perf_counter() < end:
+                for rec in records[:200]:
+                    total += sum(int(x) % 7 for x in rec)
+            out.append(total)
+
+
+        def summarize(scores, seconds):
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                sorted(scores * 1000)
+            return max(scores)
+
+
+        def run_job():
+            records = parse_records(1.5)
+            scores = []
+            workers = [threading.Thread(target=score_chunk, args=(records, 2.0, scores), name=f"scorer-{i}")
+                       for i in range(3)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            return summarize(scores, 1.0)
+    '''),
+    md("""
+        Run it under `--live` and watch the flame move from `parse_records` to the
+        `scorer-N` threads' `score_chunk` and then to `summarize`:
+    """),
+    prof("""
+        best = run_job()
+    """, name="job", live=True, expect=("parse_records", "score_chunk")),
+    md("""
+        The view above is now the explorer of the whole job.  The profile is in the history
+        like any other:
+    """),
+    code("""
+        %ddprof top 5 job -e cpu
+    """, expect=("score_chunk", "parse_records")),
+    md("""
+        ## Across cells, and in plain code
+
+        - `%ddprof start --live` watches every cell until `%ddprof stop`: the view sits under
+          the `start` cell and becomes the explorer when you stop.
+        - `with ddprof_nb.profile(live=True) as p:` does the same in code run by a notebook.
+          Outside a notebook it writes one progress line to stderr when stderr is a terminal
+          (elapsed time, samples, the hottest function so far), erased at the end, and
+          nothing when stderr is a file or a pipe.
+    """),
+    code("""
+        with ddprof_nb.profile(live=True) as p:
+            parse_records(2.0)
+        print("hottest:", p.profile.top("cpu", n=1)[0].name)
+    """, expect=("hottest: parse_records",)),
+])
+
+
 # --------------------------------------------------------------------------------------
 # writing
 
@@ -1066,6 +1163,8 @@ def build(name: str, spec: dict):
                 meta["expect"] = list(cell["expect"])
             if cell.get("profiled"):
                 meta["profiled"] = True
+            if cell.get("live"):
+                meta["live"] = True
             if meta:
                 nb_cell.metadata[META_KEY] = meta
         cells.append(nb_cell)

@@ -44,6 +44,15 @@ class LiveView(W.VBox):
         super().__init__(children=(self.status, self.flame, self.threads))
         self.add_class("ddprof-live")
 
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget view, and a line saying what it is for frontends without widgets (the
+        profile is not known yet when it is displayed)."""
+        bundle = {"text/plain": f"{self.title}: the samples so far while it runs, then the explorer of the profile"}
+        if self._view_name is not None:
+            bundle["application/vnd.jupyter.widget-view+json"] = {
+                "version_major": 2, "version_minor": 0, "model_id": self._model_id}
+        return bundle
+
     def _header(self, snap: LiveSnapshot | None, extra: str = "") -> str:
         if snap is None:
             body = "starting&hellip;"

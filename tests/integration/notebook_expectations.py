@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = [
     "01-quickstart", "02-threads-and-the-gil", "03-memory", "04-locks-and-waiting",
-    "05-labels-and-asyncio", "06-compare-two-versions", "07-export-and-share",
+    "05-labels-and-asyncio", "06-compare-two-versions", "07-export-and-share", "08-watching-a-long-cell",
 ]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -56,7 +56,9 @@ def check_outputs(name: str, nb) -> None:
         assert not errors, f"{name} cell {i}: {errors[0].ename}: {errors[0].evalue}"
         text = "\n".join(output_text(o) for o in cell.outputs)
         where = f"{name} cell {i} ({cell.source.splitlines()[0]})"
-        if meta.get("profiled"):
+        if meta.get("live"):
+            check_live_view(where, cell, state, meta.get("expect", ()))
+        elif meta.get("profiled"):
             # the cell shows an explorer widget, its state was stored, and its text summary
             # (the mimebundle's text/plain: the top table) names the hot function
             views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
@@ -70,6 +72,28 @@ def check_outputs(name: str, nb) -> None:
         else:
             for expected in meta.get("expect", ()):
                 assert expected in text, f"{where}: {expected!r} not in the output:\n{text[:2000]}"
+
+
+def check_live_view(where: str, cell, state: dict, expect) -> None:
+    """A ``--live`` cell shows one live view (a VBox of class ddprof-live) whose stored state
+    says it refreshed and holds, as its only child, the explorer of the profile, whose
+    figures' stored state names each expected function."""
+    import json
+
+    views = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
+    assert len(views) == 1, f"{where}: {len(views)} widget views, expected the live view alone"
+    live = state.get(views[0].data[WIDGET_VIEW]["model_id"], {}).get("state", {})
+    assert "ddprof-live" in live.get("_dom_classes", []), f"{where}: the widget shown is not the live view"
+    children = [c.removeprefix("IPY_MODEL_") for c in live.get("children", [])]
+    assert len(children) == 1, f"{where}: the live view did not become the explorer: {children}"
+    explorer = state.get(children[0], {}).get("state", {})
+    assert "ddprof-explorer" in explorer.get("_dom_classes", []), f"{where}: the live view's child is not the explorer"
+    refreshed = [s for s in state.values() if "data-refreshes=" in str(s.get("state", {}).get("value", ""))]
+    counts = [int(re.search(r"data-refreshes='(\d+)'", s["state"]["value"]).group(1)) for s in refreshed]
+    assert counts and max(counts) >= 1, f"{where}: the live view never refreshed"
+    text = json.dumps(state)
+    for expected in expect:
+        assert expected in text, f"{where}: {expected!r} not in the explorer's stored figures"
 
 
 def check_labels_follow_tasks(nb) -> None:

@@ -28,7 +28,7 @@ EXPECTED = NOTEBOOKS
 
 # -- the committed files ------------------------------------------------------------------
 
-def test_the_seven_notebooks_are_there():
+def test_the_eight_notebooks_are_there():
     assert sorted(p.stem for p in NB_DIR.glob("[0-9][0-9]-*.ipynb")) == EXPECTED
 
 
