@@ -237,3 +237,13 @@ def test_outside_a_notebook_a_terminal_gets_one_line_and_a_file_nothing(capsys):
     text = tty.getvalue()
     assert text.count("\r") >= 2 and "ddprof live:" in text and "samples" in text
     assert text.endswith("\r\x1b[K") and "\n" not in text
+
+
+def test_profile_live_with_the_python_engine():
+    # the portable engine feeds the same running aggregate (flushed twice a second)
+    sink = CountingSink()
+    with ddprof_nb.profile(live=sink, engine="python") as p:
+        _spin(3.5)
+    assert not live_threads()
+    assert len(sink.snapshots) >= 3 and sink.snapshots[-1].samples.get(ddprof_nb.EventType.WALL, 0) > 0
+    assert p.profile.metadata.engine == "python" and sink.finished == (p.profile, None)
