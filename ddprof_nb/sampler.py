@@ -115,12 +115,11 @@ class Sampler:
     def engine_name(self) -> str:
         return self._engine.name if self._engine is not None else ""
 
-    def start(self, *, caller_depth: int = 0, trim: str = "caller", live=None,
-              live_period: float | None = None) -> "Sampler":
+    def start(self, *, caller_depth: int = 0, trim: str = "caller", live=None) -> "Sampler":
         """Start sampling.  ``trim``: 'caller' roots the starting thread's stacks at the
         frame ``caller_depth`` levels above this call; 'below' roots them below it (magics:
         the cell itself); 'none' keeps whole stacks.  ``live``: a sink (``ddprof_nb.live``)
-        given a snapshot of the samples so far every ``live_period`` seconds until stop."""
+        given a snapshot of the samples so far about once a second until stop."""
         global _active
         if trim not in ("caller", "below", "none"):
             raise ValueError(f"invalid trim {trim!r}")
@@ -144,7 +143,7 @@ class Sampler:
             refresher = None
             if live is not None:
                 engine.live = LiveAggregate()
-                refresher = LiveRefresher(engine.live, live, *(() if live_period is None else (live_period,)))
+                refresher = LiveRefresher(engine.live, live)
             self._prefix = [] if trim == "none" else _caller_frames(caller_depth + 1)
             self._keep_last = trim == "caller"
             self._tid = threading.get_native_id()
@@ -217,7 +216,11 @@ class Sampler:
                     if tasks is not None:  # (after the engine's last drain: its records name tasks)
                         tasks.forget_names()
         ctx = self._context(task_profile=task_profile, remote=self._finish_remote, **front_end)
-        self.profile = pipeline.run(profile, steps, ctx)
+        profile = pipeline.run(profile, steps, ctx)
+        if live is not None and live.error:
+            profile = profile.with_metadata(notes=profile.metadata.notes + (
+                f"live view: stopped refreshing after {live.refreshes} refresh(es): {live.error}",))
+        self.profile = profile
         return self.profile
 
     def _context(self, **facts) -> pipeline.StopContext:
@@ -230,11 +233,6 @@ class Sampler:
         """A live snapshot's profile through the stack-shaping steps of ``steps``
         (``pipeline.live_steps``), with the facts ``stop(steps, **front_end)`` will have."""
         return pipeline.run(profile, pipeline.live_steps(steps), self._context(**front_end))
-
-    @property
-    def live_refreshes(self) -> int:
-        """Refreshes the running session's live view had so far (0 without one)."""
-        return self._live.refreshes if self._live is not None else 0
 
 
 def active() -> Sampler | None:
@@ -294,7 +292,12 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
             raise TypeError(f"profile(live=...) takes True, False or a sink with update() and finish(), "
                             f"not {type(live).__name__}")
         sink = live
-    sampler.start(caller_depth=2, live=sink)  # contextmanager's __enter__ and this generator sit between
+    try:
+        sampler.start(caller_depth=2, live=sink)  # contextmanager's __enter__ and this generator sit between
+    except BaseException as exc:
+        if sink is not None:
+            sink.finish(None, f"{type(exc).__name__}: {exc}")
+        raise
     try:
         yield handle
     finally:

@@ -208,6 +208,18 @@ def test_a_sink_that_fails_stops_refreshing_but_not_the_session():
         _spin(2.5)
         assert not live_threads()  # it gave up after the first failure
     assert p.profile.total("wall") > 0 and sink.finished[0] is p.profile
+    # and the profile says why its live view stopped
+    assert any("live view: stopped refreshing after 0 refresh(es): RuntimeError: view gone" in n
+               for n in p.profile.metadata.notes)
+
+
+def test_profile_live_that_cannot_start_tells_its_sink_and_leaves_no_thread():
+    sink = CountingSink()
+    with ddprof_nb.profile():
+        with pytest.raises(ddprof_nb.ProfilerBusyError):
+            with ddprof_nb.profile(live=sink):
+                pass
+    assert not live_threads() and sink.finished[0] is None and "ProfilerBusyError" in sink.finished[1]
 
 
 def test_profile_live_rejects_what_is_not_a_sink():
