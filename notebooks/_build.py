@@ -1068,7 +1068,7 @@ notebook("08-watching-a-long-cell", [
 
         When the cell ends, the same place becomes the usual explorer of the whole profile.
         The refresh runs in a background thread from what the sampler has already drained
-        (nothing is recomputed from the start each second) and costs well under 1 % of the
+        (nothing is recomputed from the start each second) and costs under 1 % of the
         cell's time (`benchmarks/bench_live.py`).
 
         Our long cell: a small job in three phases, parsing, a pool of threads scoring the
