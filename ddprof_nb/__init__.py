@@ -17,6 +17,10 @@ from .loading import load
 from .model import Frame, LabelSet, Profile
 from .sampler import Sampler, profile, profiled
 
+# the sources behind Sampler's children= and dask= options register themselves (ddprof_nb.sources)
+from . import children as _children  # noqa: E402,F401  (after sampler: they run one in other processes)
+from . import dask_support as _dask_support  # noqa: E402,F401
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -78,7 +78,6 @@ import asyncio
 import asyncio.base_events
 import collections.abc
 import contextvars
-import dataclasses
 import os
 import random
 import re
@@ -92,6 +91,7 @@ from typing import Iterable
 import numpy as np
 
 from . import labeling as _lab
+from . import sources as _sources
 from ._steptypes import STEP_BASE as _STEP_BASE
 from .errors import NotRunningError, ProfilerBusyError
 from .events import EventType, FrameKind
@@ -130,18 +130,13 @@ _timing = False  # task steps timed (suspended time per task): while wall/park a
 def engine_events(events: Iterable[EventType], engine_supported: Iterable[EventType] = ()) -> tuple[EventType, ...]:
     """The events an engine must sample when a TaskSampler runs beside it: PARK is
     dropped unless the engine samples it itself (``engine_supported``)."""
-    supported = set(engine_supported)
-    return tuple(e for e in events if e not in TaskSampler.provides or e in supported)
+    return _sources.engine_events(events, TaskSampler.provides, engine_supported)
 
 
 def engine_config(config, engine_supported: Iterable[EventType] = ()):
-    """The SamplerConfig for the engine that runs beside a TaskSampler: its events are
-    ``engine_events(config.events, engine_supported)``; when none are left (park only),
-    the portable engine runs with no events (the native one needs at least one)."""
-    events = engine_events(config.events, engine_supported)
-    if not events:
-        return dataclasses.replace(config, events=(), engine="python")
-    return dataclasses.replace(config, events=events)
+    """The SamplerConfig for the engine that runs beside a TaskSampler
+    (``sources.engine_config``)."""
+    return _sources.engine_config(config, TaskSampler.provides, engine_supported)
 
 
 # =====================================================================================
@@ -665,6 +660,7 @@ class TaskSampler:
 
     name = "asyncio"
     provides = frozenset({EventType.PARK})
+    remote = False  # (a ``sources.Source``: suspended tasks of this process)
 
     def __init__(self, config, *, max_tasks_per_tick: int = 32, tick_budget: float = 0.003,
                  rng: random.Random | None = None):
@@ -745,10 +741,10 @@ class TaskSampler:
             state.others = pending
             state.others_at = self._start_mono + RESCAN_NS
 
-    def stop(self, sink: ProfileBuilder | None = None, forget_names: bool = True) -> Profile | None:
+    def stop(self, sink: ProfileBuilder | None = None, forget_names: bool = False) -> Profile | None:
         """Stop; the samples as a Profile, or added to ``sink`` (then None is returned).
-        ``forget_names=False``: keep the task names this session gave until the caller's
-        ``forget_names()`` (after an engine's last drain, whose records carry them)."""
+        The task names this session gave are kept until ``release()`` (after an engine's
+        last drain, whose records carry them), or dropped now with ``forget_names=True``."""
         global _tracker, _timing
         tracker = self._tracker
         if tracker is None:
@@ -776,6 +772,19 @@ class TaskSampler:
             return profile
         _copy_into(profile, sink)
         return None
+
+    def release(self) -> None:
+        """(``sources.Source``) The engine's last records are read: forget the names."""
+        self.forget_names()
+
+    def collect(self, profile: Profile) -> Profile:
+        """(``sources.Source``) Nothing from other processes: ``stop()`` gave the samples."""
+        return profile
+
+    def abort(self) -> None:
+        """(``sources.Source``) Undo ``start()`` after another source failed to start."""
+        if self._tracker is not None:
+            self.stop(forget_names=True)
 
     def forget_names(self) -> int:
         """Drop the task names this session gave (a process profiling many cells of many

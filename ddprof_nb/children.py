@@ -41,6 +41,11 @@ import tempfile
 import threading
 import time
 
+from . import aggregate, sources
+from . import sampler as _sampler
+from .config import SamplerConfig
+from .exporters import write_atomic
+
 ENV_VAR = "DDPROF_NB_CHILD"
 _CONFIG_KEY = "ddprof_nb_child"
 _STOP_FILE = "stop"
@@ -126,9 +131,6 @@ def _start_child(spec: dict, how: str) -> None:
     global _child
     if _child is not None and _child.sampler is not None and _child.spec.get("dir") == spec.get("dir"):
         return
-    from . import sampler as _sampler
-    from .config import SamplerConfig
-
     if _child is not None or _sampler._active is not None:
         # a fork child inherits the parent's running Sampler object: its engine is gone
         _sampler._active = None
@@ -181,12 +183,10 @@ def _on_sigterm(signum, frame):
 
 
 def _watch_stop(state: _ChildState) -> None:
-    # our own thread: not sampled at all under the native engine (a wall sample and, with
-    # park, a sleep record every tick cost drain time); _finish_child filters it otherwise
-    if state.sampler is not None and state.sampler.engine_name == "native":
-        from . import _binding
-
-        _binding.lib.ddp_exclude_thread(threading.get_native_id())
+    # our own thread: not sampled at all where the engine can leave it out (a wall sample
+    # and, with park, a sleep record every tick cost drain time); _finish_child filters it otherwise
+    if state.sampler is not None:
+        state.sampler.exclude_thread(threading.get_native_id())
     stop = os.path.join(state.spec["dir"], _STOP_FILE)
     while not state.written:
         if os.path.exists(stop) or not os.path.isdir(state.spec["dir"]):
@@ -205,8 +205,7 @@ def _finish_child(state: _ChildState | None = None) -> None:
             return
         state.written = True
         try:
-            from . import aggregate
-            from .exporters import pprof, write_atomic
+            from .exporters import pprof  # (import cost: every `import ddprof_nb` imports this module)
 
             profile = state.sampler.stop()
             profile = aggregate.filter(profile, ignore=r"[/\\]ddprof_nb[/\\]children\.py$")
@@ -271,8 +270,13 @@ def _after_fork_in_child() -> None:
 
 
 class ChildCollector:
-    """Parent side: arms the hooks at ``start()``, gathers the children's profiles at
-    ``finish(profile)``.  One per Sampler; not re-entrant."""
+    """Parent side, a ``sources.Source``: arms the hooks at ``start()``, disarms them at
+    ``stop()``, gathers the children's profiles at ``collect(profile)``.  One per Sampler;
+    not re-entrant."""
+
+    name = "children"
+    provides = frozenset()
+    remote = True
 
     def __init__(self, config, *, wait_s: float = 5.0):
         self.config = config
@@ -286,9 +290,7 @@ class ChildCollector:
         global _collector, _fork_hook_installed
         if _collector is not None:
             raise RuntimeError("child-process profiling is already active in this process")
-        # imported here so the native engine's own at-fork reset is registered before ours
-        from . import sampler as _sampler
-
+        # the native engine's own at-fork reset is registered before ours
         _sampler._engine_classes()
         self.dir = tempfile.mkdtemp(prefix="ddprof_nb-children-")
         boot = os.path.join(self.dir, "boot")
@@ -329,12 +331,18 @@ class ChildCollector:
                 os.environ[k] = v
         self._saved_env = {}
 
-    def finish(self, profile):
+    def stop(self) -> None:
+        """No child started from now on profiles itself (the session is stopping)."""
+        self._disarm()
+
+    def release(self) -> None:
+        pass
+
+    def collect(self, profile):
         """``profile`` merged with every child's profile (labels ``pid``, ``process``);
         children that died without writing, or did not answer in time, are named in
         the notes."""
-        from . import aggregate
-        from .exporters import pprof
+        from .exporters import pprof  # (import cost: every `import ddprof_nb` imports this module)
 
         self._disarm()
         d = self.dir
@@ -388,6 +396,9 @@ class ChildCollector:
                 pass
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+sources.register("children", lambda config, on: ChildCollector(config) if on else None)
 
 
 def _pids(d: str, suffix: str) -> set[int]:

@@ -25,6 +25,11 @@ import re
 import socket
 import threading
 
+from . import aggregate, sources
+from . import sampler as _sampler
+from .config import SamplerConfig
+from .errors import ProfilerError
+
 # dask's worker-process threads that block for the whole life of the worker (the
 # Nanny's stop-queue reader, distributed.process's parent-death watcher)
 _IDLE_MACHINERY = re.compile(r"Nanny stop queue watch$|.*\(monitor_parent\)$")
@@ -36,9 +41,6 @@ _worker_samplers: dict[str, object] = {}
 
 def _worker_start(spec: dict, token: str) -> dict:
     """Runs on a worker: start sampling this worker process."""
-    from . import sampler as _sampler
-    from .config import SamplerConfig
-
     if os.getpid() == spec["client_pid"]:
         return {"pid": os.getpid(), "skipped": "in-process worker (covered by the local profile)"}
     config = SamplerConfig.from_spec(spec)
@@ -58,21 +60,14 @@ def _worker_start(spec: dict, token: str) -> dict:
 
 
 def _exclude_idle_machinery(s) -> list[str]:
-    """Stop sampling dask's forever-blocked machinery threads; their names."""
-    if s.engine_name != "native":
-        return []
-    from . import _binding
-
-    out = []
-    for t in threading.enumerate():
-        if t.native_id and _IDLE_MACHINERY.match(t.name) and _binding.lib.ddp_exclude_thread(t.native_id) == 0:
-            out.append(t.name)
-    return sorted(out)
+    """Stop sampling dask's forever-blocked machinery threads (where the engine can); their names."""
+    return sorted(t.name for t in threading.enumerate()
+                  if t.native_id and _IDLE_MACHINERY.match(t.name) and s.exclude_thread(t.native_id))
 
 
 def _worker_stop(token: str) -> dict:
     """Runs on a worker: stop sampling, return ``{"pid", "pprof": bytes}``."""
-    from .exporters import pprof
+    from .exporters import pprof  # (import cost: every `import ddprof_nb` imports this module)
 
     s = _worker_samplers.pop(token, None)
     if s is None or not s.running:
@@ -88,7 +83,12 @@ def _spec(config, client_pid: int) -> dict:
 
 
 class DaskProfiler:
-    """Starts the sampler on every worker of ``client``'s cluster; ``finish`` merges."""
+    """A ``sources.Source``: starts the sampler on every worker of ``client``'s cluster;
+    ``collect`` stops them and merges their profiles."""
+
+    name = "dask"
+    provides = frozenset()
+    remote = True
 
     def __init__(self, client, config, *, timeout_s: float = 30.0):
         if not hasattr(client, "run") or not hasattr(client, "scheduler_info"):
@@ -102,8 +102,6 @@ class DaskProfiler:
         self.notes: list[str] = []
 
     def start(self) -> None:
-        from .errors import ProfilerError
-
         try:
             results = self.client.run(_worker_start, _spec(self.config, os.getpid()), self.token, on_error="return")
         except Exception as exc:  # noqa: BLE001 - scheduler unreachable, closed client, ...
@@ -128,10 +126,15 @@ class DaskProfiler:
         except Exception:  # noqa: BLE001
             pass
 
-    def finish(self, profile):
+    def stop(self) -> None:
+        """The workers keep sampling until ``collect`` asks for their profiles."""
+
+    def release(self) -> None:
+        pass
+
+    def collect(self, profile):
         """``profile`` merged with each worker's profile (labels ``worker``, ``pid``)."""
-        from . import aggregate
-        from .exporters import pprof
+        from .exporters import pprof  # (import cost: every `import ddprof_nb` imports this module)
 
         notes = list(self.notes)
         alive = set(self._current_workers())
@@ -184,3 +187,6 @@ class DaskProfiler:
             return list(self.client.scheduler_info()["workers"])
         except Exception:  # noqa: BLE001
             return list(self.started)
+
+
+sources.register("dask", lambda config, client: DaskProfiler(client, config) if client is not None else None)

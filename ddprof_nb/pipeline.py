@@ -3,7 +3,7 @@
 Each step is a named ``Profile -> Profile`` function of the profile and a ``StopContext``
 (the facts the session gathered: the starting thread, its frames, the labels, the task
 sampler's profile...); all are pure but ``merge_remote``, which collects what child
-processes and Dask workers sent.  Each entry point picks an ordered list of steps
+processes and Dask workers sent (their sources' ``collect``).  Each entry point picks an ordered list of steps
 (``COLLECT``, ``PYTHON_API``, ``MAGIC``, ``CLI``) and ``Sampler.stop(steps, ...)`` runs it.
 The lists differ only where an entry point must; each difference is written beside it.
 """
@@ -37,8 +37,8 @@ class StopContext:
     keep_last: bool = True  # keep the frame that started profiling (the ``with`` block's function)
     labels: Mapping[str, str] = field(default_factory=dict)  # labels given for the whole session
     note: str | None = None  # why the engine is not the one asked for
-    task_profile: Profile | None = None  # the asyncio task sampler's samples
-    remote: Callable[[Profile], Profile] | None = None  # merges child processes' and Dask workers' profiles
+    local: tuple = ()  # Profiles the sources took of this process (the asyncio task sampler's)
+    remote: tuple = ()  # sources of other processes' samples (child processes, Dask workers): their collect()
     asyncio: str = "off"
     sampler_files: frozenset = frozenset()  # files of start()/stop() themselves
     # from a front end
@@ -69,8 +69,9 @@ def _with_note(profile: Profile, note: str) -> Profile:
 
 
 def merge_tasks(p: Profile, ctx: StopContext) -> Profile:
-    """The asyncio task sampler's samples (suspended tasks) join the engine's."""
-    return aggregate.merge(p, ctx.task_profile) if ctx.task_profile is not None else p
+    """The sources' samples of this process (the asyncio task sampler's suspended tasks)
+    join the engine's."""
+    return aggregate.merge(p, *ctx.local) if ctx.local else p
 
 
 def add_labels(p: Profile, ctx: StopContext) -> Profile:
@@ -128,8 +129,10 @@ def note_fallback(p: Profile, ctx: StopContext) -> Profile:
 
 
 def merge_remote(p: Profile, ctx: StopContext) -> Profile:
-    """Child processes' and Dask workers' profiles join this one."""
-    return ctx.remote(p) if ctx.remote is not None else p
+    """Child processes' and Dask workers' profiles join this one (each source's ``collect``)."""
+    for source in ctx.remote:
+        p = source.collect(p)
+    return p
 
 
 def fold_asyncio(p: Profile, ctx: StopContext) -> Profile:

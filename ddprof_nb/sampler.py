@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from . import pipeline
+from . import pipeline, sources
 from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from .engines.python import PythonEngine
@@ -91,15 +91,12 @@ class Sampler:
     def __init__(self, config: SamplerConfig | None = None, *, children: bool = False, dask=None, **options):
         """``children``: also profile child Python processes started while running
         (ddprof_nb.children); ``dask``: a dask.distributed Client whose workers are
-        profiled too (ddprof_nb.dask_support).  Both merge into the returned Profile."""
+        profiled too (ddprof_nb.dask_support).  Both merge into the returned Profile;
+        they are sources (``ddprof_nb.sources``), found by option name."""
         self.config = config or SamplerConfig.make(**options)
-        # [children/dask] beyond one process
-        self._children_opt = bool(children)
-        self._dask_client = dask
-        self._children = None
-        self._dask = None
+        self._source_options = {"children": bool(children), "dask": dask}
         self._engine = None
-        self._tasks = None  # the asyncio TaskSampler beside the engine (config.asyncio)
+        self._sources: list = []  # running beside the engine (ddprof_nb.sources), in merge order
         self._note: str | None = None
         self._prefix: list = []
         self._tid = 0
@@ -114,6 +111,11 @@ class Sampler:
     @property
     def engine_name(self) -> str:
         return self._engine.name if self._engine is not None else ""
+
+    def exclude_thread(self, tid: int) -> bool:
+        """Leave thread ``tid`` (native id) out of the engine's samples: a source's own
+        threads.  False when the engine cannot (the caller filters it out of the profile)."""
+        return self._engine.exclude_thread(tid) if self._engine is not None else False
 
     def start(self, *, caller_depth: int = 0, trim: str = "caller", live=None) -> "Sampler":
         """Start sampling.  ``trim``: 'caller' roots the starting thread's stacks at the
@@ -130,15 +132,13 @@ class Sampler:
                     f"{_active.config.engine} engine); stop it first"
                 )
             cls, self._note = choose_engine(self.config)
-            engine_config, tasks = self.config, None
-            if self.config.asyncio != "off":
-                from . import asyncio_support
-
-                # PARK of suspended tasks comes from the task sampler; the engine keeps the rest
-                engine_config = asyncio_support.engine_config(self.config, cls.supported_events)
+            srcs = sources.make_sources(self.config, self._source_options)
+            provided = frozenset().union(*(s.provides for s in srcs))
+            engine_config = self.config
+            if provided:  # what the sources sample the engine needn't, unless it can itself
+                engine_config = sources.engine_config(self.config, provided, cls.supported_events)
                 if engine_config.engine == "python" and not engine_config.events:
                     cls = _engine_classes()["python"]
-                tasks = asyncio_support.TaskSampler(self.config)
             engine = cls(engine_config)
             refresher = None
             if live is not None:
@@ -148,50 +148,22 @@ class Sampler:
             self._keep_last = trim == "caller"
             self._tid = threading.get_native_id()
             engine.start()
-            if tasks is not None:
-                try:
-                    tasks.start()
-                except BaseException:
-                    engine.stop()
-                    raise
-            self._engine, self._tasks = engine, tasks
+            self._engine, self._sources = engine, []
             _active = self
             if refresher is not None:
                 self._live = refresher
                 refresher.start()
-        self._start_remote()  # [children/dask]
-        return self
-
-    def _start_remote(self) -> None:
-        """[children/dask] Arm child-process and Dask-worker profiling; on failure stop cleanly."""
         try:
-            if self._children_opt:
-                from .children import ChildCollector
-
-                self._children = ChildCollector(self.config)
-                self._children.start()
-            if self._dask_client is not None:
-                from .dask_support import DaskProfiler
-
-                self._dask = DaskProfiler(self._dask_client, self.config)
-                self._dask.start()
+            for src in srcs:
+                src.start()
+                self._sources.append(src)
         except BaseException:
-            for part in (self._children, self._dask):
-                if part is not None:
-                    part.abort()
-            self._children = self._dask = None
+            for src in reversed(self._sources):
+                src.abort()
+            self._sources = []
             self.stop()
             raise
-
-    def _finish_remote(self, profile: Profile) -> Profile:
-        """[children/dask] Merge the children's and workers' profiles into ``profile``."""
-        children, self._children = self._children, None
-        dask, self._dask = self._dask, None
-        if children is not None:
-            profile = children.finish(profile)
-        if dask is not None:
-            profile = dask.finish(profile)
-        return profile
+        return self
 
     def stop(self, steps: tuple = pipeline.COLLECT, **front_end) -> Profile:
         """Stop sampling and return the Profile (also kept as ``self.profile``), passed
@@ -202,20 +174,24 @@ class Sampler:
             if self._engine is None:
                 raise NotRunningError("the profiler is not running (stop without start)")
             engine, self._engine = self._engine, None
-            tasks, self._tasks = self._tasks, None
+            srcs, self._sources = self._sources, []
             live, self._live = self._live, None
             if live is not None:  # first: no refresh outlives the session
                 live.stop()
+            local = []
             try:
-                task_profile = tasks.stop(forget_names=False) if tasks is not None else None
+                for src in srcs:
+                    part = src.stop()
+                    if part is not None:
+                        local.append(part)
             finally:
                 try:
                     profile = engine.stop()
                 finally:
                     _active = None
-                    if tasks is not None:  # (after the engine's last drain: its records name tasks)
-                        tasks.forget_names()
-        ctx = self._context(task_profile=task_profile, remote=self._finish_remote, **front_end)
+                    for src in srcs:  # (after the engine's last drain: its records may name what they published)
+                        src.release()
+        ctx = self._context(local=tuple(local), remote=tuple(s for s in srcs if s.remote), **front_end)
         profile = pipeline.run(profile, steps, ctx)
         if live is not None and live.error:
             profile = profile.with_metadata(notes=profile.metadata.notes + (
@@ -280,7 +256,7 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
                    labels=labels, asyncio=asyncio)
     if max_depth is not None:
         options["max_depth"] = max_depth
-    sampler = Sampler(children=children, dask=dask, **options)  # [children/dask]
+    sampler = Sampler(children=children, dask=dask, **options)
     handle = ProfileHandle(sampler)
     sink = None
     if live is True:

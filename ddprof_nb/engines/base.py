@@ -46,3 +46,8 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def stop(self) -> Profile:
         """Stop sampling, release every resource (timers, threads, hooks) and return the profile."""
+
+    def exclude_thread(self, tid: int) -> bool:
+        """Leave thread ``tid`` (native id) out of the samples from now on (a source's own
+        threads); False when this engine cannot, and the caller filters it out instead."""
+        return False

@@ -184,6 +184,9 @@ class NativeEngine(Engine):
         _active = self
         self._go.set()
 
+    def exclude_thread(self, tid: int) -> bool:
+        return self._session is not None and _binding.lib.ddp_exclude_thread(int(tid)) == 0
+
     def _refresh_names(self) -> None:
         for t in threading.enumerate():
             if t.native_id and t.native_id not in self._names:

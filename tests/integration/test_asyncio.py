@@ -92,6 +92,7 @@ class take:
         else:
             tp = self.tasks.stop()
             self.profile = A.fold_loop_frames(aggregate.merge(self.engine.stop(), tp))
+            self.tasks.release()
         return self.profile
 
     def __enter__(self):

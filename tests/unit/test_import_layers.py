@@ -19,9 +19,11 @@ LAYERS = [
     ("model", ["model", "aggregate", "transforms"]),
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
-    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "asyncio_support", "children",
-                 "dask_support", "elfsyms", "remote", "remote_record", "kernels"]),
+    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "sources", "asyncio_support",
+                 "elfsyms", "remote", "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history", "live"]),
+    # sources that run a session (a Sampler) in other processes: above the session
+    ("other processes", ["children", "dask_support"]),
     ("explorer", ["explorer"]),
     ("front ends", ["", "__main__", "magics", "cell_rewrite", "demo", "live_display"]),  # "": the package's __init__
 ]
@@ -52,13 +54,12 @@ INNER_IMPORTS = {
     ("_binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    ("sampler", "asyncio_support"): "import cost",
+    ("sources", "asyncio_support"): "import cost",
     ("pipeline", "asyncio_support"): "import cost",
-    # child processes and Dask workers run a Sampler themselves (a cycle until they are sources)
-    ("sampler", "children"): "a cycle: children run a Sampler",
-    ("sampler", "dask_support"): "a cycle: workers run a Sampler",
-    ("children", "sampler"): "a cycle: children run a Sampler",
-    ("dask_support", "sampler"): "a cycle: workers run a Sampler",
+    # every ``import ddprof_nb`` imports children and dask_support (their sources register):
+    # the pprof format loads only when a child's or a worker's profile is written or read
+    ("children", "exporters.pprof"): "import cost",
+    ("dask_support", "exporters.pprof"): "import cost",
     # optional or heavy front-end pieces: ipywidgets, IPython
     ("", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("", "magics"): "IPython loads with the extension",
@@ -71,10 +72,6 @@ INNER_IMPORTS = {
     # profile(live=True) picks where to show the samples so far: a front end's choice
     ("sampler", "live_display"): "the live view's display (IPython, ipywidgets) loads with a live session",
 }
-# children.py and dask_support.py run inside child processes and Dask workers, where
-# their functions are looked up by name; their imports inside functions are theirs to keep
-# until they become sources (an engine-like interface)
-INNER_OK_MODULES = {"children", "dask_support"}
 
 
 def _module_name(path: Path) -> str:
@@ -199,7 +196,7 @@ def test_imports_inside_functions_are_the_listed_ones():
     unlisted = [
         f"ddprof_nb/{MODULES[m].relative_to(PKG)}:{line} imports ddprof_nb.{t} inside a function"
         for m, t, line, top in IMPORTS
-        if not top and m not in INNER_OK_MODULES and (m, t) not in INNER_IMPORTS
+        if not top and (m, t) not in INNER_IMPORTS
     ]
     assert not unlisted, ("move these to the top of the file, or list them in INNER_IMPORTS with the "
                           "cycle or cost that keeps them inside:\n" + "\n".join(unlisted))
