@@ -1,7 +1,7 @@
 """The C types of the asyncio task stepper (``native/aiostep.c``), when the native module loads.
 
-``SLOT_BASE`` is the base of ``labeling._Slot`` and ``STEP_BASE`` that of
-``asyncio_support._TaskCoro``; both are None without the native module (another platform,
+``SLOT_BASE`` is the base of ``labeling._Slot``, ``STEP_BASE`` that of
+``asyncio_support._TaskCoro`` and ``STEP_STATE`` the state its steps read; all are None without the native module (another platform,
 a build for another interpreter), and the pure-Python stepper then runs.  Imported by
 ``labeling`` before anything else of ddprof_nb, so it imports ``_native`` itself rather
 than through ``_binding`` (which imports ``labeling``).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 SLOT_BASE = None
 STEP_BASE = None
+STEP_STATE = None
 try:
     from . import _native
 except (ImportError, OSError):
@@ -18,3 +19,4 @@ except (ImportError, OSError):
 if _native is not None and hasattr(_native.lib, "ddp_aio_types") and _native.lib.ddp_aio_types() == 0:
     SLOT_BASE = _native.SlotBase
     STEP_BASE = _native.StepBase
+    STEP_STATE = _native.StepState

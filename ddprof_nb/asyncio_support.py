@@ -93,6 +93,7 @@ import numpy as np
 from . import labeling as _lab
 from . import sources as _sources
 from ._steptypes import STEP_BASE as _STEP_BASE
+from ._steptypes import STEP_STATE as _STEP_STATE
 from .errors import NotRunningError, ProfilerBusyError
 from .events import EventType, FrameKind
 from .labeling import _current, _new_slot, _push, _slots, label_id
@@ -122,9 +123,9 @@ _get_ident = threading.get_ident
 _monotonic_ns = time.monotonic_ns
 _current_task = asyncio.current_task
 _weakref = weakref.ref
-_tracker: "_Tracker | None" = None  # set while a TaskSampler runs
-_tracker_pid = 0  # the process it runs in (a fork child inherits _tracker, not the sampler)
-_timing = False  # task steps timed (suspended time per task): while wall/park are sampled
+_tracker_pid = 0  # the process the tracker runs in (a fork child inherits it, not the sampler)
+# _state (below, after the helpers it names): what both task steppers read at each step,
+# the tracker (set while a TaskSampler runs) and whether steps are timed among it
 
 
 def engine_events(events: Iterable[EventType], engine_supported: Iterable[EventType] = ()) -> tuple[EventType, ...]:
@@ -152,9 +153,10 @@ class _TaskCoroMethods(collections.abc.Coroutine):
 
     def throw(self, typ, val=None, tb=None):
         args = (typ,) if val is None and tb is None else (typ, val, tb)
-        if _tracker is None:
+        st = _state
+        if st.tracker is None:
             return self._coro.throw(*args)
-        timing = _timing
+        timing = st.timing
         resumed = _monotonic_ns()
         slot = _lab._slot_here()
         if timing:
@@ -211,7 +213,7 @@ class _TaskCoroMethods(collections.abc.Coroutine):
         else:  # an eager first step (inside create_task), or a task built elsewhere
             task = _current_task()  # ~0.3 us: why create_task hands the task over
         name = task.get_name() if task is not None else "?"
-        tracker = _tracker
+        tracker = _state.tracker
         if tracker is None:
             bits = _lab.task_bits(name)
         elif tracker.auto < MAX_TASK_NAMES and name.startswith("Task-"):  # task_bits' common case, inline
@@ -299,9 +301,10 @@ class _PyTaskCoro(_TaskCoroMethods):
         self._end = 0  # when its last step ended (0: not ended): its times stop there
 
     def send(self, value):
-        if _tracker is None:  # profiling ended: only forward
+        st = _state
+        if st.tracker is None:  # profiling ended: only forward
             return self._coro.send(value)
-        timing = _timing
+        timing = st.timing
         if timing:
             resumed = _monotonic_ns()
         ident = _get_ident()
@@ -366,7 +369,6 @@ if _STEP_BASE is not None:
 
         __slots__ = ()
 
-    _STEP_BASE._bind(globals(), _lab.__dict__)
     _TaskCoro = _CTaskCoro
 else:
     _TaskCoro = _PyTaskCoro
@@ -407,25 +409,51 @@ def _short_suspension(proxy: _TaskCoro, slot, e: int, resumed: int, left: int) -
     ``left`` crossed.  Returns the countdown to the next draw."""
     rate = slot.rate
     k = 1 + (-left) // rate
-    tracker = _tracker
+    tracker = _state.tracker
     if tracker is not None:
         tracker.sampler._short(proxy, slot.batch, e, resumed, k * rate)
     slot.shorts += 1
     return left + k * rate
 
 
+class _PyStepState:
+    """The pure-Python stepper's StepState (``native/aiostep.c``'s, without the native module)."""
+
+    __slots__ = ("tracker", "timing", "mirrored", "slots", "new_slot", "push", "short_suspension", "first_step")
+
+    def __init__(self, *, slots, new_slot, push, short_suspension, first_step):
+        self.tracker, self.timing, self.mirrored = None, False, False
+        self.slots, self.new_slot, self.push = slots, new_slot, push
+        self.short_suspension, self.first_step = short_suspension, first_step
+
+
+def _make_step_state():
+    """What the steppers read at each step, built from the Python helpers and tables they
+    call back, named here (a renamed one fails now, at import, not at a task's step); the
+    C stepper gets it once (``StepBase._bind``)."""
+    state = (_STEP_STATE or _PyStepState)(
+        slots=_lab._slots, new_slot=_lab._new_slot, push=_lab._push,
+        short_suspension=_short_suspension, first_step=_TaskCoroMethods._first_step,
+    )
+    _lab.watch_mirrored(state)  # labeling keeps its ``mirrored`` equal to its own flag
+    if _STEP_BASE is not None:
+        _STEP_BASE._bind(state)
+    return state
+
+
+_state = _make_step_state()
 _orig_create_task = None
 _carried: dict = {}  # task index -> weakref of its task: names a stopped session kept for pending tasks
 _last_labels: tuple = (EMPTY_LABELS, 0)  # (the label set a first step saw last, its id)
 
 
 def _create_task(self, coro, *args, **kwargs):
-    tracker = _tracker
+    tracker = _state.tracker
     if tracker is None or type(coro) is not _CoroutineType:
         return _orig_create_task(self, coro, *args, **kwargs)
     if self not in tracker.loops:
         tracker.add_loop(self)
-    proxy = _TaskCoro(coro, _monotonic_ns() if _timing else 0)
+    proxy = _TaskCoro(coro, _monotonic_ns() if _state.timing else 0)
     task = _orig_create_task(self, proxy, *args, **kwargs)
     if proxy._lid < 0:
         proxy._task = task  # its first step takes the name from here (cheaper than current_task)
@@ -699,13 +727,13 @@ class TaskSampler:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        global _tracker, _tracker_pid, _timing
-        if _tracker is not None and _tracker_pid != os.getpid():
+        global _tracker_pid
+        if _state.tracker is not None and _tracker_pid != os.getpid():
             # a fork child (multiprocessing fork, children=True): the parent's sampler does
             # not run here, its create_task patch only forwards
-            _tracker = None
+            _state.tracker = None
             _uninstall_create_task()
-        if _tracker is not None:
+        if _state.tracker is not None:
             raise ProfilerBusyError("an asyncio task sampler is already running in this process")
         self._start_mono = _monotonic_ns()
         self._builder = b = ProfileBuilder(Metadata(start_ns=time.time_ns(), interval_ns=self.interval_ns,
@@ -715,11 +743,11 @@ class TaskSampler:
         self._tracker = tracker = _Tracker(self)
         self._running = True
         _lab.install_propagation()  # task labels reach the threads tasks start
-        _timing = self.sampling
+        _state.timing = self.sampling
         for slot in list(_lab._slots.values()):  # suspensions from before this start are the ticks'
             slot.tick, slot.rate, slot.shorts = self._start_mono, self.interval_ns, 0
             slot.left = int(self._rng.random() * self.interval_ns) + 1
-        _tracker, _tracker_pid = tracker, os.getpid()
+        _state.tracker, _tracker_pid = tracker, os.getpid()
         _install_create_task()
         # loops already running: the caller's (a notebook's), and any other with tasks
         # (their pending tasks are looked up now, outside the profiled code's time)
@@ -745,7 +773,6 @@ class TaskSampler:
         """Stop; the samples as a Profile, or added to ``sink`` (then None is returned).
         The task names this session gave are kept until ``release()`` (after an engine's
         last drain, whose records carry them), or dropped now with ``forget_names=True``."""
-        global _tracker, _timing
         tracker = self._tracker
         if tracker is None:
             raise NotRunningError("the asyncio task sampler is not running")
@@ -755,9 +782,9 @@ class TaskSampler:
         if state is not None and self.sampling:
             self._safe_tick(state)
         self._running = False
-        if _tracker is tracker:
-            _tracker = None
-            _timing = False
+        if _state.tracker is tracker:
+            _state.tracker = None
+            _state.timing = False
         _uninstall_create_task()
         for st in list(tracker.loops.values()):
             self._cancel(st)

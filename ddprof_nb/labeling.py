@@ -181,6 +181,7 @@ _listeners: list[Callable[[int], None]] = []
 _listeners_t: tuple = ()
 _providers: list[Callable[[], object]] = []
 _mirrored = False  # any listener or provider: checked on hot paths before calling _push
+_mirrored_watchers: list = []  # the task steppers' states: their ``mirrored`` follows _mirrored
 _gen = 0  # bumped when providers change; slots refresh their cached views
 
 
@@ -271,9 +272,18 @@ def _mirrors_changed() -> None:
     global _listeners_t, _mirrored, _gen
     _listeners_t = tuple(_listeners)
     _mirrored = bool(_listeners or _providers)
+    for state in _mirrored_watchers:
+        state.mirrored = _mirrored
     _gen += 1
     for slot in list(_slots.values()):  # no fast-path store into a view no longer wanted
         slot.view = None
+
+
+def watch_mirrored(state) -> None:
+    """Keep ``state.mirrored`` equal to whether label mirrors want ``_push`` (the asyncio
+    task stepper reads it there, at each step, without a look-up in this module)."""
+    _mirrored_watchers.append(state)
+    state.mirrored = _mirrored
 
 
 def add_listener(listener: Callable[[int], None]) -> None:

@@ -17,9 +17,14 @@
  * (a task's first step, a drawn short suspension, label mirrors without a fast view,
  * throw), called back from here.
  *
- * Module state read at each step lives where Python keeps it (one source of truth):
- * asyncio_support's `_tracker` and `_timing`, labeling's `_slots` and `_mirrored`, looked
- * up in the modules' dicts (StepBase._bind hands them over once).
+ *   StepState the state a step reads, handed over once by StepBase._bind(state): the
+ *             task sampler's tracker (None: not profiling, only forward), whether steps
+ *             are timed, whether label mirrors want a push, and the Python helpers and
+ *             tables it calls back (labeling's slots table, _new_slot and _push,
+ *             the task sampler's short-suspension draw, the first step).  Python
+ *             writes the flags into it (it is their one place, read by both steppers);
+ *             the helpers are required keywords of its constructor and checked there,
+ *             so a renamed Python private fails when the state is built, not at a step.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +33,7 @@
 #define Py_T_LONGLONG T_LONGLONG
 #define Py_T_OBJECT_EX T_OBJECT_EX
 #define Py_READONLY READONLY
+#define Py_T_BOOL T_BOOL
 #endif
 #include <stddef.h>
 #include <stdint.h>
@@ -46,9 +52,18 @@ typedef struct {
     int64_t lid, q, t0, e, r, w, end; /* as _PyTaskCoro's attributes of the same names */
 } StepObject;
 
-static PyTypeObject *slot_type, *step_type;
-static PyObject *aio_dict, *lab_dict;   /* the two modules' globals */
-static PyObject *s_tracker, *s_timing, *s_slots, *s_mirrored, *s_new_slot, *s_push, *s_short, *s_first_step;
+typedef struct {
+    PyObject_HEAD
+    PyObject *tracker;            /* the task sampler's tracker, or None: not profiling */
+    char timing, mirrored;        /* steps timed (wall/park sampled); label mirrors want _push */
+    PyObject *slots;              /* labeling._slots: thread ident -> slot (a dict) */
+    PyObject *new_slot, *push;    /* labeling._new_slot(ident), labeling._push(slot, id) */
+    PyObject *short_suspension;   /* the task sampler's draw (proxy, slot, e, resumed, left) -> left */
+    PyObject *first_step;         /* first_step(proxy) -> the task's label id */
+} StateObject;
+
+static PyTypeObject *slot_type, *step_type, *state_type;
+static StateObject *state;        /* set by StepBase._bind; NULL: only forward */
 
 static inline int64_t mono_ns(void)
 {
@@ -56,6 +71,90 @@ static inline int64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns(): what the ticks compare against */
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+/* ---- StepState -------------------------------------------------------------------------------- */
+static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *v[5] = {NULL, NULL, NULL, NULL, NULL};
+    static char *names[] = {"slots", "new_slot", "push", "short_suspension", "first_step", NULL};
+    /* all keyword-only; optional to the parser only so that a missing one is named here */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4]))
+        return NULL;
+    for (int i = 0; i < 5; i++) {
+        if (v[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "StepState: missing required keyword '%s'", names[i]);
+            return NULL;
+        }
+        if (i == 0 ? !PyDict_Check(v[i]) : !PyCallable_Check(v[i])) {
+            PyErr_Format(PyExc_TypeError, "StepState: '%s' must be %s, not %.100s", names[i],
+                         i == 0 ? "a dict" : "callable", Py_TYPE(v[i])->tp_name);
+            return NULL;
+        }
+    }
+    StateObject *st = (StateObject *)type->tp_alloc(type, 0);
+    if (st == NULL)
+        return NULL;
+    st->tracker = Py_NewRef(Py_None);
+    st->slots = Py_NewRef(v[0]);
+    st->new_slot = Py_NewRef(v[1]);
+    st->push = Py_NewRef(v[2]);
+    st->short_suspension = Py_NewRef(v[3]);
+    st->first_step = Py_NewRef(v[4]);
+    return (PyObject *)st;
+}
+
+static int state_traverse(StateObject *st, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(st));
+    Py_VISIT(st->tracker);
+    Py_VISIT(st->slots);
+    Py_VISIT(st->new_slot);
+    Py_VISIT(st->push);
+    Py_VISIT(st->short_suspension);
+    Py_VISIT(st->first_step);
+    return 0;
+}
+
+static int state_clear(StateObject *st)
+{
+    Py_CLEAR(st->tracker);
+    Py_CLEAR(st->slots);
+    Py_CLEAR(st->new_slot);
+    Py_CLEAR(st->push);
+    Py_CLEAR(st->short_suspension);
+    Py_CLEAR(st->first_step);
+    return 0;
+}
+
+static void dealloc_with(PyObject *o, int (*clear)(PyObject *));
+static void state_dealloc(PyObject *st) { dealloc_with(st, (int (*)(PyObject *))state_clear); }
+
+static PyMemberDef state_members[] = {
+    {"tracker", Py_T_OBJECT_EX, offsetof(StateObject, tracker), 0, "the task sampler's tracker, or None"},
+    {"timing", Py_T_BOOL, offsetof(StateObject, timing), 0, "task steps are timed (wall/park sampled)"},
+    {"mirrored", Py_T_BOOL, offsetof(StateObject, mirrored), 0, "label mirrors want labeling._push"},
+    {"slots", Py_T_OBJECT_EX, offsetof(StateObject, slots), Py_READONLY, "labeling._slots"},
+    {"new_slot", Py_T_OBJECT_EX, offsetof(StateObject, new_slot), Py_READONLY, "labeling._new_slot"},
+    {"push", Py_T_OBJECT_EX, offsetof(StateObject, push), Py_READONLY, "labeling._push"},
+    {"short_suspension", Py_T_OBJECT_EX, offsetof(StateObject, short_suspension), Py_READONLY,
+     "the task sampler's draw of a suspension no tick saw"},
+    {"first_step", Py_T_OBJECT_EX, offsetof(StateObject, first_step), Py_READONLY, "first_step(proxy) -> label id"},
+    {NULL},
+};
+
+static PyType_Slot state_slots[] = {
+    {Py_tp_new, state_new},
+    {Py_tp_traverse, state_traverse},
+    {Py_tp_clear, state_clear},
+    {Py_tp_dealloc, state_dealloc},
+    {Py_tp_members, state_members},
+    {Py_tp_doc, "What a task step reads: flags Python writes, helpers it calls back (StepBase._bind)."},
+    {0, NULL},
+};
+
+static PyType_Spec state_spec = {
+    "ddprof_nb._native.StepState", sizeof(StateObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, state_slots,
+};
 
 /* ---- SlotBase ---------------------------------------------------------------------------------- */
 static PyObject *slot_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -119,17 +218,8 @@ static PyType_Spec slot_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, slot_slots,
 };
 
-/* The truth of a module global (missing: false); -1 on error. */
-static int is_set(PyObject *dict, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(dict, name);
-    if (v == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    return PyObject_IsTrue(v);
-}
-
 /* Store `lid` as the slot's published id and into its mirrors (labeling._set). */
-static int publish(SlotObject *slot, int64_t lid)
+static int publish(StateObject *st, SlotObject *slot, int64_t lid)
 {
     slot->id = lid;
     PyObject *view = slot->view;
@@ -149,41 +239,24 @@ static int publish(SlotObject *slot, int64_t lid)
         Py_XDECREF(zero);
         return rc;
     }
-    int on = is_set(lab_dict, s_mirrored);
-    if (on <= 0)
-        return on;
-    PyObject *push = PyDict_GetItemWithError(lab_dict, s_push);
-    if (push == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "ddprof_nb.labeling._push is gone");
-        return -1;
-    }
-    PyObject *r = PyObject_CallFunction(push, "OL", (PyObject *)slot, (long long)lid);
+    if (!st->mirrored)
+        return 0;
+    PyObject *r = PyObject_CallFunction(st->push, "OL", (PyObject *)slot, (long long)lid);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
 
 /* The calling thread's slot (labeling._slot_here), a new reference. */
-static SlotObject *slot_here(void)
+static SlotObject *slot_here(StateObject *st)
 {
-    PyObject *slots = PyDict_GetItemWithError(lab_dict, s_slots);
-    if (slots == NULL || !PyDict_Check(slots)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "ddprof_nb.labeling._slots is not a dict");
-        return NULL;
-    }
     PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
     if (ident == NULL)
         return NULL;
-    PyObject *slot = PyDict_GetItemWithError(slots, ident);
-    if (slot != NULL) {
+    PyObject *slot = PyDict_GetItemWithError(st->slots, ident);
+    if (slot != NULL)
         Py_INCREF(slot);
-    } else if (!PyErr_Occurred()) {
-        PyObject *make = PyDict_GetItemWithError(lab_dict, s_new_slot);
-        slot = make ? PyObject_CallOneArg(make, ident) : NULL;
-        if (make == NULL && !PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "ddprof_nb.labeling._new_slot is gone");
-    }
+    else if (!PyErr_Occurred())
+        slot = PyObject_CallOneArg(st->new_slot, ident);
     Py_DECREF(ident);
     if (slot != NULL && !PyObject_TypeCheck(slot, slot_type)) {
         PyErr_Format(PyExc_TypeError, "a thread's label slot is a %.100s, not a SlotBase", Py_TYPE(slot)->tp_name);
@@ -247,7 +320,7 @@ static int call_int(PyObject *fn, PyObject *args, int64_t *out)
 }
 
 /* The end of a suspension (_PyTaskCoro._resumes). */
-static int resumes(StepObject *self, SlotObject *slot, int64_t resumed)
+static int resumes(StateObject *st, StepObject *self, SlotObject *slot, int64_t resumed)
 {
     int64_t e = self->e;
     if (e < 0) { /* a ready suspension ends: not park (the first: _first_step moves it to w) */
@@ -259,13 +332,7 @@ static int resumes(StepObject *self, SlotObject *slot, int64_t resumed)
         if (left > 0) {
             slot->left = left;
         } else {
-            PyObject *fn = PyDict_GetItemWithError(aio_dict, s_short);
-            if (fn == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_RuntimeError, "ddprof_nb.asyncio_support._short_suspension is gone");
-                return -1;
-            }
-            if (call_int(fn, Py_BuildValue("(OOLLL)", (PyObject *)self, (PyObject *)slot, (long long)e,
+            if (call_int(st->short_suspension, Py_BuildValue("(OOLLL)", (PyObject *)self, (PyObject *)slot, (long long)e,
                                            (long long)resumed, (long long)left), &left) < 0)
                 return -1;
             slot->left = left;
@@ -277,13 +344,13 @@ static int resumes(StepObject *self, SlotObject *slot, int64_t resumed)
 }
 
 /* Restore `prev` after a step that raised or returned, keeping the pending exception. */
-static void restore_after_error(SlotObject *slot, int64_t prev)
+static void restore_after_error(StateObject *st, SlotObject *slot, int64_t prev)
 {
     if (slot->id == prev)
         return;
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    if (publish(slot, prev) < 0)
+    if (publish(st, slot, prev) < 0)
         PyErr_WriteUnraisable((PyObject *)slot);
     PyErr_Restore(t, v, tb);
 }
@@ -298,25 +365,24 @@ static PySendResult step_send(PyObject *op, PyObject *arg, PyObject **presult)
         PyErr_SetString(PyExc_RuntimeError, "task proxy has no coroutine");
         return PYGEN_ERROR;
     }
-    PyObject *tracker = PyDict_GetItemWithError(aio_dict, s_tracker);
-    if (tracker == NULL && PyErr_Occurred())
-        return PYGEN_ERROR;
-    if (tracker == NULL || tracker == Py_None) /* profiling ended: only forward */
+    if (state == NULL || state->tracker == NULL || state->tracker == Py_None) /* not profiling: only forward */
         return PyIter_Send(self->coro, arg, presult);
-    int timing = is_set(aio_dict, s_timing);
-    if (timing < 0)
-        return PYGEN_ERROR;
+    Py_INCREF(state); /* the step may run Python code that binds another state */
+    StateObject *st = state;
+    int timing = st->timing;
     int64_t resumed = timing ? mono_ns() : 0;
-    SlotObject *slot = slot_here();
-    if (slot == NULL)
+    SlotObject *slot = slot_here(st);
+    if (slot == NULL) {
+        Py_DECREF(st);
         return PYGEN_ERROR;
+    }
     PySendResult res = PYGEN_ERROR;
-    if (timing && resumes(self, slot, resumed) < 0)
+    if (timing && resumes(st, self, slot, resumed) < 0)
         goto out;
     int64_t prev = slot->id;
     int64_t lid = self->lid;
     if (lid < 0) {
-        PyObject *r = PyObject_CallMethodNoArgs((PyObject *)self, s_first_step);
+        PyObject *r = PyObject_CallOneArg(st->first_step, (PyObject *)self);
         if (r == NULL)
             goto out;
         lid = PyLong_AsLongLong(r);
@@ -324,12 +390,12 @@ static PySendResult step_send(PyObject *op, PyObject *arg, PyObject **presult)
         if (lid == -1 && PyErr_Occurred())
             goto out;
     }
-    if (lid != prev && publish(slot, lid) < 0)
+    if (lid != prev && publish(st, slot, lid) < 0)
         goto out;
     Py_INCREF(self); /* the step may drop the last other reference to its task's proxy */
     res = PyIter_Send(self->coro, arg, presult);
     if (res != PYGEN_NEXT) { /* the task returned or raised */
-        restore_after_error(slot, prev);
+        restore_after_error(st, slot, prev);
         if (timing) {
             int64_t end = mono_ns();
             self->q += resumed - end;
@@ -338,7 +404,7 @@ static PySendResult step_send(PyObject *op, PyObject *arg, PyObject **presult)
     } else {
         lid = slot->id; /* labels() blocks inside the step may have changed it: keep theirs */
         self->lid = lid;
-        if (lid != prev && publish(slot, prev) < 0) {
+        if (lid != prev && publish(st, slot, prev) < 0) {
             Py_CLEAR(*presult);
             res = PYGEN_ERROR;
         }
@@ -351,6 +417,7 @@ static PySendResult step_send(PyObject *op, PyObject *arg, PyObject **presult)
     Py_DECREF(self);
 out:
     Py_DECREF(slot);
+    Py_DECREF(st);
     return res;
 }
 
@@ -375,14 +442,14 @@ static PyObject *step_send_method(PyObject *self, PyObject *arg)
     return NULL;
 }
 
-/* StepBase._bind(asyncio_support globals, labeling globals): where the state lives. */
-static PyObject *step_bind(PyObject *cls, PyObject *args)
+/* StepBase._bind(state): the StepState every step reads from now on. */
+static PyObject *step_bind(PyObject *cls, PyObject *arg)
 {
-    PyObject *a, *l;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &a, &PyDict_Type, &l))
+    if (!PyObject_TypeCheck(arg, state_type)) {
+        PyErr_Format(PyExc_TypeError, "StepBase._bind expects a StepState, not %.100s", Py_TYPE(arg)->tp_name);
         return NULL;
-    Py_XSETREF(aio_dict, Py_NewRef(a));
-    Py_XSETREF(lab_dict, Py_NewRef(l));
+    }
+    Py_XSETREF(state, (StateObject *)Py_NewRef(arg));
     Py_RETURN_NONE;
 }
 
@@ -401,7 +468,7 @@ static PyMemberDef step_members[] = {
 
 static PyMethodDef step_methods[] = {
     {"send", step_send_method, METH_O, "Resume the task's coroutine (one step), under the task's labels."},
-    {"_bind", step_bind, METH_VARARGS | METH_CLASS, "Tell the stepper where asyncio_support's and labeling's state lives."},
+    {"_bind", step_bind, METH_O | METH_CLASS, "Hand the stepper the StepState its steps read."},
     {NULL},
 };
 
@@ -422,35 +489,21 @@ static PyType_Spec step_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, step_slots,
 };
 
-static int intern(PyObject **p, const char *s)
-{
-    if (*p == NULL)
-        *p = PyUnicode_InternFromString(s);
-    return *p ? 0 : -1;
-}
-
 int ddp_aio_types(void)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     int rc = -1;
     PyObject *mod = NULL;
-    if (intern(&s_tracker, "_tracker") || intern(&s_timing, "_timing") || intern(&s_slots, "_slots") ||
-        intern(&s_mirrored, "_mirrored") || intern(&s_new_slot, "_new_slot") || intern(&s_push, "_push") ||
-        intern(&s_short, "_short_suspension") || intern(&s_first_step, "_first_step"))
-        goto out;
     if (slot_type == NULL && (slot_type = (PyTypeObject *)PyType_FromSpec(&slot_spec)) == NULL)
         goto out;
     if (step_type == NULL && (step_type = (PyTypeObject *)PyType_FromSpec(&step_spec)) == NULL)
         goto out;
-    if (aio_dict == NULL) { /* until _bind: no state to read, so only forward */
-        aio_dict = PyDict_New();
-        lab_dict = PyDict_New();
-        if (!aio_dict || !lab_dict)
-            goto out;
-    }
+    if (state_type == NULL && (state_type = (PyTypeObject *)PyType_FromSpec(&state_spec)) == NULL)
+        goto out;
     mod = PyImport_ImportModule("ddprof_nb._native");
     if (mod == NULL || PyObject_SetAttrString(mod, "SlotBase", (PyObject *)slot_type) < 0 ||
-        PyObject_SetAttrString(mod, "StepBase", (PyObject *)step_type) < 0)
+        PyObject_SetAttrString(mod, "StepBase", (PyObject *)step_type) < 0 ||
+        PyObject_SetAttrString(mod, "StepState", (PyObject *)state_type) < 0)
         goto out;
     rc = 0;
 out:

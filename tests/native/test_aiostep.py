@@ -4,6 +4,8 @@ state (each risk runs in a fresh interpreter, so a crash fails the test, not the
 
 import textwrap
 
+import pytest
+
 from nhelpers import run_script
 
 from ddprof_nb import _native, labeling
@@ -90,40 +92,45 @@ def test_every_outcome_of_a_step_is_the_python_steppers():
 
 
 def test_hostile_state_raises_instead_of_crashing():
-    # GIVEN each way the state a step reads could be wrong: no slots table, a slot of the
-    # wrong type, a first step that raises, a mirror that raises, a deleted or foreign
-    # view, bad constructor and _bind arguments
+    # GIVEN each way the state a step reads could be wrong: a slot of the wrong type, a
+    # first step that raises, a mirror that raises, a deleted or foreign view, bad
+    # constructor and _bind arguments
     r = run_script(
         STEPPERS
         + textwrap.dedent("""
+        from ddprof_nb import _native
         async def one():
             return 1
         here = L._slot_here()
         def step(cls=A._CTaskCoro):
             here.id = 99  # (no mirror written) so that the step publishes its own id
             return outcome(lambda: proxy(cls, one()).send(None))
+        def state_with(**changed):
+            fields = dict(slots=L._slots, new_slot=L._new_slot, push=L._push,
+                          short_suspension=A._short_suspension, first_step=A._TaskCoroMethods._first_step)
+            fields.update(changed)
+            st = _native.StepState(**fields)
+            st.tracker, st.timing = A._state.tracker, A._state.timing
+            return st
         out = {}
         ts = session()
-        saved = L._slots
-        L._slots = [1, 2]
-        out["slots_not_dict"] = step()
-        L._slots = {__import__("threading").get_ident(): object()}
+        ident = __import__("threading").get_ident()
+        L._slots[ident] = object()
         out["slot_wrong_type"] = step()
-        L._slots = saved
-        orig = A._TaskCoroMethods._first_step
+        L._slots[ident] = here
         def bad_first(self):
             raise ValueError("first")
-        A._TaskCoroMethods._first_step = bad_first
+        A._STEP_BASE._bind(state_with(first_step=bad_first))
         out["first_step_raises"] = step()
-        A._TaskCoroMethods._first_step = orig
-        slot = L._slot_here()
-        saved_push, saved_m = L._push, L._mirrored
         def bad_push(slot, ident):
             raise OSError("push")
-        L._push, L._mirrored = bad_push, True
+        bad = state_with(push=bad_push)
+        bad.mirrored = True
+        A._STEP_BASE._bind(bad)
+        slot = L._slot_here()
         slot.view = None
         out["push_raises"] = step()
-        L._push, L._mirrored = saved_push, saved_m
+        A._STEP_BASE._bind(A._state)
         del slot.view
         out["view_deleted"] = step()
         for name, make in (("view_bytes", lambda: memoryview(bytearray(1))),
@@ -138,12 +145,12 @@ def test_hostile_state_raises_instead_of_crashing():
         ts.stop()
         out["no_args"] = outcome(lambda: A._CTaskCoro())
         out["bad_bind"] = outcome(lambda: A._STEP_BASE._bind(1, 2))
+        out["bind_not_state"] = outcome(lambda: A._STEP_BASE._bind({"_tracker": None}))
         out["gc"] = gc.collect() >= 0
         emit(**out)
         """)
     )
     # THEN each raises a clear error (the interpreter lives on), and a good state works again
-    assert r["slots_not_dict"][:2] == ["raise", "RuntimeError"], r
     assert r["slot_wrong_type"][:2] == ["raise", "TypeError"], r
     assert r["first_step_raises"][:3] == ["raise", "ValueError", "first"], r
     assert r["push_raises"][:3] == ["raise", "OSError", "push"], r
@@ -157,6 +164,48 @@ def test_hostile_state_raises_instead_of_crashing():
     assert r["fine_after"][:2] == ["stop", "1"], r
     assert r["no_args"][:2] == ["raise", "TypeError"], r
     assert r["bad_bind"][:2] == ["raise", "TypeError"], r
+    assert r["bind_not_state"][:3] == ["raise", "TypeError", "StepBase._bind expects a StepState, not dict"], r
+
+
+def test_a_wrong_state_fails_when_it_is_built_not_at_a_step():
+    # GIVEN the helpers and tables the C stepper calls back, each missing or of the wrong kind
+    good = dict(slots={}, new_slot=labeling._new_slot, push=labeling._push,
+                short_suspension=A._short_suspension, first_step=A._TaskCoroMethods._first_step)
+    for name in good:
+        fields = {k: v for k, v in good.items() if k != name}
+        # THEN building the state says which one is missing
+        with pytest.raises(TypeError, match=f"missing required keyword '{name}'"):
+            _native.StepState(**fields)
+        with pytest.raises(TypeError, match=f"'{name}' must be (a dict|callable), not NoneType"):
+            _native.StepState(**{**fields, name: None})
+    with pytest.raises(TypeError, match="positional"):
+        _native.StepState(*good.values())
+    # AND its helpers are fixed once built (only the flags Python writes can change)
+    st = _native.StepState(**good)
+    with pytest.raises(AttributeError):
+        st.push = print
+    st.tracker, st.timing, st.mirrored = object(), True, True
+    assert st.timing is True and st.mirrored is True
+
+
+@pytest.mark.parametrize("module,name", [("labeling", "_push"), ("labeling", "_new_slot"), ("labeling", "_slots"),
+                                         ("asyncio_support", "_short_suspension")])
+def test_renaming_a_private_the_stepper_calls_fails_at_import(module, name):
+    # GIVEN a private the stepper's state names, gone (as after a rename that missed it)
+    target = "A" if module == "asyncio_support" else "L"
+    r = run_script(f"""
+        import ddprof_nb.labeling as L
+        import ddprof_nb.asyncio_support as A
+        del {target}.{name}
+        try:
+            A._make_step_state()
+        except (AttributeError, NameError) as e:  # (NameError: a module global of its own)
+            emit(error=str(e))
+        else:
+            emit(error=None)
+        """)
+    # THEN building the state (at import) fails, naming it
+    assert r["error"] and name in r["error"], r
 
 
 def test_many_tasks_through_the_c_stepper_leak_nothing():
