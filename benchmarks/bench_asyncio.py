@@ -59,7 +59,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clocks import run_queue_wait  # noqa: E402 - benchmarks/ (the script's folder) is on sys.path
 from ddprof_nb import asyncio_support  # noqa: E402
+from ddprof_nb.aio import stepper  # noqa: E402
 from ddprof_nb.config import SamplerConfig  # noqa: E402
+from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.sampler import Sampler, choose_engine  # noqa: E402
 
 GOAL = 0.02
@@ -252,7 +254,7 @@ async def components(engine: str) -> list[list[str]]:
         ts = asyncio_support.TaskSampler(cfg)
         ts.start()
         try:
-            proxy = lambda: asyncio_support._TaskCoro(_yielder(n), time.monotonic_ns())  # noqa: E731
+            proxy = lambda: stepper._TaskCoro(_yielder(n), time.monotonic_ns())  # noqa: E731
             for p in (proxy(), proxy()):  # warm up (first step, caches)
                 p._lid = 1
                 _drive(p)
@@ -267,7 +269,7 @@ async def components(engine: str) -> list[list[str]]:
             ts.stop()
 
     base, labels_only = steps(())
-    _, timed = steps((asyncio_support.EventType.WALL,))
+    _, timed = steps((EventType.WALL,))
     rows.append(["a task step (resume + suspend)", f"{base:.0f} ns (a bare coroutine step)",
                  f"+{labels_only - base:.0f} ns labels; +{timed - base:.0f} ns labels + wall/park timing"])
 

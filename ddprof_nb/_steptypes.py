@@ -1,7 +1,7 @@
 """The C types of the asyncio task stepper (``native/aiostep.c``), when the native module loads.
 
 ``SLOT_BASE`` is the base of ``labeling._Slot``, ``STEP_BASE`` that of
-``asyncio_support._TaskCoro`` and ``STEP_STATE`` the state its steps read; all are None without the native module (another platform,
+``aio.stepper._TaskCoro`` and ``STEP_STATE`` the state its steps read; all are None without the native module (another platform,
 a build for another interpreter), and the pure-Python stepper then runs.  Imported by
 ``labeling`` before anything else of ddprof_nb, so it imports ``_native`` itself rather
 than through ``_binding`` (which imports ``labeling``).

@@ -19,7 +19,7 @@ DEFAULT_MAX_DEPTH = 128  # frames kept per stack; deeper stacks end in [truncate
 MIN_INTERVAL_NS = 100_000  # 10 kHz; finer is noise with a 250 Hz kernel tick
 MAX_INTERVAL_NS = 60_000_000_000
 ENGINES = ("auto", "native", "python")
-# asyncio tasks (ddprof_nb.asyncio_support): "fold" samples suspended tasks, labels each
+# asyncio tasks (ddprof_nb.aio): "fold" samples suspended tasks, labels each
 # task's samples and folds the event loop's machinery into one frame; "raw" does the same
 # but keeps the loop's frames; "off" leaves asyncio alone
 ASYNCIO_MODES = ("fold", "raw", "off")

@@ -10,9 +10,9 @@ Two places hold "the labels in force", and this module keeps them in step:
   tasks copy it when created, so labels flow to child tasks as Go's pprof labels do;
 - the per-thread *published* id (``_slots``): what samplers read, because a sampler
   sees threads, not contexts.  ``labels()`` publishes on entry and exit; while
-  profiling, ``asyncio_support`` republishes at every step of a task (a task's steps
-  share their thread with other tasks), and the propagation below publishes in threads
-  started from a labelled context.
+  profiling, the asyncio task stepper (``aio.stepper``) republishes at every step of a
+  task (a task's steps share their thread with other tasks), and the propagation below
+  publishes in threads started from a labelled context.
 
 Readers: the python engine reads ``thread_label_ids`` (ident -> id); other readers
 mirror every change of the calling thread, either as a listener ``fn(id)``
@@ -38,7 +38,7 @@ name cheaply but building a LabelSet per task costs microseconds, so the pair is
 resolved only when a sample needs it: ``labelset(id)`` returns the label set merged
 with ``task=<name>``.  ``labels()`` blocks keep the task bits of the thread's current
 id, and threads started or work submitted from a task carry them too.  The names table
-grows with the tasks named while profiling (capped per profile by asyncio_support) and
+grows with the tasks named while profiling (capped per profile by the task stepper) and
 is never pruned: an id may be resolved long after its task ended.
 
 Invariants: ids are never reused while the process lives (id 0 = no labels); a thread's
@@ -94,7 +94,7 @@ _packed: dict[int, LabelSet] = {}  # resolved (label set id | task bits) ids
 
 def task_bits(name: str) -> int:
     """Fresh high bits naming task ``name`` in a published id.  Callers keep them per
-    task (or per name, see asyncio_support): every call takes a new index."""
+    task (or per name, see aio.stepper): every call takes a new index."""
     idx = next(_task_counter)
     _task_names[idx] = name
     return idx << TASK_SHIFT
@@ -139,7 +139,7 @@ class _Slot(SLOT_BASE or object):
 
     def __init__(self):
         self.id = 0
-        # asyncio_support's task sampling on this thread's event loop (set only while it
+        # the asyncio task sampler's sampling on this thread's event loop (set only while it
         # samples): when the loop began its current batch of callbacks (its selector
         # returned), when the sampler's last tick ran, and the length sampling of
         # suspensions no tick saw (suspended ns left to the next draw, ns per draw, draws

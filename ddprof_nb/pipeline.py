@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from . import aggregate, cells
+from .aio.fold import fold_loop_frames
 from .model import Frame, Profile
 
 __all__ = [
@@ -137,12 +138,7 @@ def merge_remote(p: Profile, ctx: StopContext) -> Profile:
 
 def fold_asyncio(p: Profile, ctx: StopContext) -> Profile:
     """The event loop's machinery folds into one ``[asyncio loop]`` frame."""
-    if ctx.asyncio != "fold":
-        return p
-    # asyncio_support is loaded only by sessions that sample asyncio (it imports asyncio)
-    from .asyncio_support import fold_loop_frames
-
-    return fold_loop_frames(p)
+    return fold_loop_frames(p) if ctx.asyncio == "fold" else p
 
 
 def name_cells(p: Profile, ctx: StopContext) -> Profile:

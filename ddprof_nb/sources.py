@@ -1,7 +1,7 @@
 """Sources: what a session runs beside its engine, behind one small interface.
 
 The engine samples this process's threads; a source adds samples the engine cannot take:
-the asyncio task sampler (suspended tasks, ``asyncio_support.TaskSampler``), child
+the asyncio task sampler (suspended tasks, ``aio.tasks.TaskSampler``), child
 processes (``children.ChildCollector``) and Dask workers (``dask_support.DaskProfiler``).
 ``Sampler`` drives them through ``Source`` and finds them in a registry, so it never
 imports the modules that implement them (child processes and Dask workers run a Sampler
@@ -67,8 +67,8 @@ def register(option: str, factory: Factory) -> None:
 def _task_sampler(config, _value) -> "Source | None":
     if config.asyncio == "off":
         return None
-    # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    from .asyncio_support import TaskSampler
+    # the task sampler imports asyncio (~0.3 s): only sessions that sample asyncio pay it
+    from .aio.tasks import TaskSampler
 
     return TaskSampler(config)
 

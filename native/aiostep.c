@@ -1,4 +1,4 @@
-/* aiostep.c — the asyncio task stepper's per-step work in C (ddprof_nb/asyncio_support.py).
+/* aiostep.c — the asyncio task stepper's per-step work in C (ddprof_nb/aio/stepper.py).
  *
  * Two extension types, published as attributes of ddprof_nb._native by ddp_aio_types()
  * (cffi cannot declare Python types, so the module gets them at first use):
@@ -6,7 +6,7 @@
  *   SlotBase  the base of labeling._Slot: a thread's published label id and the task
  *             sampler's per-thread timing words, as C int64 members, so a step reads and
  *             writes them without attribute look-ups while Python sees plain attributes.
- *   StepBase  the base of asyncio_support._TaskCoro: a task's coroutine plus its step
+ *   StepBase  the base of aio.stepper._TaskCoro: a task's coroutine plus its step
  *             timing words, and `send` (also the am_send slot, which the C Task's step
  *             calls through PyIter_Send).
  *
@@ -480,7 +480,7 @@ static PyType_Slot step_slots[] = {
     {Py_tp_members, step_members},
     {Py_tp_methods, step_methods},
     {Py_am_send, step_send},
-    {Py_tp_doc, "A task's coroutine with its step timing (ddprof_nb.asyncio_support._TaskCoro)."},
+    {Py_tp_doc, "A task's coroutine with its step timing (ddprof_nb.aio.stepper._TaskCoro)."},
     {0, NULL},
 };
 

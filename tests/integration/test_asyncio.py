@@ -19,6 +19,7 @@ import pytest
 
 from ddprof_nb import EventType, aggregate, labeling
 from ddprof_nb import asyncio_support as A
+from ddprof_nb.aio import stepper as S
 from ddprof_nb.config import SamplerConfig
 from ddprof_nb.engines.python import PythonEngine
 from ddprof_nb.model import EMPTY_LABELS
@@ -40,7 +41,7 @@ ENGINES = ["python", _native_param()]
 
 
 def _c_stepper_param():
-    if A._STEP_BASE is None:
+    if S._STEP_BASE is None:
         return pytest.param("c", marks=pytest.mark.skip(reason="no C task stepper: the native module did not load"))
     return "c"
 
@@ -50,7 +51,7 @@ def stepper(request, monkeypatch):
     """Every test runs with each task stepper: the C one (native/aiostep.c, the default when
     the native module loads) and the pure-Python one, which must behave the same."""
     if request.param == "py":
-        monkeypatch.setattr(A, "_TaskCoro", A._PyTaskCoro)
+        monkeypatch.setattr(S, "_TaskCoro", S._PyTaskCoro)
     return request.param
 
 
@@ -408,7 +409,7 @@ def test_wrapped_tasks_look_the_same_to_the_program():
             later = loop.create_task(inner())
         finally:
             t.stop()
-        assert asyncio.base_events.BaseEventLoop.create_task is not A._create_task
+        assert asyncio.base_events.BaseEventLoop.create_task is not S._create_task
         assert await later == 7
         assert labeling.thread_label_ids.get(threading.get_ident(), 0) & labeling.LOW_MASK == 0
 
@@ -671,6 +672,7 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
         setup = (
             "import asyncio, dataclasses, json, time\n"
             "from ddprof_nb import aggregate, labeling, asyncio_support as A, EventType\n"
+            "from ddprof_nb.aio import stepper as S\n"
             "from ddprof_nb.config import SamplerConfig\n"
             "from ddprof_nb.engines.python import PythonEngine\n"
             "cfg = SamplerConfig.make(events=('cpu','wall','park'), engine='python', interval='5ms')\n"
@@ -740,7 +742,7 @@ def test_stop_into_a_builder_sink():
 
 def test_task_names_are_capped_per_profile_and_renames_are_followed(monkeypatch):
     # GIVEN a cap of 4 task names per profile
-    monkeypatch.setattr(A, "MAX_TASK_NAMES", 4)
+    monkeypatch.setattr(S, "MAX_TASK_NAMES", 4)
 
     async def work():
         burn_cpu(0.03)
@@ -786,6 +788,7 @@ def test_without_the_native_module_the_python_stepper_runs():
         import asyncio
         import ddprof_nb
         from ddprof_nb import EventType, asyncio_support as A, labeling as L
+        from ddprof_nb.aio import stepper as S
         async def child():
             await asyncio.sleep(0.01)
             t = time.process_time()
@@ -800,7 +803,7 @@ def test_without_the_native_module_the_python_stepper_runs():
         prof = p.profile
         tasks = {s.labels.get("task") for s in prof.samples()}
         jobs = {s.labels.get("job") for s in prof.samples() if s.labels.get("task") == "kid"}
-        print("RESULT", A._TaskCoro.__name__, L._Slot.__mro__[1].__name__, "kid" in tasks, jobs == {"j"})
+        print("RESULT", S._TaskCoro.__name__, L._Slot.__mro__[1].__name__, "kid" in tasks, jobs == {"j"})
         """
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""asyncio_support.fold_loop_frames on mock profiles shaped like the engines' stacks
+"""fold_loop_frames (ddprof_nb.aio.fold) on mock profiles shaped like the engines' stacks
 (asyncio run by a script, by ipykernel, idle in the selector, tasks entered through the
 profiler's task proxy or the task sampler's marker)."""
 
@@ -7,11 +7,14 @@ import pytest
 
 from ddprof_nb import EventType, FrameKind
 from ddprof_nb import asyncio_support as A
+from ddprof_nb.aio import fold
+from ddprof_nb.aio import stepper as S
 from ddprof_nb.model import Frame, LabelSet, Metadata, ProfileBuilder
 
 LIB = "/usr/lib/python3.12"
 ASYNCIO = LIB + "/asyncio/"
-ME = A.__file__
+ME = S.__file__  # the task proxy's send (the profiler's own asyncio module)
+SAMPLER = ME.replace("stepper.py", "tasks.py")  # the task sampler's ticks
 
 
 def F(name, file="app.py", line=1):
@@ -156,8 +159,8 @@ def test_loop_methods_called_by_user_code_are_not_folded():
 def test_the_profilers_own_frames_go():
     # GIVEN the task sampler's tick on the loop, the create_task wrapper and a thread
     # started under labels
-    tick = SCRIPT_LOOP + DISPATCH + [F("TaskSampler._tick", ME), F("TaskSampler._safe_tick", ME),
-                                     F("TaskSampler._sample_loop", ME)]
+    tick = SCRIPT_LOOP + DISPATCH + [F("TaskSampler._tick", SAMPLER), F("TaskSampler._safe_tick", SAMPLER),
+                                     F("TaskSampler._sample_loop", SAMPLER)]
     create = SCRIPT_LOOP + DISPATCH + PROXY + [F("main"), F("_create_task", ME),
                                                 F("BaseEventLoop.create_task", ASYNCIO + "base_events.py")]
     thread = [F("Thread._bootstrap", LIB + "/threading.py"), F("run_with_labels", "/x/ddprof_nb/labeling.py"),
@@ -171,7 +174,7 @@ def test_the_profilers_own_frames_go():
 
 
 def test_task_sampler_marker_becomes_the_task_frame():
-    frames = SCRIPT_LOOP + DISPATCH + [A.TASK_MARK, F("worker"), Frame("[asyncio.sleep]", kind=FrameKind.BLOCKER)]
+    frames = SCRIPT_LOOP + DISPATCH + [fold.TASK_MARK, F("worker"), Frame("[asyncio.sleep]", kind=FrameKind.BLOCKER)]
     p = build([("park", frames, {"task": "w", "state": "await"}, 7)])
     assert stacks(A.fold_loop_frames(p), EventType.PARK) == {
         "<module> > [asyncio loop] > [task w] > worker > [asyncio.sleep]": 7}
@@ -218,7 +221,7 @@ def test_engine_events_drop_park_unless_the_engine_samples_it():
 def test_a_stack_of_only_the_profilers_wrapper_frames_is_kept_not_emptied():
     # GIVEN a wall sample whose frames are all the profiler's wrappers (a chain the wall
     # sampler read while the thread changed it: CI saw one fold into an empty stack)
-    labeling = A.__file__.replace("asyncio_support.py", "labeling.py")
+    labeling = A.__file__.replace("asyncio_support.py", "labeling.py")  # (ddprof_nb/labeling.py)
     only_wrappers = [F("labels.__exit__", labeling, 80), F("_TaskCoro._first_step", ME, 270)]
     p = build([(EventType.WALL, only_wrappers, {"task": "Task-3"}, 5)])
     # WHEN folded / THEN the sample keeps those frames: no stack is ever empty

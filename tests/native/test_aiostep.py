@@ -10,10 +10,12 @@ from nhelpers import run_script
 
 from ddprof_nb import _native, labeling
 from ddprof_nb import asyncio_support as A
+from ddprof_nb.aio import stepper as S
 
 STEPPERS = """
 import asyncio, gc, weakref
 from ddprof_nb import asyncio_support as A, labeling as L
+from ddprof_nb.aio import stepper as S
 from ddprof_nb.config import SamplerConfig
 def session(events=()):
     ts = A.TaskSampler(SamplerConfig.make(events=events or ("wall",)) if events else
@@ -39,8 +41,8 @@ def outcome(fn):
 
 def test_the_c_stepper_is_built_and_used():
     # The native tests run where the native module must load: the C stepper must too
-    assert A._STEP_BASE is not None
-    assert A._TaskCoro is A._CTaskCoro
+    assert S._STEP_BASE is not None
+    assert S._TaskCoro is S._CTaskCoro
     assert isinstance(labeling._slot_here(), _native.SlotBase)
 
 
@@ -69,7 +71,7 @@ def test_every_outcome_of_a_step_is_the_python_steppers():
                 out.append(outcome(lambda: p.send(v)) + [slot.id])
             return out
         res = {}
-        for name, cls in (("c", A._CTaskCoro), ("py", A._PyTaskCoro)):
+        for name, cls in (("c", S._CTaskCoro), ("py", S._PyTaskCoro)):
             ts = session()
             res[name] = [drive(cls, returns(None), [None, None, None]),
                          drive(cls, returns(5), [None, 1]),
@@ -102,15 +104,15 @@ def test_hostile_state_raises_instead_of_crashing():
         async def one():
             return 1
         here = L._slot_here()
-        def step(cls=A._CTaskCoro):
+        def step(cls=S._CTaskCoro):
             here.id = 99  # (no mirror written) so that the step publishes its own id
             return outcome(lambda: proxy(cls, one()).send(None))
         def state_with(**changed):
             fields = dict(slots=L._slots, new_slot=L._new_slot, push=L._push,
-                          short_suspension=A._short_suspension, first_step=A._TaskCoroMethods._first_step)
+                          short_suspension=S._short_suspension, first_step=S._TaskCoroMethods._first_step)
             fields.update(changed)
             st = _native.StepState(**fields)
-            st.tracker, st.timing = A._state.tracker, A._state.timing
+            st.tracker, st.timing = S._state.tracker, S._state.timing
             return st
         out = {}
         ts = session()
@@ -120,17 +122,17 @@ def test_hostile_state_raises_instead_of_crashing():
         L._slots[ident] = here
         def bad_first(self):
             raise ValueError("first")
-        A._STEP_BASE._bind(state_with(first_step=bad_first))
+        S._STEP_BASE._bind(state_with(first_step=bad_first))
         out["first_step_raises"] = step()
         def bad_push(slot, ident):
             raise OSError("push")
         bad = state_with(push=bad_push)
         bad.mirrored = True
-        A._STEP_BASE._bind(bad)
+        S._STEP_BASE._bind(bad)
         slot = L._slot_here()
         slot.view = None
         out["push_raises"] = step()
-        A._STEP_BASE._bind(A._state)
+        S._STEP_BASE._bind(S._state)
         del slot.view
         out["view_deleted"] = step()
         for name, make in (("view_bytes", lambda: memoryview(bytearray(1))),
@@ -139,13 +141,13 @@ def test_hostile_state_raises_instead_of_crashing():
             slot.view = make()
             out[name] = step()
             slot.view = make()
-            out[name + "_py"] = step(A._PyTaskCoro)
+            out[name + "_py"] = step(S._PyTaskCoro)
         slot.view = None
         out["fine_after"] = step()
         ts.stop()
-        out["no_args"] = outcome(lambda: A._CTaskCoro())
-        out["bad_bind"] = outcome(lambda: A._STEP_BASE._bind(1, 2))
-        out["bind_not_state"] = outcome(lambda: A._STEP_BASE._bind({"_tracker": None}))
+        out["no_args"] = outcome(lambda: S._CTaskCoro())
+        out["bad_bind"] = outcome(lambda: S._STEP_BASE._bind(1, 2))
+        out["bind_not_state"] = outcome(lambda: S._STEP_BASE._bind({"_tracker": None}))
         out["gc"] = gc.collect() >= 0
         emit(**out)
         """)
@@ -170,7 +172,7 @@ def test_hostile_state_raises_instead_of_crashing():
 def test_a_wrong_state_fails_when_it_is_built_not_at_a_step():
     # GIVEN the helpers and tables the C stepper calls back, each missing or of the wrong kind
     good = dict(slots={}, new_slot=labeling._new_slot, push=labeling._push,
-                short_suspension=A._short_suspension, first_step=A._TaskCoroMethods._first_step)
+                short_suspension=S._short_suspension, first_step=S._TaskCoroMethods._first_step)
     for name in good:
         fields = {k: v for k, v in good.items() if k != name}
         # THEN building the state says which one is missing
@@ -189,16 +191,16 @@ def test_a_wrong_state_fails_when_it_is_built_not_at_a_step():
 
 
 @pytest.mark.parametrize("module,name", [("labeling", "_push"), ("labeling", "_new_slot"), ("labeling", "_slots"),
-                                         ("asyncio_support", "_short_suspension")])
+                                         ("aio.stepper", "_short_suspension")])
 def test_renaming_a_private_the_stepper_calls_fails_at_import(module, name):
     # GIVEN a private the stepper's state names, gone (as after a rename that missed it)
-    target = "A" if module == "asyncio_support" else "L"
+    target = "S" if module == "aio.stepper" else "L"
     r = run_script(f"""
         import ddprof_nb.labeling as L
-        import ddprof_nb.asyncio_support as A
+        import ddprof_nb.aio.stepper as S
         del {target}.{name}
         try:
-            A._make_step_state()
+            S._make_step_state()
         except (AttributeError, NameError) as e:  # (NameError: a module global of its own)
             emit(error=str(e))
         else:

@@ -19,7 +19,7 @@ LAYERS = [
     ("model", ["model", "aggregate", "transforms"]),
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
-    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "sources", "asyncio_support",
+    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "sources", "aio", "asyncio_support",
                  "elfsyms", "remote", "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history", "live"]),
     # sources that run a session (a Sampler) in other processes: above the session
@@ -54,8 +54,7 @@ INNER_IMPORTS = {
     ("_binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    ("sources", "asyncio_support"): "import cost",
-    ("pipeline", "asyncio_support"): "import cost",
+    ("sources", "aio.tasks"): "import cost",
     # every ``import ddprof_nb`` imports children and dask_support (their sources register):
     # the pprof format loads only when a child's or a worker's profile is written or read
     ("children", "exporters.pprof"): "import cost",
