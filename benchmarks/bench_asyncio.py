@@ -381,10 +381,11 @@ async def budget(engine: str, n_tasks: int, steps: int, iters: int, seconds: flo
             rows.append([f"thread {name}", f"{1e3 * d / loop_cpu:.1f} ms per loop-CPU s",
                          f"{100 * d / loop_cpu:.2f}% of the loop thread's CPU"])
     note = next((x for x in prof.last.metadata.notes if "task-sampler ticks" in x), "")
-    m = re.search(r"(\d+) task-sampler ticks.*?, (\d+) us each", note)
+    m = re.search(r"(\d+) task-sampler ticks.*?, ([\d.,]+) (ns|µs|ms|s) each", note)  # (render.format's units)
     if m:
-        spent = int(m.group(1)) * int(m.group(2)) / 1e6
-        rows.append(["task sampler ticks (on the loop thread)", f"{m.group(1)} ticks of {m.group(2)} us",
+        each_s = float(m.group(2).replace(",", "")) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(3)]
+        spent = int(m.group(1)) * each_s
+        rows.append(["task sampler ticks (on the loop thread)", f"{m.group(1)} ticks of {m.group(2)} {m.group(3)}",
                      f"{100 * spent / loop_cpu:.2f}% of the loop thread's CPU (tick wall time)"])
     return rows
 

@@ -57,6 +57,7 @@ from ..events import EventType, FrameKind
 from ..labeling import TASK_SHIFT as _TASK_SHIFT
 from ..labeling import _current, _task_names, label_id
 from ..model import EMPTY_LABELS, Frame, Metadata, Profile, ProfileBuilder
+from ..render.format import format_count, format_duration
 from . import stepper as _stepper
 from .chains import _api_name, _await_chain, _describe_waiter
 from .fold import _ASYNCIO, _OTHER, OTHER_TASKS, TASK_MARK, _file_kind
@@ -694,16 +695,17 @@ class TaskSampler:
         secs = max((end - self._start_mono) / 1e9, 1e-9)
         notes = []
         if self.sampling:
-            per_tick = self._tick_ns / max(1, self._ticks) / 1e3
-            per_tick_cpu = self._tick_cpu_ns / max(1, self._ticks) / 1e3
+            per_tick = self._tick_ns / max(1, self._ticks)
+            per_tick_cpu = self._tick_cpu_ns / max(1, self._ticks)
             notes.append(
                 f"asyncio: {self._ticks} task-sampler ticks over {len(tracker.loops)} loop(s) "
-                f"({self._ticks / secs:.0f}/s, {per_tick:.0f} us each, {per_tick_cpu:.0f} us of CPU); "
+                f"({format_count(self._ticks / secs)}/s, {format_duration(per_tick)} each, "
+                f"{format_duration(per_tick_cpu)} of CPU); "
                 f"suspended tasks' wall{'/park' if self.want_park else ''} on the '(asyncio tasks)' thread(s), "
                 "labels state=await|ready")
             if self._subsampled_ticks:
                 notes.append(f"asyncio: {self._subsampled_ticks} tick(s) saw more pending tasks than their "
-                             f"budget ({self.max_tasks} tasks, {self.budget_ns / 1e3:.0f} us): a random subset "
+                             f"budget ({self.max_tasks} tasks, {format_duration(self.budget_ns)}): a random subset "
                              "was sampled and its weights scaled (unbiased, noisier)")
         if tracker.names_capped:
             notes.append(f"asyncio: more than {_stepper.MAX_TASK_NAMES} task names: {tracker.names_capped} task(s) "

@@ -30,6 +30,7 @@ from ..errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ..events import EventType
 from ..lockpark import WAIT_KINDS, WaitClassifier
 from ..model import Metadata, Profile, ProfileBuilder
+from ..render.format import format_bytes, format_count, format_duration
 from .base import Engine
 
 _active: "NativeEngine | None" = None
@@ -258,18 +259,20 @@ class NativeEngine(Engine):
         notes = []
         cpu, wall = stats["samples"][EventType.CPU], stats["samples"][EventType.WALL]
         if EventType.CPU in self.config.events:
-            notes.append(f"cpu: {cpu} samples ({cpu / secs:.0f}/s across all threads; "
-                         f"target {1e9 / self.config.interval_ns:.0f}/s per busy thread)")
+            notes.append(f"cpu: {format_count(cpu)} samples ({format_count(cpu / secs)}/s across all threads; "
+                         f"target {format_count(1e9 / self.config.interval_ns)}/s per busy thread)")
         if EventType.WALL in self.config.events:
             ticks = stats["wall_ticks"]
-            notes.append(f"wall: {wall} samples in {ticks} ticks ({ticks / secs:.0f} ticks/s, "
-                         f"target {1e9 / self.config.interval_ns:.0f}/s); labels state=cpu|off-cpu|gil")
+            notes.append(f"wall: {format_count(wall)} samples in {format_count(ticks)} ticks "
+                         f"({format_count(ticks / secs)} ticks/s, target {format_count(1e9 / self.config.interval_ns)}/s); "
+                         "labels state=cpu|off-cpu|gil")
             if stats["wall_records"] < wall:
                 notes.append(f"wall: {wall} samples arrived as {stats['wall_records']} records (a thread's identical "
                              f"samples within one time tick merged); {stats['wall_unchanged']} samples of threads that "
                              "had not run since their previous sample reused its stack")
         if stats["handler_calls"]:
-            notes.append(f"signal handler: {stats['handler_ns'] / stats['handler_calls'] / 1e3:.1f} us per CPU sample")
+            notes.append(f"signal handler: {format_duration(stats['handler_ns'] / stats['handler_calls'])} "
+                         "per CPU sample")
         if stats["segv_replaced"]:
             notes.append("degraded: another library replaced the SIGSEGV/SIGBUS handler while profiling; "
                          "safe reads switched to process_vm_readv (slower, still safe)")
@@ -298,7 +301,7 @@ class NativeEngine(Engine):
                          "thread's next sample (thread totals stay exact; their stacks are thinned)")
         if stats["agg_in"]:
             notes.append(f"native aggregation: {stats['agg_in']} records merged into {stats['agg_out']} before the "
-                         f"drain (fixed size {stats['agg_bytes'] / 2**20:.0f} MiB)"
+                         f"drain (fixed size {format_bytes(stats['agg_bytes'])})"
                          + (f"; full {stats['agg_full']} time(s), records waited in the ring" if stats["agg_full"] else ""))
         if stats["agg_folded"]:
             notes.append(f"degraded: {stats['agg_folded']} sample(s) found the native aggregate full (more distinct "
@@ -343,7 +346,7 @@ class NativeEngine(Engine):
         w = _binding.wait_stats()
         notes = [
             f"lock/park: {w['slots_patched']} GOT slot(s) hooked in {w['objects']} loaded object(s); "
-            f"{w['records']} wait(s) recorded; waits under {w['threshold_ns'] / 1e3:.0f} us sampled with "
+            f"{w['records']} wait(s) recorded; waits under {format_duration(w['threshold_ns'])} sampled with "
             f"p = d/T and weight T ({w['short_skipped']} skipped); objects loaded during the session were hooked "
             f"at the sampler's next tick ({w['passes']} patch pass(es)); lock creation sites are unknown (locks "
             "created before start are covered)"
@@ -398,7 +401,7 @@ def _calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]]) -> str 
     if not factors:
         return None
     return (f"cpu: each thread's CPU total is its own CPU clock's ({len(factors)} thread(s); its samples, which "
-            f"split it between stacks, had accounted x{1 / max(factors):.2f} to x{1 / min(factors):.2f} of it: "
+            f"split it between stacks, had accounted x{format_count(1 / max(factors))} to x{format_count(1 / min(factors))} of it: "
             "timer signals come at clock ticks the thread runs for, and the last period before stop never signals)")
 
 
@@ -408,8 +411,8 @@ def _late_signals_note(used_ns: int, sampled_ns: int, interval_ns: int) -> str |
     overloaded machine or VM their signals come late, coalesced, or not before stop)."""
     if used_ns < 20 * interval_ns or sampled_ns >= 0.75 * used_ns:
         return None
-    return (f"degraded: the CPU timers' signals accounted {sampled_ns / 1e6:.0f} ms of the {used_ns / 1e6:.0f} ms of "
-            "CPU the sampled threads used: the kernel delivered them late or not at all (an overloaded machine or "
+    return (f"degraded: the CPU timers' signals accounted {format_duration(sampled_ns)} of the "
+            f"{format_duration(used_ns)} of CPU the sampled threads used: the kernel delivered them late or not at all (an overloaded machine or "
             "VM?); the CPU view misses the rest, other events are unaffected")
 
 
@@ -433,12 +436,12 @@ def _timer_note(failures: int, err: int) -> str:
 # ---- allocations ------------------------------------------------------------------------------
 def _alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
     """Profile notes of the allocation sampler: rate, typing coverage, losses, limits."""
-    notes = [f"alloc: {st['sampled']} samples of the Python allocators (Poisson over bytes, mean {rate} B; "
+    notes = [f"alloc: {st['sampled']} samples of the Python allocators (Poisson over bytes, mean {format_bytes(rate)}; "
              "Horvitz-Thompson weights); "
              f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
     total = tracker.typed + tracker.untyped
     if total:
-        notes.append(f"alloc type leaf: known for {100 * tracker.typed / total:.0f}% of samples "
+        notes.append(f"alloc type leaf: known for {format_count(100 * tracker.typed / total)}% of samples "
                      "(unknown for MEM-domain buffers and objects freed before their type could be read)")
     if st["emit_failed"]:
         notes.append(f"alloc: {st['emit_failed']} sample(s) lost (sample buffer full)")

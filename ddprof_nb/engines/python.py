@@ -45,6 +45,7 @@ from .. import labeling as _labels
 from ..errors import NotRunningError
 from ..events import EventType, FrameKind
 from ..model import Frame, LabelSet, Metadata, Profile, ProfileBuilder
+from ..render.format import format_count
 from .base import Engine
 
 THREAD_NAME = "ddprof_nb-python-sampler"
@@ -309,12 +310,13 @@ class PythonEngine(Engine):
         notes = [NOTE_GIL, NOTE_BLIND, self._clocks.note]
         if self._want_cpu and self._clocks.kind:
             n = self._samples[EventType.CPU]
-            notes.append(f"cpu: {n} samples ({n / secs:.0f}/s across all threads; target {target:.0f}/s per busy thread)")
+            notes.append(f"cpu: {format_count(n)} samples ({format_count(n / secs)}/s across all threads; "
+                         f"target {format_count(target)}/s per busy thread)")
         if self._want_wall:
             n = self._samples[EventType.WALL]
             state = "; labels state=cpu|off-cpu" if self._clocks.kind else ""
-            notes.append(f"wall: {n} samples in {self._ticks} ticks ({self._ticks / secs:.0f} ticks/s, "
-                         f"target {target:.0f}/s){state}")
+            notes.append(f"wall: {format_count(n)} samples in {format_count(self._ticks)} ticks "
+                         f"({format_count(self._ticks / secs)} ticks/s, target {format_count(target)}/s){state}")
         if self._errors:
             total = sum(self._errors.values())
             detail = "; ".join(f"{msg} (x{n})" for msg, n in self._errors.items())
