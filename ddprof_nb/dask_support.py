@@ -1,10 +1,11 @@
 """Dask: profile every worker of a dask.distributed cluster alongside the local process.
 
-``DaskProfiler(client, config).start()`` runs ``_worker_start`` on every worker through
-``client.run`` (same code for LocalCluster and remote clusters: only the function and
-plain options travel); ``finish(local_profile)`` runs ``_worker_stop``, which returns the
-worker's profile as pprof bytes (never a pickled Profile), and merges them, labelled by
-``worker`` address and ``pid``, with the local profile.
+``DaskProfiler(client, config)`` is a ``sources.Source`` (``Sampler(dask=client)``):
+``start()`` runs ``_worker_start`` on every worker through ``client.run`` (same code for
+LocalCluster and remote clusters: only the function and plain options travel);
+``collect(local_profile)`` runs ``_worker_stop``, which returns the worker's profile as
+pprof bytes (never a pickled Profile), and merges them, labelled by ``worker`` address
+and ``pid``, with the local profile.
 
 A worker that leaves the cluster (or fails to answer) mid-profile loses only its own
 samples: the merged profile is partial and its notes name the worker.  Workers that
@@ -45,7 +46,7 @@ def _worker_start(spec: dict, token: str) -> dict:
         return {"pid": os.getpid(), "skipped": "in-process worker (covered by the local profile)"}
     config = SamplerConfig.from_spec(spec)
     # A client process runs one profile at a time, so a sampler left here by an earlier
-    # profile of the same client (same token prefix) is an orphan: that profile's finish
+    # profile of the same client (same token prefix) is an orphan: that profile's collect
     # skipped this worker because the scheduler briefly lost it (a heartbeat missed under
     # load).  Stop it, or every later profile would find this process busy.
     stale = [t for t in _worker_samplers if t == token or t.split("/")[0] == token.split("/")[0]]

@@ -1,4 +1,6 @@
-"""Sampler: picks an engine, runs it, and hands back a Profile rooted at the caller.
+"""Sampler: picks an engine, runs it beside the session's sources (``ddprof_nb.sources``:
+asyncio tasks, child processes, Dask workers, found in the sources' registry), and hands
+back a Profile rooted at the caller.
 
 One sampler runs per process at a time (a second start raises ProfilerBusyError).
 ``profile()`` is the context manager behind the public API; the magics and the CLI
