@@ -212,9 +212,28 @@ def wait_child(pid, timeout):
         if done:
             return status
         time.sleep(0.005)
+    print_native_stacks(pid)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return None
+
+
+def print_native_stacks(pid):
+    """Every thread's C stack of hung process ``pid`` to stderr (gdb, when installed): a hang
+    seen once in dozens of runs must say where it waited."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        print(f"process {pid} hung (no gdb here to show its stacks)", file=sys.stderr)
+        return
+    import subprocess
+
+    try:
+        out = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        out = f"gdb failed: {exc!r}"
+    keep = [ln for ln in out.splitlines() if ln.startswith(("#", "Thread"))]
+    print(f"process {pid} hung; its threads' stacks:\n" + "\n".join(keep), file=sys.stderr, flush=True)
 
 
 # ---- the other tools ---------------------------------------------------------------------------
