@@ -11,6 +11,7 @@ Frame-regex semantics follow pprof: a regex matches a frame when it is found
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from typing import Callable, Mapping, NamedTuple, Sequence
@@ -80,6 +81,17 @@ def _stacks_matching(profile: Profile, rx) -> np.ndarray:
 _MEMO_SIZE = 16
 _memo_items: dict[tuple, tuple[tuple, object]] = {}
 _memo_lock = threading.Lock()
+
+
+def _after_fork_child() -> None:
+    # every session's stop passes here (drop_sampler_frames filters): a fork taken while
+    # another thread held the lock would leave it held in the child for good
+    global _memo_lock
+    _memo_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_child)
 
 
 def _memo(objs: tuple, extra: tuple, make):
