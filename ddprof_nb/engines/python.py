@@ -16,7 +16,9 @@ in ``metadata.notes``:
   and labels seen at the late sample (labels that changed in between lose it).  A
   listener splitting it at label changes was tried: it fixes the labels but charges the
   earlier stretch to the wrong stack (the code that changed the labels), worse for
-  asyncio, whose every task step changes them.
+  asyncio, whose every task step changes them.  The thread that calls ``stop()`` is
+  an exception: at the last tick it is inside our own frames, so its last stretch goes
+  to the stack of its previous sample.
 
 CPU weights come from each thread's own CPU clock: on Linux the kernel's per-thread
 clock id made from the thread's tid (what ``pthread_getcpuclockid`` returns, built
@@ -220,7 +222,7 @@ def cpu_clock_source() -> _ClockSource:
 class _ThreadState:
     """What the sampler remembers of one live thread between ticks."""
 
-    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu")
+    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu", "last_stack")
 
     def __init__(self, owner, tid, read_cpu, last_wall, last_cpu):
         self.owner = owner  # the threading.Thread (None for threads threading does not know)
@@ -228,6 +230,7 @@ class _ThreadState:
         self.read_cpu = read_cpu
         self.last_wall = last_wall
         self.last_cpu = last_cpu
+        self.last_stack = -1  # the builder's id of the stack its latest sample read (-1: none yet)
 
 
 class PythonEngine(Engine):
@@ -253,6 +256,7 @@ class PythonEngine(Engine):
         self._label_ids: dict[tuple[int, str], int] = {}
         self._comm: dict[int, str] = {}
         self._me = 0
+        self._stopper = 0  # ident of the thread inside stop()
         self._start_mono = 0
         self._ticks = 0
         self._samples = {EventType.CPU: 0, EventType.WALL: 0}
@@ -290,6 +294,7 @@ class PythonEngine(Engine):
         if not self._started or self._stopped:
             raise NotRunningError("the python engine is not running")
         self._stopped = True
+        self._stopper = threading.get_ident()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -339,7 +344,7 @@ class PythonEngine(Engine):
             now = time.monotonic()
             if deadline < now:  # the GIL was held past a whole interval: no burst to catch up
                 deadline = now + interval
-        self._tick()  # the last stretch of every thread, up to stop()
+        self._tick(final=True)  # the last stretch of every thread, up to stop()
 
     def _error(self, exc: BaseException, dropped: tuple[EventType, ...]) -> None:
         msg = f"{type(exc).__name__}: {exc}"[:200]
@@ -354,7 +359,7 @@ class PythonEngine(Engine):
         return tuple(e for e, on in ((EventType.CPU, self._want_cpu and bool(self._clocks.kind)),
                                      (EventType.WALL, self._want_wall)) if on)
 
-    def _tick(self) -> None:
+    def _tick(self, final: bool = False) -> None:
         """One sample of every thread; never raises (errors are counted)."""
         try:
             self._ticks += 1
@@ -369,7 +374,7 @@ class PythonEngine(Engine):
             if ident == self._me:
                 continue
             try:
-                self._sample(ident, frame, threads.get(ident), now)
+                self._sample(ident, frame, threads.get(ident), now, final and ident == self._stopper)
             except Exception as exc:  # noqa: BLE001
                 self._error(exc, self._wanted())
         # forget threads that exited (their ident may be reused by a new thread); threading's
@@ -415,7 +420,7 @@ class PythonEngine(Engine):
             self._comm[st.tid] = name
         return name
 
-    def _sample(self, ident: int, frame, owner, now: int) -> None:
+    def _sample(self, ident: int, frame, owner, now: int, stopping: bool = False) -> None:
         st = self._states.get(ident)
         if st is not None and owner is not st.owner:
             if st.owner is None:
@@ -441,7 +446,11 @@ class PythonEngine(Engine):
         st.last_wall = now
         if not (self._want_wall or (self._want_cpu and cpu_delta > 0)):
             return
-        stack = self._stack_id(frame)
+        # The thread inside stop() is seen in our own frames, which used next to none of the
+        # time since its previous sample (and are dropped from the profile): that stretch,
+        # up to the stop, goes to the stack its previous sample read.
+        stack = st.last_stack if stopping and st.last_stack >= 0 else self._stack_id(frame)
+        st.last_stack = stack
         thread = builder.thread_id(st.tid, self._thread_name(st, st.owner))
         label_id = _labels.thread_label_ids.get(ident, 0)
         rel = now - self._start_mono
