@@ -47,6 +47,7 @@ def test_the_scan_finds_the_locks():
     assert ("ddprof_nb.sampler", None, "_active_lock") in names, names
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # (on purpose)
 @pytest.mark.parametrize("where", module_locks(), ids=lambda w: ".".join(p for p in w if p))
 def test_a_lock_held_at_fork_is_free_in_the_child(where):
     # GIVEN one of our module-level locks held by another thread
