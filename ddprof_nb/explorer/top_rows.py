@@ -13,7 +13,7 @@ from ..events import EventType, FrameKind
 from ..model import CSRStacks, Frame, Profile
 from ..render.format import format_signed, format_value, value_label, value_unit
 
-__all__ = ["Row", "GROUPS", "top_rows", "sort_rows", "columns", "cells", "SORT_KEYS"]
+__all__ = ["Row", "GROUPS", "top_rows", "first_rows", "sort_rows", "columns", "cells", "SORT_KEYS"]
 
 GROUPS = ("function", "line", "file")
 
@@ -95,6 +95,38 @@ SORT_KEYS = {
     "change": lambda r: (-abs(r.change), r.name),
     "name": lambda r: (r.name.lower(), r.filename, r.line),
 }
+
+
+_BY_NUMBER = ("self", "total", "self_n", "total_n")
+
+
+def first_rows(view: Profile, event: EventType, group: str, how: str, n: int, before: Profile | None = None,
+               normalize: bool = True) -> list[Row]:
+    """The first ``n`` rows in the order ``how``: what the table shows.
+
+    Sorted by a number and without a diff, rows are made only for the functions whose
+    number reaches the ``n``-th largest (ties included, so the order is the one
+    ``sort_rows`` gives over every row): a large profile has thousands of functions and
+    making a Row of each took most of a table refresh."""
+    if before is not None or how not in _BY_NUMBER:
+        return sort_rows(top_rows(view, event, group, before, normalize), how)[:n]
+    if group not in GROUPS:
+        raise ValueError(f"group={group!r}: expected one of {', '.join(GROUPS)}")
+    if n <= 0:
+        return []
+    if group == "file":
+        view, group = _by_file(view), "function"
+    reps, s1, t1 = aggregate.top_values(view, event, group, 1)
+    _, s0, t0 = aggregate.top_values(view, event, group, 0)
+    idx = np.flatnonzero((t1 > 0) | (t0 > 0))
+    key = {"self": s1, "total": t1, "self_n": s0, "total_n": t0}[how][idx]
+    if len(idx) > n:
+        idx = idx[key >= np.partition(key, len(key) - n)[len(key) - n]]
+    idx = idx[np.lexsort((-t1[idx], -s1[idx]))]  # top_rows' order, for ties sort_rows keeps
+    by_function = group == "function"
+    rows = [Row(reps[i].name, reps[i].filename, reps[i].first_line if by_function else reps[i].line, reps[i].kind,
+                int(s1[i]), int(t1[i]), int(s0[i]), int(t0[i])) for i in idx]
+    return sort_rows(rows, how)[:n]
 
 
 def sort_rows(rows: list[Row], how: str) -> list[Row]:

@@ -37,7 +37,7 @@ from .figure_widget import figure_widget, remember_state, send_update
 from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
 from .threads import Machinery, hide_machinery, user_first
-from .top_rows import GROUPS, cells, columns, sort_rows, top_rows
+from .top_rows import GROUPS, cells, columns, first_rows
 from .top_table import TopTable
 
 __all__ = ["Explorer"]
@@ -462,9 +462,11 @@ class Explorer(W.VBox):
                 self._refresh_sandwich()
         finally:
             self._busy = busy
-            for fig in (getattr(self, "flame", None), getattr(self, "timeline", None)):
-                if fig is not None:
-                    remember_state(fig)  # a reloaded page draws what the controls say
+            # a reloaded page draws what the controls say
+            if hasattr(self, "flame"):
+                remember_state(self.flame)
+            if hasattr(self, "timeline"):
+                remember_state(self.timeline, data="timeline" in t)
             t["update"] = time.perf_counter() - t0
 
     def _refresh_timeline(self) -> None:
@@ -507,10 +509,9 @@ class Explorer(W.VBox):
         """The table's rows: grouped, sorted by the clicked header, cut to ``top_n``."""
         t0 = time.perf_counter()
         e, group = self.event, self.top_group_tb.value
-        rows = top_rows(self._view, e, group, self._view_before if self.diff else None,
-                        normalize=bool(self.diff_norm_tb.value))
+        self._top = rows = first_rows(self._view, e, group, self.top_table.sort, self.top_n,
+                                      self._view_before if self.diff else None, normalize=bool(self.diff_norm_tb.value))
         self.timings["top"] = time.perf_counter() - t0
-        self._top = rows = sort_rows(rows, self.top_table.sort)[: self.top_n]
         total = self._view.total(e, 1)
         busy, self._busy = self._busy, True
         try:
