@@ -39,6 +39,9 @@ def flame_trace_props(fd: FlameData) -> dict:
         hovertemplate=fd.hovertemplate,
         marker=dict(colors=fd.colors, line=dict(color=fd.line_colors, width=fd.line_width)),
         insidetextfont=dict(color=TEXT_COLOR, size=11),
+        # plotly writes the root's label in outsidetextfont (default: the layout's
+        # mid-grey font, grey on the grey root)
+        outsidetextfont=dict(color=TEXT_COLOR, size=11),
         textinfo="label",
         tiling=tiling,
         pathbar=dict(visible=True),

@@ -457,6 +457,20 @@ _FLAME_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidd
 _EXPLORER_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer').getBoundingClientRect().width"
 
 
+def _screenshot_controls_and_flame(page, path: Path) -> None:
+    """The explorer from its controls to the bottom of its flame chart."""
+    page.mouse.move(1, 1)  # no hover label or plotly toolbar in the picture
+    page.wait_for_timeout(500)  # the redraw's last frame is painted
+    here = ".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer"
+    page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", here)
+    page.wait_for_timeout(300)
+    top = page.locator(here).bounding_box()
+    flame = page.locator(f"{here} .ddprof-flame").bounding_box()
+    IMG.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), clip={"x": top["x"], "y": top["y"], "width": top["width"],
+                                          "height": flame["y"] + flame["height"] - top["y"]})
+
+
 def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
     url, token, root = lab
     with _page(browser, root / "failure_views.png") as page:
@@ -490,6 +504,7 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
         # WHEN "inverted" is pressed THEN the flame holds other nodes (roots are the leaves)
         page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
         page.wait_for_function(f"(l) => ({_FLAME_LABELS})() !== l", arg=labels0, polling=100, timeout=20_000)
+        _screenshot_controls_and_flame(page, IMG / "explorer_inverted.png")
         page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="inverted").click()
         page.wait_for_function(f"(l) => ({_FLAME_LABELS})() === l", arg=labels0, polling=100, timeout=20_000)
 
@@ -523,6 +538,8 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
         # (the side panel JupyterLab restores may be open or not: only the change is known)
         assert widths[1] > widths[0] + 200, widths
         IMG.mkdir(parents=True, exist_ok=True)
+        page.mouse.move(1, 1)  # no hover label or plotly toolbar in the picture
+        page.wait_for_timeout(500)
         page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-sandwich").screenshot(path=str(IMG / "explorer_sandwich.png"))
 
         # WHEN the event is switched to wall and the page reloaded (the kernel lives on)

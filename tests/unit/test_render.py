@@ -180,6 +180,13 @@ def test_flame_has_root_at_the_bottom_and_icicle_at_the_top():
         F.flame_data(tree, orientation="sideways")
 
 
+def test_every_label_is_dark_text_on_its_light_node_the_root_too():
+    # plotly writes the root's label with outsidetextfont, else in the layout's mid-grey
+    props = F.flame_trace_props(F.flame_data(F.call_tree(basic(), "cpu")))
+    assert props["insidetextfont"]["color"] == props["outsidetextfont"]["color"] == F.TEXT_COLOR
+    assert props["marker"]["colors"][0] == F.ROOT_COLOR
+
+
 def test_deep_stacks_draw_a_limited_number_of_levels():
     # GIVEN a 100-frame deep recursion
     deep = [Frame(f"level{i}", APP, i, i) for i in range(100)]
