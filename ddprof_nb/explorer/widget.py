@@ -136,7 +136,8 @@ class Explorer(W.VBox):
         self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
                                         continuous_update=False, readout_format=".1f",
                                         layout=W.Layout(width="260px"))
-        text = dict(continuous_update=False, layout=W.Layout(width="220px"))
+        # a narrow label column leaves the box room for its whole placeholder
+        text = dict(continuous_update=False, layout=W.Layout(width="250px"), style={"description_width": "52px"})
         self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
         self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
         self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
@@ -207,6 +208,7 @@ class Explorer(W.VBox):
             w.observe(self._on_filter, names="value")
         for w in (self.min_pct_sl, self.search_txt, self.chart_tb, self.diff_norm_tb):
             w.observe(self._on_render, names="value")
+        self.search_txt.observe(self._on_search, names="value")  # after the redraw above
         self.machinery_tb.observe(self._on_machinery, names="value")
         self.top_group_tb.observe(lambda _: self._refresh_top(), names="value")
         self.top_table.observe(lambda _: self._refresh_top(), names="sort")
@@ -597,6 +599,14 @@ class Explorer(W.VBox):
         else:
             self.sandwich.show(data)
 
+    def _on_search(self, change) -> None:
+        """A search selects its heaviest match: that function's sandwich opens."""
+        if self._busy or not change["new"]:
+            return
+        frame = F.heaviest_match(self._tree, change["new"])  # (not a regex: searched as text)
+        if frame is not None:
+            self.select_function(frame)
+
     def _on_transforms(self) -> None:
         """The chips changed: every view starts again from the transformed base."""
         self._make_bases()
@@ -743,7 +753,7 @@ class Explorer(W.VBox):
 
         bundle = self._repr_mimebundle_()
         static = bundle.pop("text/html")
-        display({"text/html": f"<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
+        display({"text/html": f"{_FALLBACK_CSS}<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
         display(bundle, raw=True)
 
     def to_html(self, path) -> Path:
@@ -754,6 +764,15 @@ class Explorer(W.VBox):
         status = html.unescape(self.status.value)
         write_atomic(path, interactive_report(self._view, self.event, self.value_index, fd=self._fd, status=status))
         return path
+
+
+# Shipped with the static output, so it applies without a kernel: the widget output
+# right after it (ipywidgets' "Error displaying widget: model not found", or "Loading
+# widget...") is hidden until it holds a drawn explorer.
+_FALLBACK_CSS = """<style>
+.jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child:not(:has(.ddprof-explorer)),
+.output_area:has(.ddprof-static-fallback) + .output_area:not(:has(.ddprof-explorer)) { display: none; }
+</style>"""
 
 
 def _primed(view: Profile, base: Profile) -> Profile:

@@ -112,9 +112,11 @@ def timeline_layout(td: TimelineData) -> dict:
     else:
         text = f"{what}: drag to select a time range, double-click to reset"
     return dict(
-        height=int(min(420, 110 + 26 * max(1, len(td.lanes)))),
+        height=int(min(446, 136 + 26 * max(1, len(td.lanes)))),
         barmode="overlay",
-        margin=dict(l=4, r=4, t=34, b=30),
+        # the legend sits right above the plot, under plotly's toolbar (which takes the
+        # top right corner of the figure on hover and covered it)
+        margin=dict(l=4, r=4, t=60, b=30),
         title=dict(text=text, font=dict(size=12), x=0.01),
         # autorange stays False so a double-click (autorange -> True) is a change Python hears
         xaxis=dict(title=dict(text="ms since start"), range=list(td.extent_ms), autorange=False,

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import Frame
 from .colors import HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, diff_color, faded, frame_color
 from .format import esc, format_change, format_signed, format_value, value_label
 from .tree import CallTree, levels, unique_inverse
 
-__all__ = ["FlameData", "flame_data", "search_regex", "DEFAULT_MIN_PCT", "DEFAULT_MAX_NODES", "OTHER"]
+__all__ = ["FlameData", "flame_data", "search_regex", "heaviest_match", "DEFAULT_MIN_PCT", "DEFAULT_MAX_NODES", "OTHER"]
 
 DEFAULT_MIN_PCT = 0.5
 # Browser budget: a default view must draw in <= 2 s in headless Chromium (software
@@ -66,6 +67,16 @@ def _match_nodes(tree: CallTree, pattern) -> np.ndarray:
     m = np.zeros(len(tree), dtype=bool)
     m[1:] = fmatch[tree.func[1:]]
     return m
+
+
+def heaviest_match(tree: CallTree, pattern: str) -> Frame | None:
+    """The function of the search's heaviest matching node (largest total), or None."""
+    match = _match_nodes(tree, pattern)
+    if not match.any():
+        return None
+    col = 1 if tree.is_diff else 0
+    nodes = np.flatnonzero(match)
+    return tree.frame(int(nodes[np.argmax(np.abs(tree.total[nodes, col]))]))
 
 
 def _has_matched_ancestor(tree: CallTree, match: np.ndarray) -> np.ndarray:

@@ -574,4 +574,9 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
                                " return s && s.offsetParent !== null && s.querySelectorAll('svg rect').length > 20; }",
                                polling=200, timeout=60_000)
         assert page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").count() == 0
+        # ... and ipywidgets' "Error displaying widget: model not found" beside it is hidden
+        error = ("() => Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output'))"
+                 ".filter(e => e.textContent.includes('model not found'))")
+        page.wait_for_function(f"() => ({error})().length > 0", polling=200, timeout=30_000)
+        assert page.evaluate(f"() => ({error})().every(e => e.offsetParent === null)")
         print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")

@@ -505,6 +505,10 @@ def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
     # first a static flame graph (drawn where no widget can be: no kernel, GitHub, nbviewer)
     assert list(static) == ["text/html"] and "ddprof-static-fallback" in static["text/html"]
     assert "<svg" in static["text/html"]
+    # and its own style sheet (it applies without a kernel) hides the widget output after
+    # it until that holds an explorer: no "Error displaying widget: model not found"
+    assert ("<style>\n.jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child"
+            ":not(:has(.ddprof-explorer))") in static["text/html"]
     # then the widget, whose style sheet hides that static output while it is drawn
     assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
     assert "text/html" not in widget and widget["text/plain"]

@@ -80,6 +80,21 @@ def test_clicking_a_row_opens_its_sandwich_with_self_and_total(ex):
     assert ex.focus_txt.value == "" and ex.flame_data.total == 70 * MS
 
 
+def test_a_search_opens_the_sandwich_of_its_heaviest_match(ex):
+    # "help" matches helper (50 ms over two call sites, heaviest node a;helper 30 ms) only
+    ex.search_txt.value = "help"
+    assert ex.sandwich.box.layout.display == ""
+    assert ex.sandwich.data.total == 50 * MS and ex.sandwich.data.self == 30 * MS
+    assert "helper" in ex.sandwich.header.value
+    # "lib_" matches lib_outer (5 ms) and lib_inner (5 ms): the outer node comes first
+    ex.search_txt.value = "lib_"
+    assert "lib_outer" in ex.sandwich.header.value
+    # no match: the sandwich stays as it was; the flame is never filtered
+    ex.search_txt.value = "nothing_matches_this"
+    assert "lib_outer" in ex.sandwich.header.value
+    assert ex.flame_data.total == 70 * MS
+
+
 def test_a_recursive_function_is_counted_once_and_a_click_in_the_sandwich_moves_it(ex):
     ex.select_function(Frame("fib", APP, 50, 50))
     assert ex.sandwich.data.total == 15 * MS
