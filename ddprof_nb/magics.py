@@ -61,7 +61,8 @@ from IPython.utils.process import arg_split
 from . import cells, pipeline, transforms
 from .render import html as render_html, text as render_text
 from .render.format import esc, format_bytes, format_duration
-from .config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
+from .config import (ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig,
+                     parse_duration_ns)
 from .errors import ProfilerBusyError, ProfilerError
 from .cell_rewrite import HOOKS_ATTR as _HOOKS_ATTR, MARKER as _MARKER
 from .cell_rewrite import CellWrapper as _CellWrapper, cell_transform as _cell_transform
@@ -98,7 +99,7 @@ USAGE = """\
 %ddprof top [N] [NAME] [-e EVENT] [--by function|line]   text table of the top functions
 %ddprof sandwich FUNCTION [NAME] [-e EVENT] [-n N]   its callers and callees, over all call sites
 %ddprof save NAME PATH          write a profile (.pprof, .pb.gz, .speedscope.json, .folded, .html)
-%ddprof load PATH [-o NAME]     read a profile file into the history
+%ddprof load PATH [-o NAME] [-e EVENT] [-i INTERVAL]   read a profile file (ours or another tool's)
 %ddprof diff A B                compare two stored profiles
 %ddprof status                  is a profile running? what does the history hold?
 %ddprof kernels                 this user's running Jupyter kernels: id, PID, busy/idle, notebook
@@ -723,10 +724,18 @@ class DDProfMagics(Magics):
         p = _Parser("%ddprof load")
         p.add_argument("path")
         p.add_argument("-o", "--name", default=None)
+        p.add_argument("-e", "--event", default=None,
+                       help="the event of a folded file whose name does not say it (cpu, wall, ...)")
+        p.add_argument("-i", "--interval", default=None, metavar="INTERVAL",
+                       help="what one sample is worth where the file counts samples, e.g. 10ms (py-spy --format raw)")
         a = p.parse_argstring(rest)
         path = os.path.expanduser(a.path)
         try:
-            profile = load(path)
+            interval_ns = parse_duration_ns(a.interval) if a.interval is not None else None
+        except ValueError as exc:
+            raise UsageError(f"%ddprof load: {exc}") from None
+        try:
+            profile = load(path, a.event, interval_ns=interval_ns)
         except Exception as exc:  # noqa: BLE001 - a one-line reason, not our traceback
             raise UsageError(f"%ddprof load: cannot read {a.path}: {exc}") from None
         name = history.add(profile, a.name or Path(path).name)

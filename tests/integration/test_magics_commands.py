@@ -298,3 +298,22 @@ def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(s
     assert magic_out == f"ddprof [one]\n{widget_text}\n"
     assert cli_out.endswith(f"\n\n{widget_text}\n")
     assert "1.00 ms" in widget_text and "3.00 s" in widget_text and "620 ms" in widget_text
+
+
+def test_load_takes_the_event_and_interval_of_a_sample_count_file(shell, capsys, tmp_path):
+    from pathlib import Path
+
+    raw = Path(__file__).resolve().parents[1] / "data" / "other_tools" / "py-spy.raw.txt"
+    # GIVEN py-spy's --format raw output: 40 samples, a file name that names no event
+    # WHEN it is loaded without an event THEN the error says which option to give
+    res, _ = run(shell, f"%ddprof load {raw} -o nope")
+    out = capsys.readouterr()
+    assert not res.success and "event" in out.err + out.out and "Traceback" not in out.err + out.out
+    # WHEN -e and -i say what a sample is THEN 40 samples of 10 ms are 400 ms of CPU time
+    res, _ = run(shell, f"%ddprof load {raw} -e cpu -i 10ms -o spy")
+    assert res.success, capsys.readouterr()
+    assert history["spy"].total("cpu", 1) == 400 * 10**6 and history["spy"].total("cpu", 0) == 40
+    # a bad interval is one clear line
+    res, _ = run(shell, f"%ddprof load {raw} -e cpu -i 10 -o bad")
+    out = capsys.readouterr()
+    assert not res.success and "invalid interval '10'" in out.err + out.out
