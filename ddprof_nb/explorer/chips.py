@@ -22,6 +22,7 @@ __all__ = ["KINDS", "apply", "TransformBar"]
 KINDS: dict[str, tuple[Callable, bool]] = {
     "merge function": (transforms.merge_function, False),
     "collapse recursion": (lambda p, rx: transforms.collapse_recursion(p, rx or None), True),
+    "collapse direct recursion": (lambda p, rx: transforms.collapse_recursion(p, rx or None, direct_only=True), True),
     "collapse module": (transforms.collapse_module, False),
     "drop function": (transforms.drop_function, False),
 }
@@ -58,7 +59,7 @@ class TransformBar:
         self.steps: list[tuple[str, str]] = []
         self._on_change = on_change
         self._selected = selected
-        self.kind_dd = W.Dropdown(options=list(KINDS), value="merge function", layout=W.Layout(width="170px"))
+        self.kind_dd = W.Dropdown(options=list(KINDS), value="merge function", layout=W.Layout(width="205px"))
         self.regex_txt = W.Text(placeholder="regex (empty: the selected function)", layout=W.Layout(width="240px"))
         self.add_btn = W.Button(description="add transform", layout=W.Layout(width="120px"))
         self.message = W.HTML(value="")

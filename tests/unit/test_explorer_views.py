@@ -154,6 +154,24 @@ def test_transform_chips_stack_apply_everywhere_and_come_off(ex):
     assert bar.steps == [] and ex.flame_data.total == 70 * MS and "lib_outer" in labels(ex.flame)
 
 
+def test_direct_recursion_chip_leaves_indirect_recursion_alone():
+    # GIVEN a calling b calling a again (indirect) and fib calling itself (direct)
+    ex = Explorer(build([([main, a, b, a, leaf], 10), ([main, fib, fib, leaf], 5)]))
+
+    def count(name):
+        return list(ex.flame.data[0].labels).count(name)
+
+    assert (count("a"), count("fib")) == (2, 2)
+    # WHEN "collapse direct recursion" is added (empty regex: every function)
+    ex.transform_bar.add("collapse direct recursion")
+    # THEN fib shows once and a still twice, and no time was lost
+    assert [c.description for c in ex.transform_bar.chips.children] == ["✕ collapse direct recursion"]
+    assert (count("a"), count("fib")) == (2, 1) and ex.flame_data.total == 15 * MS
+    # WHEN "collapse recursion" stacks on it THEN a's indirect recursion goes too
+    ex.transform_bar.add("collapse recursion")
+    assert (count("a"), count("fib")) == (1, 1) and ex.flame_data.total == 15 * MS
+
+
 def test_an_empty_regex_means_the_selected_function_and_a_bad_one_says_so(ex):
     bar = ex.transform_bar
     bar.add("merge function")
