@@ -45,6 +45,7 @@ __all__ = ["Explorer"]
 _CSS = """<style>
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
+.ddprof-legend { font-size: 12px; opacity: .85; }
 .ddprof-banner { font-size: 12px; }
 .jp-OutputArea:has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback),
 .output:has(.ddprof-explorer) .output_area:has(.ddprof-static-fallback) { display: none; }
@@ -190,6 +191,7 @@ class Explorer(W.VBox):
         self.sandwich = SandwichPanel(on_select=self.select_function)
         self._last_criteria = None
         self._zoom_level = ""  # the flame trace's ``level`` (see _update)
+        self.legend = W.HTML()
         self._update("filter")
         self.flame = figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
         td = self._timeline_data()
@@ -236,6 +238,7 @@ class Explorer(W.VBox):
             self.message,
             self.status,
             self.flame,
+            self.legend,
             self.sandwich.box,
             self.timeline,
             W.HBox(
@@ -453,6 +456,8 @@ class Explorer(W.VBox):
             t["figures"] = time.perf_counter() - t1
             self._refresh_status()
             t["chart"] = time.perf_counter() - t0
+            if first <= 2:
+                self.legend.value = F.legend_html(self._tree)
             if timeline and hasattr(self, "timeline"):
                 t1 = time.perf_counter()
                 self._refresh_timeline()

@@ -25,7 +25,8 @@ from .html import source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
 from .text import diff_table, history_table, status_line, text_summary, top_table
 from .timeline import TimelineData, has_time_axis, timeline_data
-from .flame import DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, flame_data, heaviest_match, search_regex
+from .flame import (DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, color_legend, flame_data, heaviest_match,
+                    legend_html, search_regex)
 from .tree import CallTree, call_tree, diff_tree, pick_event, shared_csr
 
 __all__ = [
@@ -40,5 +41,5 @@ __all__ = [
     "diff_table", "history_table", "status_line", "text_summary", "top_table",
     "TimelineData", "has_time_axis", "timeline_data",
     "DEFAULT_MAX_NODES", "DEFAULT_MIN_PCT", "OTHER", "CallTree", "FlameData", "call_tree", "diff_tree",
-    "flame_data", "heaviest_match", "pick_event", "search_regex", "shared_csr",
+    "color_legend", "flame_data", "heaviest_match", "legend_html", "pick_event", "search_regex", "shared_csr",
 ]

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Frame
-from .colors import HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, diff_color, faded, frame_color
+from .colors import HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, diff_color, faded, frame_color, module_of
 from .format import esc, format_change, format_signed, format_value, value_label
 from .tree import CallTree, levels, unique_inverse
 
-__all__ = ["FlameData", "flame_data", "search_regex", "heaviest_match", "DEFAULT_MIN_PCT", "DEFAULT_MAX_NODES", "OTHER"]
+__all__ = ["FlameData", "flame_data", "search_regex", "heaviest_match", "color_legend", "legend_html", "DEFAULT_MIN_PCT", "DEFAULT_MAX_NODES", "OTHER"]
 
 DEFAULT_MIN_PCT = 0.5
 # Browser budget: a default view must draw in <= 2 s in headless Chromium (software
@@ -77,6 +77,43 @@ def heaviest_match(tree: CallTree, pattern: str) -> Frame | None:
     col = 1 if tree.is_diff else 0
     nodes = np.flatnonzero(match)
     return tree.frame(int(nodes[np.argmax(np.abs(tree.total[nodes, col]))]))
+
+
+def color_legend(tree: CallTree, n: int = 8) -> list[tuple[str, str, float]]:
+    """What the flame's colours mean: ``(module, colour, share of self)`` for the ``n``
+    modules (packages, files, pseudo-frame kinds) with the most self value, largest
+    first.  Empty for a diff tree (its colours are the change: see ``legend_html``)."""
+    if tree.is_diff or len(tree) < 2 or not tree.functions:
+        return []
+    per_func = np.bincount(tree.func[1:], weights=tree.self_[1:, 0], minlength=len(tree.functions))
+    total = float(per_func.sum())
+    if total <= 0:
+        return []
+    shares: dict[str, float] = {}
+    colors: dict[str, str] = {}
+    for f in np.flatnonzero(per_func):
+        fr = tree.functions[int(f)]
+        m = module_of(fr)
+        shares[m] = shares.get(m, 0.0) + float(per_func[f]) / total
+        colors.setdefault(m, frame_color(fr))
+    top = sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [(m, colors[m], share) for m, share in top]
+
+
+def legend_html(tree: CallTree, n: int = 8) -> str:
+    """``color_legend`` as one line of HTML swatches (or the diff colours' meaning)."""
+    def swatch(color: str) -> str:
+        return (f"<span style='display:inline-block;width:.9em;height:.9em;vertical-align:middle;"
+                f"background:{color};border-radius:2px;margin:0 .25em 0 .6em'></span>")
+
+    if tree.is_diff:
+        return (f"<div class='ddprof-legend'>colour = change of total:{swatch(diff_color(1.0))}grew"
+                f"{swatch(diff_color(-1.0))}shrank</div>")
+    items = color_legend(tree, n)
+    if not items:
+        return ""
+    parts = "".join(f"{swatch(c)}{esc(m)} {100 * s:.0f}%" for m, c, s in items)
+    return f"<div class='ddprof-legend'>colour = package or file (its share of self):{parts}</div>"
 
 
 def _has_matched_ancestor(tree: CallTree, match: np.ndarray) -> np.ndarray:

@@ -154,6 +154,23 @@ def test_transform_chips_stack_apply_everywhere_and_come_off(ex):
     assert bar.steps == [] and ex.flame_data.total == 70 * MS and "lib_outer" in labels(ex.flame)
 
 
+def test_the_colour_legend_names_the_modules_by_their_share_of_self(ex):
+    from ddprof_nb import render as F
+    from ddprof_nb.render.colors import frame_color, module_of
+
+    # app.py holds 65 of the 70 ms of self time (helper 30, leaf 20, fib 15), the library 5
+    legend = F.color_legend(ex._tree)
+    assert [(m, c) for m, c, _ in legend] == [(module_of(helper), frame_color(helper)), (module_of(lib1), frame_color(lib1))]
+    assert [round(s, 3) for _, _, s in legend] == [round(65 / 70, 3), round(5 / 70, 3)]
+    assert module_of(lib1) in ex.legend.value and "93%" in ex.legend.value and frame_color(lib1) in ex.legend.value
+    # the legend follows the view: a focus on the library leaves it alone
+    ex.focus_txt.value = "lib_"
+    assert F.color_legend(ex._tree) == [(module_of(lib1), frame_color(lib1), 1.0)]
+    # a diff's colours are the change
+    diff = Explorer(profile(), build([([main, a, helper], 10)]))
+    assert F.color_legend(diff._tree) == [] and "grew" in diff.legend.value and "shrank" in diff.legend.value
+
+
 def test_direct_recursion_chip_leaves_indirect_recursion_alone():
     # GIVEN a calling b calling a again (indirect) and fib calling itself (direct)
     ex = Explorer(build([([main, a, b, a, leaf], 10), ([main, fib, fib, leaf], 5)]))
