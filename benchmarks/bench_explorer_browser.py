@@ -314,7 +314,11 @@ def main(argv=None) -> int:
         rows = []
         before = clock.read()
         _run_cell(page, 1)
-        wall = _until(page, _drawn(1), timeout=120_000)
+        try:
+            wall = _until(page, _drawn(1), timeout=300_000)
+        except Exception:
+            page.screenshot(path=str(Path(tempfile.gettempdir()) / "bench_explorer_browser-failure.png"))
+            raise
         after = clock.read()
         rows.append(("first chart, new kernel (Explorer built + drawn)", wall, after[0] - before[0],
                      after[1] - before[1], FIRST_CHART_GOAL_S))
@@ -325,7 +329,7 @@ def main(argv=None) -> int:
         page.evaluate("() => { window._ddb.input = performance.now(); }")
         before = clock.read()
         _run_cell(page, 2)
-        wall = _until(page, _drawn(2), timeout=120_000)
+        wall = _until(page, _drawn(2), timeout=300_000)
         after = clock.read()
         rows.insert(1, ("first chart, warm kernel (second Explorer)", wall, after[0] - before[0],
                         after[1] - before[1], FIRST_CHART_GOAL_S))
