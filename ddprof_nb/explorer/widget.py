@@ -192,6 +192,7 @@ class Explorer(W.VBox):
         self._last_criteria = None
         self._zoom_level = ""  # the flame trace's ``level`` (see _update)
         self.legend = W.HTML()
+        self.legend.add_class("ddprof-legend-row")
         self._update("filter")
         self.flame = figure_widget(F.flame_trace_props(self._fd), F.flame_layout(self._fd), "icicle")
         td = self._timeline_data()

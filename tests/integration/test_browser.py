@@ -458,17 +458,17 @@ _EXPLORER_WIDTH = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-h
 
 
 def _screenshot_controls_and_flame(page, path: Path) -> None:
-    """The explorer from its controls to the bottom of its flame chart."""
+    """The explorer from its controls to the bottom of its flame chart's colour legend."""
     page.mouse.move(1, 1)  # no hover label or plotly toolbar in the picture
     page.wait_for_timeout(500)  # the redraw's last frame is painted
     here = ".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer"
     page.evaluate("(sel) => document.querySelector(sel).scrollIntoView({block: 'start'})", here)
     page.wait_for_timeout(300)
     top = page.locator(here).bounding_box()
-    flame = page.locator(f"{here} .ddprof-flame").bounding_box()
+    legend = page.locator(f"{here} .ddprof-legend").bounding_box()
     IMG.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), clip={"x": top["x"], "y": top["y"], "width": top["width"],
-                                          "height": flame["y"] + flame["height"] - top["y"]})
+                                          "height": legend["y"] + legend["height"] + 6 - top["y"]})
 
 
 def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
