@@ -323,6 +323,11 @@ def _run_explorer_notebook(page, url, token):
     page.wait_for_function("(n) => document.querySelector('.ddprof-explorer .js-plotly-plot')"
                            ".querySelectorAll('g.slice').length >= n",
                            arg=int(n0 * 0.9), polling="raf", timeout=20_000)
+    # the click above opened that function's sandwich: closed, the picture shows the
+    # flame, timeline and top table together (the README shows the sandwich apart)
+    page.locator(".ddprof-explorer .ddprof-sandwich button", has_text="close sandwich").click()
+    page.wait_for_function("() => document.querySelector('.ddprof-explorer .ddprof-sandwich').offsetParent === null",
+                           timeout=20_000)
     page.set_viewport_size({"width": 1400, "height": 2000})
     page.locator(".ddprof-explorer").scroll_into_view_if_needed()
     page.wait_for_timeout(800)
