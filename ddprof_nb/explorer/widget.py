@@ -162,7 +162,7 @@ class Explorer(W.VBox):
                                             tooltips=["before scaled to after's total", "raw values"],
                                             style={"button_width": "80px"})
         self.top_group_tb = W.ToggleButtons(options=list(GROUPS), value="function", description="group by",
-                                            style={"button_width": "68px"})
+                                            style={"button_width": "80px"})
         self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
@@ -242,9 +242,12 @@ class Explorer(W.VBox):
             self.legend,
             self.sandwich.box,
             self.timeline,
+            # side by side where the pane is wide enough for every column of the table
+            # (in halves, the function names came last and out of sight); else stacked
             W.HBox(
-                [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(width="50%")),
-                 W.VBox([self.source], layout=W.Layout(width="50%"))],
+                [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(flex="1 1 760px", min_width="0")),
+                 W.VBox([self.source], layout=W.Layout(flex="1 1 420px", min_width="0"))],
+                layout=W.Layout(flex_flow="row wrap"),
             ),
             W.HTML(_CSS),
         ]
