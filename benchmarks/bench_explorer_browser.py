@@ -157,7 +157,7 @@ def _until(page, cond: str, arg=None, timeout=60_000) -> float:
     return page.evaluate("() => (window._ddb.done - window._ddb.input) / 1000")
 
 
-TITLE = f"() => {{ const t = document.querySelector('.ddprof-explorer .ddprof-flame .gtitle'); return t ? t.textContent : ''; }}"
+TITLE = "() => { const t = document.querySelector('.ddprof-explorer .ddprof-flame .gtitle'); return t ? t.textContent : ''; }"
 LABELS = ("() => Array.from(document.querySelector('.ddprof-explorer .ddprof-flame')"
           ".querySelectorAll('g.slice text')).map(t => t.textContent).sort().join('|')")
 ROOT_ON_TOP = ("() => { const p = document.querySelector('.ddprof-explorer .ddprof-flame .main-svg').getBoundingClientRect();"

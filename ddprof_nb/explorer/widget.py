@@ -7,7 +7,7 @@ State lives in the controls; every change runs one pipeline:
     aggregate.filter (time range from the timeline)                 -> view
     render.call_tree / diff_tree (of the inverted view if asked)   -> tree
     render.flame_data (min %, search, flame/icicle)                 -> flame chart
-    top_rows (grouped by function/line/file, sorted)                -> top table
+    first_rows (grouped by function/line/file, sorted, cut)         -> top table
     sandwich.sandwich_data (the selected function)                  -> sandwich
 
 and stops at the first step the change touches (a search or min-% change re-prunes
