@@ -34,10 +34,13 @@ def source_html(view: SourceView | None) -> str:
     if view is None:
         return "<div style='opacity:.7'>Click a function in the chart or the top table to see its source.</div>"
     peak = max([ln.total for ln in view.lines] or [0]) or 1
+    where = f"{esc(view.filename)}:{view.first_line}" if view.filename else "no source file"
     head = (
-        f"<div><b>{esc(view.name)}</b> <span style='opacity:.7'>{esc(view.filename)}:{view.first_line}</span>"
+        f"<div><b>{esc(view.name)}</b> <span style='opacity:.7'>{where}</span>"
         f" — total {esc(format_value(view.total, view.unit))}</div>"
     )
+    if not view.filename:  # [GC], a lock or a wait, native code without symbols: no lines
+        return head + "<div style='opacity:.7'>Not Python source (a pseudo-frame): no lines to show.</div>"
     if not view.lines:
         return head + "<div style='opacity:.7'>No samples in this function for the current view.</div>"
     note = "" if view.has_source else "<div style='opacity:.7'>Source not available; sampled lines only.</div>"
@@ -46,9 +49,10 @@ def source_html(view: SourceView | None) -> str:
         pct = 100.0 * ln.total / peak
         bg = f"background:linear-gradient(90deg, rgba(232,80,74,0.35) {pct:.1f}%, transparent {pct:.1f}%);"
         rows.append(
-            f"<tr style='{bg if ln.total else ''}'><td style='text-align:right;opacity:.6;padding-right:8px'>{ln.line}</td>"
-            f"<td style='text-align:right;padding-right:8px'>{esc(format_value(ln.self, view.unit)) if ln.self else ''}</td>"
-            f"<td style='text-align:right;padding-right:8px'>{esc(format_value(ln.total, view.unit)) if ln.total else ''}</td>"
+            # (line 0: the format kept no line numbers, e.g. folded stacks)
+            f"<tr style='{bg if ln.total else ''}'><td style='text-align:right;opacity:.6;padding-right:8px'>{ln.line or '?'}</td>"
+            f"<td style='text-align:right;padding-right:8px;white-space:nowrap'>{esc(format_value(ln.self, view.unit)) if ln.self else ''}</td>"
+            f"<td style='text-align:right;padding-right:8px;white-space:nowrap'>{esc(format_value(ln.total, view.unit)) if ln.total else ''}</td>"
             f"<td style='white-space:pre;font-family:monospace'>{esc(ln.text) if ln.text is not None else ''}</td></tr>"
         )
     return (

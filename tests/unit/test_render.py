@@ -646,3 +646,17 @@ def test_source_view_of_a_function_without_samples_of_the_event_is_empty():
     # THEN its wall source view has no values (and does not index past its lines)
     sv = F.source_view(p, "wall", g)
     assert sv.total == 0 and all(line.total == 0 for line in sv.lines)
+
+
+def test_source_view_of_a_pseudo_frame_says_so_without_a_line_0_row():
+    main = Frame("main", APP, 3, 1)
+    gc = Frame("[GC]", "", 0, 0, FrameKind.GC)
+    sv = F.source_view(build([([main, gc], EventType.CPU, 1, 10 * MS)]), "cpu", gc, read_lines=source_lines)
+    html = F.source_html(sv)
+    assert "Not Python source (a pseudo-frame)" in html and "no source file" in html
+    assert ":0<" not in html and "<td" not in html
+    # a file without line numbers (folded stacks): its row says "?" rather than "0"
+    nolines = Frame("work", APP, 0, 0)
+    html = F.source_html(F.source_view(build([([nolines], EventType.CPU, 1, MS)]), "cpu", nolines,
+                                       read_lines=lambda _: None))
+    assert ">?</td>" in html and ">0</td>" not in html
