@@ -106,8 +106,9 @@ def figure_widget_class():
     if cls is not None:
         return cls
     import anywidget
-    import plotly.graph_objects as go
     import traitlets
+
+    go = _plotly_without_nbformat()
 
     key = _bundle_key()
     bundle = str(go.FigureWidget._esm)  # anywidget turned the bundle's path into its text
@@ -141,6 +142,64 @@ def figure_widget_class():
 
     _classes.update(carrier=_PlotlyBundle, bundle=bundle.encode("utf-8"), figure=FigureWidget)
     return FigureWidget
+
+
+class _ImportedOnUse:
+    """Stands for a module until it is used; then imports it (None-like if it cannot)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def _module(self):
+        import importlib
+
+        try:
+            return importlib.import_module(self._name)
+        except Exception:  # noqa: BLE001 - as plotly's optional import: absent
+            return None
+
+    def __bool__(self) -> bool:
+        return self._module() is not None
+
+    def __getattr__(self, attr):
+        module = self._module()
+        if module is None:
+            raise AttributeError(attr)
+        return getattr(module, attr)
+
+
+def _plotly_without_nbformat():
+    """``plotly.graph_objects`` with its FigureWidget, nbformat left unimported.
+
+    plotly.io._renderers imports nbformat when it is imported, only to check its version
+    when plotly renders a figure as a MIME bundle.  nbformat imports jsonschema, which
+    (with rfc3987-syntax, installed beside JupyterLab) compiles a grammar on import: 1.5
+    to 5 s of a new kernel's first explorer, for nothing a FigureWidget uses.  While that
+    module is imported, plotly's optional-import helper is told nbformat is absent; the
+    module's ``nbformat`` then becomes a stand-in that imports it on first use, so
+    plotly's own rendering works as before.  Any surprise: the plain import."""
+    import importlib.util
+    import sys
+
+    if "nbformat" not in sys.modules and "plotly.io._renderers" not in sys.modules:
+        try:
+            from _plotly_utils import optional_imports
+
+            absent = optional_imports._not_importable
+            if importlib.util.find_spec("nbformat") is not None and "nbformat" not in absent:
+                absent.add("nbformat")
+                try:
+                    import plotly.io._renderers as renderers
+                finally:
+                    absent.discard("nbformat")
+                if getattr(renderers, "nbformat", 0) is None:
+                    renderers.nbformat = _ImportedOnUse("nbformat")
+        except Exception:  # noqa: BLE001 - another plotly: its import as it is
+            pass
+    import plotly.graph_objects as go
+
+    go.FigureWidget  # noqa: B018 - the lazy attribute imports the widget machinery
+    return go
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
