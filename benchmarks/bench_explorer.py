@@ -112,11 +112,10 @@ def main(argv=None) -> int:
           f"{len(profile.frames):,} frames (built in {gen:.1f} s)")
 
     t0 = time.perf_counter()
-    import plotly.graph_objects as go
-
     from ddprof_nb.explorer import Explorer
+    from ddprof_nb.explorer.figure_widget import figure_widget_class
 
-    go.FigureWidget  # noqa: B018 - first access imports anywidget, nbformat, jsonschema
+    figure_widget_class()  # plotly's FigureWidget, anywidget, ipywidgets: as the explorer imports them
     print(f"imports (plotly FigureWidget, ipywidgets; once per kernel): {time.perf_counter() - t0:.1f} s")
 
     c0, t0 = time.process_time(), time.perf_counter()
