@@ -41,6 +41,7 @@ typedef struct {
     int hook;                   /* index in hooks[] */
     char ver[32];               /* "" when unversioned */
     void *target;               /* what the loader resolves it to */
+    void *definition;           /* the definition after ours in the search order (see patch_one) */
     int resolved;
 } want_t;
 
@@ -182,7 +183,12 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
     /* Patch only slots that resolve (by their symbol version) to the very function this
      * module calls, and hold it or their own lazy PLT stub: anything else is someone else's. */
     int lazy = cur >= o->lo && cur < o->hi && type == GP_R_JUMP_SLOT;
-    if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy)) {
+    /* A non-PIE executable that takes a function's address (Debian's python3.x: malloc)
+     * holds its canonical PLT entry: dlsym and our own &malloc give that stub, while other
+     * objects' call slots are bound straight to the definition the stub jumps to. */
+    int canonical = type == GP_R_JUMP_SLOT && w->definition && w->definition != w->target &&
+                    cur == (uintptr_t)w->definition;
+    if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy && !canonical)) {
         s->st.slots_foreign++;
         s->st.kinds_foreign |= 1u << kind;
         return;
@@ -465,6 +471,7 @@ static int pass_once(gp_set *s)
     for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
         const char *name = s->hooks[wants[i].hook].name;
         wants[i].target = wants[i].ver[0] ? dlvsym(RTLD_DEFAULT, name, wants[i].ver) : dlsym(RTLD_DEFAULT, name);
+        wants[i].definition = wants[i].ver[0] ? dlvsym(RTLD_NEXT, name, wants[i].ver) : dlsym(RTLD_NEXT, name);
         wants[i].resolved = 1;
     }
     c.mode = SCAN_PATCH;
