@@ -58,12 +58,14 @@ KEPT = []  # alloc_workload's kept half: alive at stop, so it is LIVE
 
 
 def alloc_workload(sec=0.1):
-    # ~0.1 s of allocations, big and small; ~20 MB of bytearrays stay alive (LIVE at stop)
+    # ~0.1 s of allocations, big and small; 10-20 MB of bytearrays stay alive (LIVE at stop):
+    # at least 160 x 64 kB kept, ~20 sampled blocks expected at the 512 KiB mean, so that
+    # none at all (e^-20) means a bug, not a slow machine's short loop
     t0, i = time.perf_counter(), 0
-    while time.perf_counter() - t0 < sec or i < 300:
+    while time.perf_counter() - t0 < sec or i < 640:
         b = bytearray(64_000)
         b[::4096] = b"x" * 16  # touch the pages: an allocation of real memory
-        if i % 8 == 0 and len(KEPT) < 320:
+        if i % 4 == 0 and len(KEPT) < 320:
             KEPT.append(b)
         small = [str(j) for j in range(50)]
         i += 1
@@ -421,7 +423,16 @@ class Faulthandler(Tool):
     def stop(self):
         import faulthandler
 
+        # on a loaded machine the watchdog thread may run late: give it up to 3 s for the
+        # second dump problems() asks for (one that never comes still fails there)
+        deadline = time.monotonic() + 3
+        while self.dump_count() < 2 and time.monotonic() < deadline:
+            burn(0.02)
         faulthandler.cancel_dump_traceback_later()
+
+    def dump_count(self):
+        fd = self.dumps.fileno()  # pread: faulthandler writes at the file's offset
+        return os.pread(fd, os.fstat(fd).st_size, 0).count(b"Timeout (")
 
     def progress(self):
         return os.fstat(self.dumps.fileno()).st_size  # faulthandler writes to the fd directly
