@@ -88,6 +88,31 @@ TWO_CELLS = (
 )
 
 
+# A 5-second cell under %%ddprof --live: the view refreshes about once a second while it
+# runs, then becomes the explorer of the whole profile.
+LIVE_CELLS = (
+    "%load_ext ddprof_nb\nimport time\n\n"
+    "def spins_in_named_function(seconds):\n"
+    "    end = time.perf_counter() + seconds\n"
+    "    n = 0\n"
+    "    while time.perf_counter() < end:\n"
+    "        n += 1\n"
+    "    return n",
+    "%%ddprof --live\nspins_in_named_function(5.0)",
+)
+
+# A kernel busy in a known function, for another notebook's %ddprof kernels and dump.
+# It allows attaching as the README tells users to (a no-op where Yama is absent).
+BLOCKER_CELLS = (
+    "%load_ext ddprof_nb\n%ddprof allow-attach\nimport os\nprint(f'PID={os.getpid()}')",
+    "import time\n\n"
+    "def waits_in_known_function():\n"
+    "    print('BLOCKING', flush=True)\n"
+    "    time.sleep(600)  # interrupted by the test\n\n"
+    "waits_in_known_function()",
+)
+
+
 def _notebook(path: Path, sources=(SETUP_CELL, SHOW_CELL)) -> None:
     cells = [{"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
              for src in sources]
@@ -114,6 +139,8 @@ def lab(tmp_path_factory):
     _notebook(root / "explorer.ipynb")
     _notebook(root / "two.ipynb", TWO_CELLS)
     _notebook(root / "views.ipynb", VIEWS_CELLS)
+    _notebook(root / "live.ipynb", LIVE_CELLS)
+    _notebook(root / "blocker.ipynb", BLOCKER_CELLS)
     port, token = _free_port(), "ddprof-test-token"
     # a private Jupyter config/data/runtime: the user's kernels and settings stay out of it
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
@@ -585,3 +612,113 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
         page.wait_for_function(f"() => ({error})().length > 0", polling=200, timeout=30_000)
         assert page.evaluate(f"() => ({error})().every(e => e.offsetParent === null)")
         print(f"\n[browser] sandwich of {name!r}; flame widths at 1000 and 1700 px windows: {widths}")
+
+
+_HERE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+# Records every distinct (refresh count, header text) the live view shows in the tab in
+# front, polled by the page itself so that no update between two Python calls is missed.
+_RECORD_LIVE = """() => {
+  const seen = window._ddpLive = [];
+  let last = null;
+  window._ddpLiveTimer = setInterval(() => {
+    const s = document.querySelector('%s .ddprof-live-status');
+    if (!s) return;
+    const v = s.dataset.refreshes + '|' + s.textContent;
+    if (v !== last) { last = v; seen.push([Number(s.dataset.refreshes), s.textContent]); }
+  }, 50);
+}""" % _HERE
+
+
+def test_live_view_refreshes_in_jupyterlab_then_becomes_the_explorer(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure_live.png") as page:
+        _open_and_wait_idle(page, url, token, "live.ipynb")
+        page.evaluate(_RECORD_LIVE)
+        # WHEN a 5-second CPU loop runs under %%ddprof --live
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # THEN (at the end) the live view became the explorer: its flame chart, controls
+        # and top table, the loop's function drawn in the flame
+        page.wait_for_function(
+            f"() => document.querySelectorAll('{_HERE} .ddprof-live .ddprof-explorer .js-plotly-plot g.slice').length > 2",
+            polling=100, timeout=90_000)
+        page.wait_for_function(f"() => ({_FLAME_LABELS})().includes('spins_in_named_function')",
+                               polling=100, timeout=30_000)
+        page.wait_for_selector(f"{_HERE} .ddprof-live .ddprof-explorer table.ddprof-top tbody tr", timeout=30_000)
+        assert page.locator(f"{_HERE} .ddprof-live .ddprof-explorer button", has_text="icicle").count() == 1
+        top = page.locator(f"{_HERE} .ddprof-explorer table.ddprof-top").inner_text()
+        assert "spins_in_named_function" in top, top
+        # the live header is gone (replaced), and there is one explorer, not a second below
+        assert page.locator(f"{_HERE} .ddprof-live-status").count() == 0
+        assert page.locator(f"{_HERE} .ddprof-explorer").count() == 1
+        seen = page.evaluate("() => { clearInterval(window._ddpLiveTimer); return window._ddpLive; }")
+        # AND while the cell ran, the page showed at least 3 refreshes, in order, each
+        # with a new elapsed time and the samples counted so far
+        refreshes = [n for n, _ in seen if n > 0]
+        assert len(set(refreshes)) >= 3, seen
+        assert refreshes == sorted(refreshes), seen
+        texts = [t for n, t in seen if n > 0]
+        assert len(set(texts)) >= 3 and all("elapsed" in t and "samples" in t for t in texts), seen
+        print(f"\n[browser] live view: {len(set(refreshes))} refreshes seen in the page: "
+              + "; ".join(t.split("\u00b7", 1)[-1].strip() for t in texts))
+
+
+def _kernel_api(url, token, path, method="GET"):
+    req = urllib.request.Request(f"{url}/api/kernels{path}", method=method,
+                                 headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def _outputs_after_run_all(page) -> list[str]:
+    """Run every cell of the tab in front; wait until each ran and the kernel is idle; the
+    text of each cell's output."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        "() => { const w = window.jupyterapp.shell.currentWidget; const cells = w.content.model.cells;"
+        " for (let i = 0; i < cells.length; i++) if (cells.get(i).executionCount == null) return false;"
+        " return w.sessionContext.session.kernel.status === 'idle'; }",
+        polling=200, timeout=90_000)
+    return page.evaluate(f"() => Array.from(document.querySelectorAll('{_HERE} .jp-Cell'))"
+                         ".map(c => { const o = c.querySelector('.jp-OutputArea'); return o ? o.innerText : ''; })")
+
+
+def test_kernels_and_dump_between_two_kernels_in_jupyterlab(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure_kernels.png") as page:
+        # GIVEN notebook A's kernel busy in a known function
+        _open_and_wait_idle(page, url, token, "blocker.ipynb")
+        kid = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+        # (not awaited: the command's promise ends with the cells, i.e. not until the interrupt)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        try:
+            page.wait_for_function(
+                f"() => Array.from(document.querySelectorAll('{_HERE} .jp-OutputArea-output'))"
+                ".some(e => e.innerText.includes('BLOCKING'))", polling=200, timeout=90_000)
+            text = page.locator(f"{_HERE} .jp-OutputArea").first.inner_text()
+            pid = int(text.split("PID=")[1].split()[0])
+            # WHEN notebook B (a second kernel) lists the kernels and dumps A's by id prefix
+            _notebook(root / "inspector.ipynb", ("%load_ext ddprof_nb\n%ddprof kernels", f"%ddprof dump {kid[:8]}"))
+            _open_and_wait_idle(page, url, token, "inspector.ipynb")
+            kernels_out, dump_out = _outputs_after_run_all(page)
+        finally:
+            _kernel_api(url, token, f"/{kid}/interrupt", method="POST")
+        # THEN A is listed with its PID, busy, and its notebook's name
+        line_a = [ln for ln in kernels_out.splitlines() if ln.startswith(kid)]
+        assert len(line_a) == 1, kernels_out
+        assert line_a[0].split()[1:4] == [str(pid), "busy", "blocker.ipynb"], kernels_out
+        assert "(this kernel)" in kernels_out  # and B itself, marked
+        # and A's dump names the function it waits in
+        # (innermost first: time.sleep is C, so the main thread's first Python frame is it)
+        lines = dump_out.splitlines()
+        main = [i for i, ln in enumerate(lines) if "(main thread" in ln]
+        assert len(main) == 1, dump_out
+        assert lines[main[0] + 1].strip().startswith("waits_in_known_function ("), dump_out
+        # the interrupt ended A's cell: the kernel is idle again for the next tests
+        deadline = time.monotonic() + 60
+        while _kernel_api(url, token, f"/{kid}")["execution_state"] != "idle":
+            assert time.monotonic() < deadline, "kernel A did not go idle after the interrupt"
+            time.sleep(0.5)
+        print(f"\n[browser] %ddprof kernels from B:\n{kernels_out}\n[browser] %ddprof dump {kid[:8]}, A's main thread:\n"
+              + "\n".join(lines[main[0]:main[0] + 3]))
