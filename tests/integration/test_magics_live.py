@@ -80,8 +80,9 @@ def live_shell(shell):  # noqa: F811
 
 
 def test_live_cell_refreshes_while_it_runs_and_ends_as_the_explorer(live_shell):
-    # WHEN a 4-second cell runs with --live
-    res, count = run(live_shell, "%%ddprof --live\nspin(4.0)\n")
+    # WHEN a 6-second cell runs with --live (about 6 refreshes: asking for 3 leaves room for
+    # a refresh thread that waits long for the GIL)
+    res, count = run(live_shell, "%%ddprof --live\nspin(6.0)\n")
     assert res.success, res.error_in_exec
     # THEN one live view was shown, the only output (not a second explorer below it)
     (view,) = displayed_live_views(live_shell)
@@ -171,7 +172,7 @@ def test_profile_live_sink_sees_the_samples_grow_then_the_whole_profile():
         workers = [threading.Thread(target=_spin, args=(3.5,), name=f"worker-{i}") for i in range(2)]
         for w in workers:
             w.start()
-        _spin(3.5)
+        _spin(5.5)
         for w in workers:
             w.join()
     assert not live_threads()
@@ -255,7 +256,7 @@ def test_profile_live_with_the_python_engine():
     # the portable engine feeds the same running aggregate (flushed twice a second)
     sink = CountingSink()
     with ddprof_nb.profile(live=sink, engine="python") as p:
-        _spin(3.5)
+        _spin(5.5)
     assert not live_threads()
     assert len(sink.snapshots) >= 3 and sink.snapshots[-1].samples.get(ddprof_nb.EventType.WALL, 0) > 0
     assert p.profile.metadata.engine == "python" and sink.finished == (p.profile, None)
