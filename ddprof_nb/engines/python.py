@@ -222,7 +222,7 @@ def cpu_clock_source() -> _ClockSource:
 class _ThreadState:
     """What the sampler remembers of one live thread between ticks."""
 
-    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu", "last_stack")
+    __slots__ = ("owner", "tid", "read_cpu", "last_wall", "last_cpu", "last_stack", "last_labels")
 
     def __init__(self, owner, tid, read_cpu, last_wall, last_cpu):
         self.owner = owner  # the threading.Thread (None for threads threading does not know)
@@ -231,6 +231,7 @@ class _ThreadState:
         self.last_wall = last_wall
         self.last_cpu = last_cpu
         self.last_stack = -1  # the builder's id of the stack its latest sample read (-1: none yet)
+        self.last_labels = 0  # and the label set id it had then
 
 
 class PythonEngine(Engine):
@@ -448,11 +449,13 @@ class PythonEngine(Engine):
             return
         # The thread inside stop() is seen in our own frames, which used next to none of the
         # time since its previous sample (and are dropped from the profile): that stretch,
-        # up to the stop, goes to the stack its previous sample read.
-        stack = st.last_stack if stopping and st.last_stack >= 0 else self._stack_id(frame)
-        st.last_stack = stack
+        # up to the stop, goes to the stack (and the labels) its previous sample read.
+        if stopping and st.last_stack >= 0:
+            stack, label_id = st.last_stack, st.last_labels
+        else:
+            stack, label_id = self._stack_id(frame), _labels.thread_label_ids.get(ident, 0)
+        st.last_stack, st.last_labels = stack, label_id
         thread = builder.thread_id(st.tid, self._thread_name(st, st.owner))
-        label_id = _labels.thread_label_ids.get(ident, 0)
         rel = now - self._start_mono
         if self._want_wall and wall_delta > 0:
             state = ("cpu" if cpu_delta * 2 > wall_delta else "off-cpu") if cpu is not None else ""
