@@ -37,7 +37,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -45,7 +44,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from bench_alloc import load, median_se  # noqa: E402
+from bench_alloc import Memray, Tracemalloc, load, median_se  # noqa: E402
 from clocks import run_queue_wait  # noqa: E402
 from ddprof_nb._alloc import AllocTracker  # noqa: E402
 from ddprof_nb.config import SamplerConfig  # noqa: E402
@@ -169,41 +168,6 @@ class DDProf:
         self.seconds += time.perf_counter() - self._t
         self.samples += AllocTracker.stats()["sampled"] + AllocTracker.native_stats()["sampled"]
         self.e.stop()
-
-
-class Tracemalloc:
-    name = "tracemalloc"
-
-    def start(self):
-        import tracemalloc
-
-        tracemalloc.start()
-
-    def stop(self):
-        import tracemalloc
-
-        tracemalloc.stop()
-
-
-class Memray:
-    name = "memray (Tracker)"
-
-    def __init__(self):
-        import memray
-
-        self.memray = memray
-        self.dir = tempfile.mkdtemp(prefix="bench_native_alloc_")
-        self.i = 0
-
-    def start(self):
-        self.i += 1
-        self.path = os.path.join(self.dir, f"t{self.i}.bin")
-        self.t = self.memray.Tracker(self.path)
-        self.t.__enter__()
-
-    def stop(self):
-        self.t.__exit__(None, None, None)
-        os.unlink(self.path)
 
 
 MEASURES = ("wall", "wall - run-queue wait", "workload CPU")
