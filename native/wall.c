@@ -14,7 +14,9 @@
  * as the profile grows, so the Profile is the same as with one record per sample.
  *
  * Each tick also checks our signal handlers, rescans the thread registry, runs the started
- * engines' ticks, moves the ring's records into the aggregate and pokes the drain.
+ * engines' ticks, moves the ring's records into the aggregate and pokes the drain.  Merged
+ * WALL records go into the aggregate directly (agg_add_direct), the ring only when it is
+ * busy or full.
  *
  * Includes: core.h.
  */
@@ -134,18 +136,20 @@ static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
     return DDP_STATE_OFFCPU;
 }
 
-/* Write a slot's pending WALL record (count samples) to the ring; 0 when the ring is full
- * (the record stays pending: later samples of the thread add to it). */
+/* Write a slot's pending WALL record (count samples) to the aggregate, else to the ring; 0
+ * when both are full (the record stays pending: later samples of the thread add to it). */
 int wall_flush(slot_t *s)
 {
     ddp_record *p = s->wlast;
-    size_t ticket;
-    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
-    if (!rec)
-        return 0;
+    if (agg_add_direct(p) != 0) {
+        size_t ticket;
+        ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+        if (!rec)
+            return 0;
+        memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+        ddp_ring_publish(sess_ring, ticket);
+    }
     s->wpend = 0;
-    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
-    ddp_ring_publish(sess_ring, ticket);
     atomic_fetch_add_explicit(&sess_stats.samples[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.wall_records, 1, memory_order_relaxed);
     return 1;
@@ -172,7 +176,7 @@ static int same_sample(const ddp_record *a, const ddp_record *b)
            a->stack_hash == b->stack_hash && !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
 }
 
-/* Pending records whose bucket is over, or whose thread left, go to the ring now. */
+/* Pending records whose bucket is over, or whose thread left, are written now. */
 static void wall_flush_stale(int64_t now, int all)
 {
     int n = atomic_load(&sess_nslots);
@@ -245,7 +249,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         last->value += dwall;
         last->ts_ns = now;
     } else if (s->wpend && !wall_flush(s)) {
-        /* the ring is full: this sample's time goes to the thread's pending record (its stack
+        /* aggregate and ring full: this sample's time goes to the thread's pending record (its stack
          * stands for both), so the thread's wall total stays exact */
         last->count += 1;
         last->value += dwall;
@@ -376,12 +380,12 @@ static void *sampler_main(void *arg)
         registry_tick(b, ++gen, ddp_now_ns()); /* threads gone since the last tick leave first */
         wall_tick_final(&scratch);
     }
-    agg_fill();                        /* room in the ring for the last records */
-    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
+    agg_fill();                        /* room for the last records */
+    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample written */
     engines_tick(ddp_now_ns(), 1);     /* and the engines' last records (waits since the start) */
     agg_fill();
     for (int i = 0; i < atomic_load(&sess_nslots) && i < MAX_SLOTS; i++)
-        if (sess_slots[i].wpend) { /* the ring stayed full: lost, and said */
+        if (sess_slots[i].wpend) { /* aggregate and ring stayed full: lost, and said */
             atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], (uint64_t)sess_slots[i].wlast->count,
                                       memory_order_relaxed);
             sess_slots[i].wpend = 0;
