@@ -42,23 +42,25 @@ static int wake_stop;
 
 /* A thread's /proc/self/task/<tid>/syscall, kept open between reads: opening it costs the
  * wall tick ~3x what a pread of an open one does (path walk, proc inode, seq_file buffer; on
- * the tick's cold caches ~30 us against ~8 us, beside a busy thread that is read each tick
- * on a loaded machine).  A few are kept (least recently used goes first), so the profiler
- * holds at most KEPT_FDS descriptors.  A kept file names its task, not its tid: once the
- * thread exits, reads fail (ESRCH) and the tid's next thread gets a file of its own.  Each
- * file's identity (device, inode) is checked before we close it, so a descriptor number
- * that code of the process closed and reused for something else is never closed by us. */
+ * the tick's cold caches ~20 us against ~5 us, beside a busy thread that is read each tick
+ * on a loaded machine).  At most KEPT_FDS are kept; when they are all in use, a file read
+ * in the last second stays and the new thread's is opened and closed per read as before
+ * (round-robin evictions among more threads than that would cost an open and a close per
+ * read and more).  A kept file names its task, not its tid: once the thread exits, reads
+ * fail (ESRCH) and the tid's next thread gets a file of its own.  Each file's identity
+ * (device, inode) is checked before we close it, so a descriptor number that code of the
+ * process closed and reused for something else is never closed by us. */
 #define KEPT_FDS 32
+#define KEPT_IDLE_NS 1000000000LL /* a kept file unread this long makes room for another */
 typedef struct {
     int32_t tid;
     int fd;
     dev_t dev;
     ino_t ino;
-    uint64_t used;
+    int64_t used; /* last read (ddp_now_ns) */
 } kept_fd;
 static kept_fd kept[KEPT_FDS]; /* the sampler thread's (and the fork child's handler) */
 static int nkept;
-static uint64_t kept_clock;
 
 static void kept_close(kept_fd *k)
 {
@@ -77,6 +79,7 @@ static void kept_close_all(void)
 /* The thread's syscall line into buf (NUL-terminated), its length; <= 0 when unreadable. */
 static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
 {
+    int64_t now = ddp_now_ns();
     kept_fd *k = NULL;
     for (int i = 0; i < nkept; i++)
         if (kept[i].tid == tid) {
@@ -86,7 +89,7 @@ static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
     if (k) {
         ssize_t n = pread(k->fd, buf, cap - 1, 0);
         if (n > 0) {
-            k->used = ++kept_clock;
+            k->used = now;
             buf[n] = 0;
             return n;
         }
@@ -98,20 +101,24 @@ static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
     if (fd < 0)
         return -1;
     ssize_t n = pread(fd, buf, cap - 1, 0);
-    struct stat st;
-    if (n <= 0 || fstat(fd, &st) != 0) {
+    if (n <= 0) {
         close(fd);
         return -1;
     }
     buf[n] = 0;
-    if (nkept == KEPT_FDS) { /* the least recently read makes room */
+    if (nkept == KEPT_FDS) {
         int old = 0;
         for (int i = 1; i < nkept; i++)
             if (kept[i].used < kept[old].used)
                 old = i;
-        kept_close(&kept[old]);
+        if (now - kept[old].used > KEPT_IDLE_NS)
+            kept_close(&kept[old]);
     }
-    kept[nkept++] = (kept_fd){ tid, fd, st.st_dev, st.st_ino, ++kept_clock };
+    struct stat st;
+    if (nkept < KEPT_FDS && fstat(fd, &st) == 0)
+        kept[nkept++] = (kept_fd){ tid, fd, st.st_dev, st.st_ino, now };
+    else
+        close(fd);
     return n;
 }
 
