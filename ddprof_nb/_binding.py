@@ -210,6 +210,7 @@ def _header_struct(record_size: int) -> struct.Struct:
 
 
 FRAME_SIZE = 24  # sizeof(ddp_frame), checked in Session.start
+_FRAME_KEY = struct.Struct("<QQi4x")  # a ddp_frame's (code, fingerprint, lasti): RecordConverter._frames' key
 
 
 @dataclass(frozen=True)
@@ -381,13 +382,17 @@ class RecordConverter:
             return sid
         ids = []
         complete = True
-        frames = np.frombuffer(raw, dtype=np.dtype([("code", "<u8"), ("fp", "<u8"), ("lasti", "<i4"), ("fl", "<i4")]))
-        for code, fp, lasti, _fl in frames.tolist():
-            fid = self._frame_id(code, fp, lasti)
+        # a new stack is mostly known frames (a busy recursive loop makes a new stack nearly
+        # every sample): their ids straight from the session's dict, without numpy or a call
+        known = self._frames.get
+        for key in _FRAME_KEY.iter_unpack(raw):
+            fid = known(key)
             if fid is None:
-                complete = False
-                self.unknown_frames += 1
-                fid = self._unknown
+                fid = self._frame_id(*key)
+                if fid is None:
+                    complete = False
+                    self.unknown_frames += 1
+                    fid = self._unknown
             ids.append(fid)
         ids.reverse()  # leaf first -> root first
         if not ids:
