@@ -106,15 +106,23 @@ WORKLOADS = {"numpy": ("numpy churn (1 KB-10 MB arrays)", numpy_churn),
 
 
 def calibrate(fn, target_s):
-    """Iterations of fn for ~target_s of this thread's CPU."""
+    """Iterations of fn for ~target_s of this thread's CPU.  The first calls of the churn fault
+    in fresh pages until glibc's mmap threshold has grown (~20x slower than later calls), so
+    the first estimate is timed again, twice, at its own size."""
     n = 1
     while True:
         t = time.thread_time()
         fn(n)
         dt = time.thread_time() - t
         if dt > 0.03:
-            return max(1, round(n * target_s / dt))
+            break
         n *= 4
+    for _ in range(2):
+        n = max(1, round(n * target_s / max(dt, 1e-6)))
+        t = time.thread_time()
+        fn(n)
+        dt = time.thread_time() - t
+    return n
 
 
 # -- accuracy: a DataFrame's memory at the line that built it ---------------------------------------

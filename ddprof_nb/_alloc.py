@@ -19,8 +19,8 @@ object; such stacks end at the allocating Python frame.
 from __future__ import annotations
 
 import itertools
+import struct
 
-import numpy as np
 
 from . import _binding
 from .events import EventType, FrameKind
@@ -47,10 +47,10 @@ class AllocTracker:
         ffi = _binding.ffi
         self._info = ffi.new("ddp_alloc_info[]", self.BATCH)
         self._info_size = ffi.sizeof("ddp_alloc_info")
-        name_len = len(ffi.new("ddp_alloc_info *").type_name)  # NUL-padded: numpy's S<n> strips it
-        self._info_dtype = np.dtype({"names": ["id", "type_name"], "formats": ["<u8", f"S{name_len}"],
-                                     "offsets": [ffi.offsetof("ddp_alloc_info", f) for f in ("id", "type_name")],
-                                     "itemsize": self._info_size})
+        name_len = len(ffi.new("ddp_alloc_info *").type_name)
+        id_off, name_off = (ffi.offsetof("ddp_alloc_info", f) for f in ("id", "type_name"))
+        self._info_struct = struct.Struct(f"<{id_off}xQ{name_off - id_off - 8}x{name_len}s"
+                                          f"{self._info_size - name_off - name_len}x")
         self._names: dict[bytes, str] = {}
         self._ids_cap = 4096
         self._ids = _binding.ffi.new("uint64_t[]", self._ids_cap)
@@ -74,8 +74,8 @@ class AllocTracker:
         self._absorb_notes()
         pop, remember = self._types.pop, self._rows.__setitem__
         typed_get, typed_stack = self._typed.get, self._typed_stack
-        out, keep = [], []  # out: 6 ints per row, flat (numpy converts a flat list ~2x faster than tuples)
-        add = out.extend
+        out, keep = [], []  # out: add_rows' tuples (numpy's fixed costs, cold on a drain wake, exceed a few dozen rows')
+        add, ev = out.append, EventType.ALLOC.value
         typed = untyped = 0
         for rows, last_chance in ((self._held_prev, True), (self._held, final)):
             for row in rows:
@@ -86,15 +86,14 @@ class AllocTracker:
                         keep.append(row)
                         continue
                     untyped += 1
-                    add((sid, th, lb, t, c, v))
+                    add((ev, sid, th, lb, t, c, v))
                 else:
                     typed += 1
                     st = typed_get((sid, name))
-                    add((typed_stack(sid, name) if st is None else st, th, lb, t, c, v))
+                    add((ev, typed_stack(sid, name) if st is None else st, th, lb, t, c, v))
                 remember(aid, row)  # the row as held: LIVE at stop takes its stack, thread, labels, weights
-        if out:  # one add_many per drain
-            a = np.array(out, dtype=np.int64).reshape(-1, 6)
-            self.builder.add_many(EventType.ALLOC, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4:6])
+        if out:
+            self.builder.add_rows(out)
         self.typed += typed
         self.untyped += untyped
         self._held_prev, self._held = keep, []
@@ -129,9 +128,8 @@ class AllocTracker:
         names = self._names
         while True:
             n = lib.ddp_alloc_types_pop(self._info, self.BATCH)
-            if n > 0:  # one structured view per batch, names decoded once per distinct type
-                recs = np.frombuffer(ffi.buffer(self._info, n * self._info_size), dtype=self._info_dtype, count=n)
-                for aid, raw in zip(recs["id"].tolist(), recs["type_name"].tolist()):
+            if n > 0:  # struct, not numpy (its fixed costs on a drain's cold caches); names decoded once each
+                for aid, raw in self._info_struct.iter_unpack(ffi.buffer(self._info, n * self._info_size)):
                     name = names.get(raw)
                     if name is None:
                         name = names[raw] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
