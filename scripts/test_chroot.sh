@@ -83,7 +83,7 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         native_rc=4
     fi
 
-    local targets=(tests/unit tests/integration/test_api_python_engine.py)
+    local targets=(tests/integration/test_api_python_engine.py)
     local f
     for f in tests/integration/test_python_engine*.py tests/integration/test_engine_choice.py; do
         [[ -e $f ]] && targets+=("$f")
@@ -93,10 +93,13 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         for f in tests/integration/test_remote_*.py; do [[ -e $f ]] && targets+=("$f"); done
     fi
     t=$(now)
-    echo "--- tests: pytest ${targets[*]}"
+    # tests/unit is pure Python and keeps no time: both cores at once (pytest-xdist); the
+    # rest samples and keeps time, one test at a time
+    echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
+    python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
     python -m pytest -q -p no:cacheprovider "${targets[@]}" \
-        --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop
-    rc=$?
+        --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
+        || rc=$?
     local tests_s
     tests_s=$(since "$t")
     echo "PHASE tests: $tests_s s (pytest exit $rc)"
