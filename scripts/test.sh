@@ -31,10 +31,18 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 run_pytest() {  # the pytest phase of version $1 (its venv is ready)
     local v=$1 py="$ROOT/.venvs/$1/bin/python" rc=0
     if [ "$v" = "3.11" ]; then
-        # tests/unit is pure Python and keeps no time: both cores at once (pytest-xdist);
-        # everything else samples and keeps time, one test at a time
+        # Three runs.  The notebook tests (a venv built from binder/ with pip, the quick start's
+        # own venv, every notebook run headless: downloads, then presence checks) and
+        # tests/unit (pure Python, no time kept: both cores, pytest-xdist) at once; then
+        # everything else, which samples and keeps time, alone and one test at a time.
+        local lane=(tests/integration/test_binder.py tests/integration/test_notebooks.py) lane_log lane_pid
+        lane_log=$(mktemp)
+        "$py" -m pytest -q -p no:cacheprovider "${lane[@]}" >"$lane_log" 2>&1 &
+        lane_pid=$!
         "$py" -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
-        "$py" -m pytest -q -p no:cacheprovider tests --ignore=tests/unit || rc=$?
+        wait "$lane_pid" || rc=$?
+        cat "$lane_log"; rm -f "$lane_log"
+        "$py" -m pytest -q -p no:cacheprovider tests --ignore=tests/unit "${lane[@]/#/--ignore=}" || rc=$?
     else
         # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; the
         # coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
