@@ -29,16 +29,27 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 }
 
 run_pytest() {  # the pytest phase of version $1 (its venv is ready)
-    local v=$1 targets
+    local v=$1 py="$ROOT/.venvs/$1/bin/python" rc=0
     if [ "$v" = "3.11" ]; then
-        targets=(tests)
+        # Three runs.  The notebook tests (a venv built from binder/ with pip, the quick start's
+        # own venv, every notebook run headless: downloads, then presence checks) and
+        # tests/unit (pure Python, no time kept: both cores, pytest-xdist) at once; then
+        # everything else, which samples and keeps time, alone and one test at a time.
+        local lane=(tests/integration/test_binder.py tests/integration/test_notebooks.py) lane_log lane_pid
+        lane_log=$(mktemp)
+        "$py" -m pytest -q -p no:cacheprovider "${lane[@]}" >"$lane_log" 2>&1 &
+        lane_pid=$!
+        "$py" -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
+        wait "$lane_pid" || rc=$?
+        cat "$lane_log"; rm -f "$lane_log"
+        "$py" -m pytest -q -p no:cacheprovider tests --ignore=tests/unit "${lane[@]/#/--ignore=}" || rc=$?
     else
         # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; the
         # coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
-        targets=(tests/native tests/integration tests/coexist/test_coexist_repros.py
-                 tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow")
+        "$py" -m pytest -q -p no:cacheprovider tests/native tests/integration tests/coexist/test_coexist_repros.py \
+            tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow" || rc=$?
     fi
-    "$ROOT/.venvs/$v/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}"
+    return $rc
 }
 ready=()  # REPEAT: versions whose venv is ready, tested after all installs
 if [ -n "${REPEAT:-}" ] && ! [[ $REPEAT =~ ^[1-9][0-9]*$ ]]; then
@@ -54,13 +65,44 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
         || echo "WARNING: could not install ${need[*]}"
 fi
 
+extras_for() { if [ "$1" = "3.11" ]; then echo "dev,coexist,browser,bench,dask"; else echo "dev,coexist"; fi; }
+sanitize=0
+[ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]] && sanitize=1
+
+# The installs are mostly downloads and unpacking: every venv's dependencies at once (and the
+# chroot of the 3.14/3.15 phase, built in the background until that phase), then the project
+# itself built into each venv one after another (the builds share ./build).
+setup_logs=$(mktemp -d)
+chroot_pid=
+if [ "${RUN_CHROOT:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
+    bash tools/pychroot.sh ensure >"$setup_logs/chroot.log" 2>&1 &
+    chroot_pid=$!
+fi
+step "venvs and dependencies of $PYTHONS$([ $sanitize = 1 ] && echo " and the sanitizer venv"), at once"
+deps_pids=()
+for v in $PYTHONS $([ $sanitize = 1 ] && echo asan-3.11); do
+    py=$(python_for "${v#asan-}") || continue  # reported below
+    venv="$ROOT/.venvs/$v"
+    extras=$(extras_for "$v")
+    (
+        [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || exit 1
+        "$venv/bin/python" scripts/requirements_of.py "$extras" >"$setup_logs/$v.txt" || exit 1
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$setup_logs/$v.txt"
+    ) >"$setup_logs/$v.log" 2>&1 &
+    deps_pids+=("$!:$v")
+done
+for pv in ${deps_pids[@]+"${deps_pids[@]}"}; do
+    # a failure here shows again, and counts, in that venv's install of the project below
+    wait "${pv%%:*}" || { echo "dependencies of ${pv#*:} failed:"; grep -v "^WARNING: Location" "$setup_logs/${pv#*:}.log" | tail -n 20; }
+done
+echo "dependencies installed ($(date +%T))"
+
 for v in $PYTHONS; do
     step "python $v: venv and install"
     py=$(python_for "$v") || { echo "python $v not found"; failed+=("python$v-missing"); continue; }
     venv="$ROOT/.venvs/$v"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-    extras="dev,coexist"
-    [ "$v" = "3.11" ] && extras="dev,coexist,browser,bench,dask"
+    extras=$(extras_for "$v")
     if ! DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
         | grep -v "^WARNING: Location"; then :; fi
     "$venv/bin/python" -c "import ddprof_nb._native" || { failed+=("build-$v"); continue; }
@@ -107,16 +149,20 @@ if [ -n "${REPEAT:-}" ]; then
     if [ ${#flaky[@]} -gt 0 ]; then printf '%s\n' "${flaky[@]}"; else echo "none"; fi
 fi
 
-if [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]]; then
+if [ $sanitize = 1 ]; then
     step "native tests under ASan + UBSan (3.11)"
     bash scripts/test_sanitize.sh || failed+=("sanitizers")
 fi
 
-if [ "${RUN_CHROOT:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
+if [ -n "$chroot_pid" ]; then
     step "python 3.14 / 3.15 in a Debian chroot"
+    # the background build's output (test_chroot.sh's own ensure then finds it built, or
+    # retries and reports)
+    wait "$chroot_pid"; cat "$setup_logs/chroot.log"
     bash scripts/test_chroot.sh || failed+=("chroot-3.14/3.15")
 fi
 
+rm -rf "$setup_logs"
 step "summary"
 if [ ${#failed[@]} -gt 0 ]; then
     # the failing tests of every phase and, for each, its first assertion lines

@@ -7,8 +7,8 @@
 #
 # Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
 # compile: the install must still succeed, and the native engine must then say it is
-# unavailable), then pytest on tests/unit, the python-engine and engine-choice
-# integration tests, plus tests/native and the dump / record --pid tests
+# unavailable), then pytest on tests/unit (the last version only: it is pure Python), the
+# python-engine and engine-choice integration tests, plus tests/native and the dump / record --pid tests
 # (tests/integration/test_remote_*.py) when the native engine is available, then the
 # python engine's overhead at 100 Hz (figures printed for people to judge, never a
 # pass/fail gate: the phase fails only if the engine did not sample the loop), then
@@ -83,7 +83,7 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         native_rc=4
     fi
 
-    local targets=(tests/unit tests/integration/test_api_python_engine.py)
+    local targets=(tests/integration/test_api_python_engine.py)
     local f
     for f in tests/integration/test_python_engine*.py tests/integration/test_engine_choice.py; do
         [[ -e $f ]] && targets+=("$f")
@@ -93,10 +93,17 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         for f in tests/integration/test_remote_*.py; do [[ -e $f ]] && targets+=("$f"); done
     fi
     t=$(now)
-    echo "--- tests: pytest ${targets[*]}"
+    # tests/unit is pure Python and keeps no time: both cores at once (pytest-xdist); the
+    # rest samples and keeps time, one test at a time
+    if (( unit )); then
+        echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
+        python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
+    else
+        echo "--- tests: pytest ${targets[*]} (tests/unit: on the newest version only)"
+    fi
     python -m pytest -q -p no:cacheprovider "${targets[@]}" \
-        --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop
-    rc=$?
+        --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
+        || rc=$?
     local tests_s
     tests_s=$(since "$t")
     echo "PHASE tests: $tests_s s (pytest exit $rc)"
@@ -135,6 +142,8 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
 }
 
 if [[ ${1:-} == --inside ]]; then
+    unit=0
+    [[ ${2:-} == --unit ]] && unit=1
     inside
     exit $?
 fi
@@ -155,12 +164,17 @@ fi
 chroot_s=$(since "$t")
 echo "PHASE chroot: $chroot_s s"
 
+# tests/unit is pure Python, none of it version-dependent (3.11 runs it too): on the last
+# version only; the native, python-engine and remote tests run on every version
+last=${PYTHONS##* }
 for v in $PYTHONS; do
     t=$(now)
     echo
     echo "=== python $v in the chroot ($(date +%T))"
     out=$(mktemp)
-    bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside 2>&1 | tee "$out"
+    unit_arg=()
+    [[ $v == "$last" ]] && unit_arg=(--unit)
+    bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside "${unit_arg[@]}" 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
     line=$(grep -E "^@@summary " "$out" | tail -n1)
     rm -f "$out"

@@ -11,7 +11,12 @@ v=${SANITIZE_PYTHON:-3.11}
 py=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | sort -V | tail -1)")/bin/python3
 venv="$ROOT/.venvs/asan-$v"
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "$ROOT[dev,coexist]" 2>&1 | grep -v "^WARNING: Location" || true
+# the dependencies only (scripts/test.sh may have installed them already): the project itself
+# is built once, sanitized, below
+reqs=$(mktemp)
+"$venv/bin/python" "$ROOT/scripts/requirements_of.py" dev,coexist >"$reqs"
+"$venv/bin/pip" install -q --disable-pip-version-check -r "$reqs" 2>&1 | grep -v "^WARNING: Location" || true
+rm -f "$reqs"
 # build from a clean copy: setuptools would otherwise reuse ./build's unsanitized objects
 src=$(mktemp -d)
 tar -C "$ROOT" --exclude=./build --exclude=./.venvs --exclude=./.git --exclude='*.so' --exclude='*.egg-info' -cf - . \
