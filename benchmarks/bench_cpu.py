@@ -234,12 +234,15 @@ def thread_rows(tool: str, cpu: dict, wall: dict, truth: dict, sleeper_limit: fl
     (c) rows: each thread's wall / elapsed against alive / elapsed."""
     t = truth["threads"]
     cpu_rows = share_rows(tool, cpu, {k: t[k]["cpu_s"] for k in THREADS}, label="{} CPU share")
-    main_row = cpu_rows.pop()  # the sleeper has its own goal: almost no CPU
+    main_row = cpu_rows.pop()  # the sleeper has its own goal: almost no CPU beyond its own
     main_row.check = "main (sleeper) CPU share"
-    main_row.goal = f"< {sleeper_limit * 100:.0f}%"
+    # measured against its true share, not 0: on a loaded machine the sleeper's own wake-ups
+    # cost more than 1 % of the threads' CPU, and that is not the profiler's error
+    true_share = t["main"]["cpu_s"] / sum(t[k]["cpu_s"] for k in THREADS)
+    main_row.goal = f"< true + {sleeper_limit * 100:.0f} pt"
     seen = sum(v for v in cpu.values() if v is not None)
     if cpu.get("main") is not None and seen:
-        main_row.ok = cpu["main"] / seen < sleeper_limit
+        main_row.ok = cpu["main"] / seen < true_share + sleeper_limit
     cpu_rows.append(main_row)
     elapsed = truth["elapsed_s"]
     wall_rows = []
