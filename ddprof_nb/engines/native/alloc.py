@@ -22,9 +22,9 @@ import itertools
 
 import numpy as np
 
-from . import _binding
-from .events import EventType, FrameKind
-from .model import Frame
+from ...events import EventType, FrameKind
+from ...model import Frame
+from . import binding as _binding
 
 __all__ = ["AllocTracker"]
 

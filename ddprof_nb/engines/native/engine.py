@@ -1,6 +1,6 @@
 """The native engine: per-thread CPU timers + a native wall sampler (native/cpu.c, native/wall.c).
 
-The heavy lifting is in C and in ``ddprof_nb._binding``; this class wires a session to a
+The heavy lifting is in C and in this package's ``binding``, ``decode`` and ``session``; this class wires a session to a
 drain thread and a ProfileBuilder.  The drain thread ("ddprof_nb-drain") is started
 before the session so its tid can be excluded from sampling: the profiler's own threads
 never appear in samples.  It sleeps in C, without the GIL, and converts records only when
@@ -10,7 +10,7 @@ die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL
 elapsed.  Each wake takes the GIL from the profiled code (with ~3 context switches of a
 busy thread), so code already resolved waits: a loop of known code wakes it once a second,
 not ten times.  Wall samples carry
-``state=cpu|off-cpu|gil`` in their labels (see ``_binding.STATE_LABELS``).
+``state=cpu|off-cpu|gil`` in their labels (see ``decode.STATE_LABELS``).
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ import time
 
 import numpy as np
 
-from .. import _binding
-from .. import labeling as _labels
-from .._alloc import AllocTracker
-from ..config import SamplerConfig
-from ..errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
-from ..events import EventType
-from ..lockpark import WAIT_KINDS, WaitClassifier
-from ..model import Metadata, Profile, ProfileBuilder
-from ..render.format import format_bytes, format_count, format_duration
-from .base import Engine
+from ... import labeling as _labels
+from ...config import SamplerConfig
+from ...errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
+from ...events import EventType
+from ...model import Metadata, Profile, ProfileBuilder
+from ...render.format import format_bytes, format_count, format_duration
+from ..base import Engine
+from . import binding
+from .alloc import AllocTracker
+from .decode import RecordConverter
+from .lockpark import WAIT_KINDS, WaitClassifier
+from .session import Session, after_fork_child, cpu_thread_totals, wait_stats
 
 _active: "NativeEngine | None" = None
 DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
@@ -42,7 +44,7 @@ def _after_fork_child() -> None:
     if _active is not None:
         _active._forked = True
         _active = None
-    _binding.after_fork_child()
+    after_fork_child()
 
 
 # ---- labels: each thread's label word (native/labels.c), written by ddprof_nb.labeling ----------
@@ -53,10 +55,10 @@ def _label_view():
     """Slot provider for ``labeling``: a one-item 'Q' view of the calling thread's native
     label word.  The word is static storage in the native module (never freed), so the view
     stays valid whatever happens to sessions or this thread; None when the table is full."""
-    ptr = _binding.lib.ddp_label_word()
-    if ptr == _binding.ffi.NULL:
+    ptr = binding.lib.ddp_label_word()
+    if ptr == binding.ffi.NULL:
         return None
-    return memoryview(_binding.ffi.buffer(ptr, 8)).cast("Q")
+    return memoryview(binding.ffi.buffer(ptr, 8)).cast("Q")
 
 
 def _mirror_labels() -> None:
@@ -76,7 +78,7 @@ def _mirror_labels() -> None:
     for ident, label_id in list(_labels.thread_label_ids.items()):
         tid = by_ident.get(ident)
         if tid and label_id:
-            _binding.lib.ddp_set_thread_labels_for(tid, label_id)
+            binding.lib.ddp_set_thread_labels_for(tid, label_id)
 
 
 if hasattr(os, "register_at_fork"):
@@ -129,7 +131,7 @@ class NativeEngine(Engine):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        return _binding.unavailable_reason()
+        return binding.unavailable_reason()
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -144,7 +146,7 @@ class NativeEngine(Engine):
         while self._thread.native_id is None:  # set before run(): at most a few microseconds
             time.sleep(0.0001)
         self._drain_tid = self._thread.native_id
-        session = _binding.Session(
+        session = Session(
             self.config.interval_ns, self.config.max_depth, self.config.events,
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
@@ -162,11 +164,11 @@ class NativeEngine(Engine):
         mono0 = stats["start_mono_ns"]
         self._start_ns = time.time_ns() - (time.monotonic_ns() - mono0)
         self._session = session
-        self._converter = _binding.RecordConverter(
+        self._converter = RecordConverter(
             ProfileBuilder(), mono0, exclude_tids=(self._drain_tid,), thread_names=self._names,
             base_labels=dict(self.config.labels),
         )
-        # ---- lock/park: classify wait records at drain time (ddprof_nb/lockpark.py)
+        # ---- lock/park: classify wait records at drain time (lockpark.py)
         waits = [e for e in self.config.events if e in (EventType.LOCK, EventType.PARK)]
         if waits:
             self._converter.waits = WaitClassifier(self._converter.builder, waits)
@@ -186,7 +188,7 @@ class NativeEngine(Engine):
         self._go.set()
 
     def exclude_thread(self, tid: int) -> bool:
-        return self._session is not None and _binding.lib.ddp_exclude_thread(int(tid)) == 0
+        return self._session is not None and binding.lib.ddp_exclude_thread(int(tid)) == 0
 
     def _refresh_names(self) -> None:
         for t in threading.enumerate():
@@ -236,7 +238,7 @@ class NativeEngine(Engine):
             session.drain(self._converter, final=True)
             self._converter.name_threads()
             stats = session.stats()
-            stats["cpu_threads"] = _binding.cpu_thread_totals()
+            stats["cpu_threads"] = cpu_thread_totals()
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
                 self._converter.alloc.flush(final=True)
                 self._converter.alloc.add_live()
@@ -343,7 +345,7 @@ class NativeEngine(Engine):
         """What the lock/park hooks saw and what they cannot see."""
         if not any(e in self.config.events for e in (EventType.LOCK, EventType.PARK)):
             return []
-        w = _binding.wait_stats()
+        w = wait_stats()
         notes = [
             f"lock/park: {w['slots_patched']} GOT slot(s) hooked in {w['objects']} loaded object(s); "
             f"{w['records']} wait(s) recorded; waits under {format_duration(w['threshold_ns'])} sampled with "

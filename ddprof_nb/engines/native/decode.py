@@ -1,0 +1,430 @@
+"""Raw native records -> ProfileBuilder rows: one decode pass per batch.
+
+Records are drained into one caller-owned cffi buffer (``session.Session``).  ``feed``
+decodes a batch once and dispatches each record by kind: CPU/WALL rows go to the
+builder, ALLOC rows are held by the ``alloc.AllocTracker`` for their type leaf, LOCK/PARK
+rows are reclassified by the ``lockpark.WaitClassifier`` from their stack.  Python code
+runs per distinct stack, thread and label set of a batch, not per record: a stack is
+found by the hash the sampler stored with it, its bytes compared once per batch.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ... import labeling as _labeling
+from ...events import EventType, FrameKind
+from ...model import Frame
+from .binding import FRAME_SIZE, ffi, lib
+from .codes import Resolver, cache_put, frame_cache
+
+__all__ = ["RecordConverter", "STATE_LABELS", "SMALL_BATCH"]
+
+# Wall samples carry the thread's state as a label ``state=<value>``:
+#   cpu     running or runnable (its CPU clock advanced, or the kernel says "running")
+#   off-cpu blocked in a system call or sleeping (I/O, sleep, lock, select...)
+#   gil     blocked on the interpreter's GIL (a futex inside the GIL structure)
+STATE_LABELS = {1: "cpu", 2: "off-cpu", 3: "gil"}
+_WALL = EventType.WALL.value  # (an enum member's attribute costs ~0.5 us per look-up)
+
+# -- records -------------------------------------------------------------------------------
+# ddp_record's header fields: (name, numpy format, struct code), in offset order
+_HDR_FIELDS = (("event", "u1", "B"), ("state", "u1", "B"), ("flags", "<u2", "H"), ("depth", "<u2", "H"),
+               ("tid", "<i4", "i"), ("label_id", "<u8", "Q"), ("ts_ns", "<i8", "q"), ("count", "<i8", "q"),
+               ("value", "<i8", "q"), ("aux", "<u8", "Q"), ("stack_hash", "<u8", "Q"))
+
+
+def _record_dtype(record_size: int) -> np.dtype:
+    fields = [f[0] for f in _HDR_FIELDS]
+    offsets = [ffi.offsetof("ddp_record", f) for f in fields]
+    return np.dtype({"names": fields, "formats": [f[1] for f in _HDR_FIELDS], "offsets": offsets,
+                     "itemsize": record_size})
+
+
+def _header_struct(record_size: int) -> struct.Struct:
+    """The record header as a struct, padded to ``record_size`` so that iter_unpack walks a
+    batch of records: it gives the tuple hdr.tolist() gives per record, at ~1/2 of its cost
+    (numpy's per-field conversion of a structured record is slow)."""
+    fmt, pos = "<", 0
+    for name, _np, code in _HDR_FIELDS:
+        off = ffi.offsetof("ddp_record", name)
+        fmt += f"{off - pos}x{code}" if off > pos else code
+        pos = off + struct.calcsize("<" + code)
+    if record_size > pos:
+        fmt += f"{record_size - pos}x"
+    return struct.Struct(fmt)
+
+
+
+
+SMALL_BATCH = 128  # records; see RecordConverter.feed
+
+
+class RecordConverter:
+    """Raw native records -> rows of a ProfileBuilder (stacks interned, root first)."""
+
+    def __init__(self, builder, start_mono_ns: int, exclude_tids=(), thread_names=None, base_labels=None):
+        self.builder = builder
+        self.start_mono_ns = start_mono_ns
+        self.exclude = set(exclude_tids)
+        self.resolver = Resolver()
+        self.thread_names: dict[int, str] = thread_names if thread_names is not None else {}
+        self._Frame = Frame
+        self._stacks: dict[tuple[int, bytes], int] = {}
+        self._by_hash: dict[int, tuple[int, bytes, int]] = {}  # stack_hash -> (flags, frame bytes, stack id)
+        self._frames: dict[tuple[int, int, int], int] = {}
+        # (code, fingerprint) resolved since the last drain told the sampler (ddp_known_add)
+        self.new_codes: set[tuple[int, int]] = set()
+        self._threads: dict[int, int] = {}
+        self._named: set[int] = set()  # tids whose thread got its real name
+        self._labels: dict[tuple[int, int], int] = {}
+        self._base_sets: dict[tuple[int, int], object] = {}  # (label set id, state) -> LabelSet
+        self._events = {e.value: e for e in EventType}
+        self._records = None  # _header_struct(record_size), set by feed
+        self._event_off = ffi.offsetof("ddp_record", "event")
+        b = builder
+        self._unknown = b.frame_id(Frame("[unknown]", kind=FrameKind.UNKNOWN))
+        self._truncated = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        self._gc = b.frame_id(Frame("[GC]", kind=FrameKind.GC))
+        self._nopy = b.frame_id(Frame("[no Python frames]", kind=FrameKind.NATIVE))
+        self.base_labels = dict(base_labels or {})
+        self.skipped_invalid = 0
+        self.unknown_frames = 0
+        self._dtype = None
+        self.alloc = None  # allocations: an _alloc.AllocTracker when ALLOC is sampled (set by the engine)
+        self.waits = None  # lock/park: a lockpark.WaitClassifier when LOCK/PARK are sampled (set by the engine)
+
+    def _frame_id(self, code: int, fp: int, lasti: int) -> int | None:
+        key = (code, fp, lasti)
+        fid = self._frames.get(key)
+        if fid is not None:
+            return fid
+        frame = frame_cache.get(key)
+        if frame is None:
+            info = self.resolver.code(code, fp)
+            if info is None:
+                return None
+            frame = self._Frame(info.qualname, info.filename, self.resolver.line(info, lasti), info.firstlineno)
+            cache_put(frame_cache, key, frame)
+        fid = self._frames[key] = self.builder.frame_id(frame)
+        self.new_codes.add((code, fp))  # resolved: its samples need not wake the drain early (ddp_known_add)
+        return fid
+
+    def _stack_id(self, flags: int, raw: bytes) -> int:
+        key = (flags, raw)
+        sid = self._stacks.get(key)
+        if sid is not None:
+            return sid
+        ids = []
+        complete = True
+        frames = np.frombuffer(raw, dtype=np.dtype([("code", "<u8"), ("fp", "<u8"), ("lasti", "<i4"), ("fl", "<i4")]))
+        for code, fp, lasti, _fl in frames.tolist():
+            fid = self._frame_id(code, fp, lasti)
+            if fid is None:
+                complete = False
+                self.unknown_frames += 1
+                fid = self._unknown
+            ids.append(fid)
+        ids.reverse()  # leaf first -> root first
+        if not ids:
+            ids.append(self._nopy)
+        if flags & lib.DDP_REC_TRUNCATED:
+            ids.insert(0, self._truncated)
+        if flags & lib.DDP_REC_GC:
+            ids.append(self._gc)
+        sid = self.builder.stack_id(ids)
+        if complete:  # an [unknown] may resolve later (graveyard): do not pin it
+            self._stacks[key] = sid
+        return sid
+
+    def _stack_ids(self, mv, rows: np.ndarray, hdr, record_size: int) -> np.ndarray:
+        """Stack ids of records ``rows``: one look-up per distinct stack_hash.  The hash only
+        groups: records grouped together are checked to have equal frame bytes (numpy), and a
+        group's bytes are compared with the cached stack's, so a collision costs time
+        (per-record look-ups for that group), never a wrong stack."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        uniq, first, inv, counts = np.unique(hdr["stack_hash"][rows], return_index=True, return_inverse=True,
+                                             return_counts=True)
+        inv = inv.reshape(-1)
+        flags, depths = hdr["flags"], hdr["depth"]
+        if (counts > 1).any():
+            u8 = np.frombuffer(mv, dtype=np.uint8).reshape(-1, record_size)
+            order = rows[np.argsort(inv, kind="stable")]
+            starts = np.cumsum(counts) - counts
+        sids = np.empty(len(uniq), dtype=np.int64)
+        collided = []
+        for j, (h, f, c) in enumerate(zip(uniq.tolist(), first.tolist(), counts.tolist())):
+            i = int(rows[f])
+            fl = int(flags[i]) & keep
+            nbytes = int(depths[i]) * FRAME_SIZE
+            if c > 1:
+                g = order[starts[j] : starts[j] + c]
+                block = u8[g, hsize : hsize + nbytes]
+                if ((depths[g] != depths[i]).any() or ((flags[g] & keep) != fl).any()
+                        or not (block == block[0]).all()):
+                    collided.append(j)
+                    continue
+            off = i * record_size + hsize
+            raw = mv[off : off + nbytes]
+            cached = self._by_hash.get(h)
+            if cached is not None and cached[0] == fl and cached[1] == raw:
+                sids[j] = cached[2]
+                continue
+            if cached is not None:
+                collided.append(j)
+                continue
+            sids[j] = sid = self._stack_id(fl, raw)
+            if (fl, raw) in self._stacks:  # complete (no [unknown] that may resolve later): pin it
+                self._by_hash[h] = (fl, raw, sid)
+        out = sids[inv]
+        for j in collided:  # two stacks with one hash: their records one by one, by bytes
+            for k in np.flatnonzero(inv == j).tolist():
+                i = int(rows[k])
+                off = i * record_size + hsize
+                out[k] = self._stack_id(int(flags[i]) & keep, mv[off : off + int(depths[i]) * FRAME_SIZE])
+        return out
+
+    def _map(self, values: np.ndarray, lookup) -> np.ndarray:
+        """lookup(v) for each distinct value, spread back over ``values``."""
+        uniq, inv = np.unique(values, return_inverse=True)
+        ids = np.fromiter((lookup(v) for v in uniq.tolist()), dtype=np.int64, count=len(uniq))
+        return ids[inv.reshape(-1)]
+
+    def _thread_id(self, tid: int) -> int:
+        idx = self._threads.get(tid)
+        if idx is None:
+            name = self.thread_names.get(tid)
+            idx = self._threads[tid] = self.builder.thread_id(tid, name or f"Thread {tid}")
+            if name:
+                self._named.add(tid)
+        return idx
+
+    def name_threads(self) -> None:
+        """Name the threads first seen before their name was known: a drain woken by a new
+        thread can convert its first samples before ``threading`` has its native id."""
+        for tid, idx in self._threads.items():
+            name = self.thread_names.get(tid)
+            if name and tid not in self._named:
+                self.builder.rename_thread(idx, name)
+                self._named.add(tid)
+
+    def _labels_id(self, label_id: int, state: int, event: int) -> int:
+        key = (label_id, state if event == _WALL else 0)
+        idx = self._labels.get(key)
+        if idx is None:
+            idx = self._labels[key] = self.builder.labels_id(self._labelset(*key))
+        return idx
+
+    def _labelset(self, label_id: int, state: int):
+        """The record's labels: its thread's set, the session's base labels, its wall state
+        and, for an asyncio task's id, ``task=<name>``.  Every new task brings a new id (a
+        few per drain wake), so the rest is built once per (set, state) and the task's name
+        added last, one ``plus``."""
+        label_id = int(label_id)
+        low = label_id & _labeling.LOW_MASK
+        base = self._base_sets.get((low, state))
+        if base is None:
+            try:
+                base = _labeling.labelset(low)
+            except ValueError:
+                base = _labeling.labelset(0)
+            if self.base_labels:
+                base = base.merged(self.base_labels)
+            if state in STATE_LABELS:
+                base = base.plus("state", STATE_LABELS[state])
+            self._base_sets[(low, state)] = base
+        if low == label_id:
+            return base
+        name = _labeling.task_name(label_id)
+        if name is None or "task" in self.base_labels:  # (the base labels win, as for any label)
+            return base
+        return base.plus("task", name)
+
+    def feed(self, buf, n: int, record_size: int) -> int:
+        """Add ``n`` records from ``buf`` (a cffi buffer); returns the rows added.
+
+        Big batches (the buffer a quarter full, the last drain) go through numpy, one
+        look-up per distinct value.  The usual drain holds a few dozen records, where
+        numpy's fixed costs (~10 us per call with the caches cold from the profiled code)
+        dominated: a drain cost ~1 ms of CPU under the GIL.  A batch of at most
+        ``SMALL_BATCH`` records is therefore converted record by record, in Python,
+        through the same caches."""
+        if n <= 0:
+            return 0
+        if self._dtype is None or self._dtype.itemsize != record_size:
+            self._dtype = _record_dtype(record_size)
+            self._records = _header_struct(record_size)
+        mv = ffi.buffer(buf, n * record_size)
+        if n <= SMALL_BATCH or (self.alloc is not None and self._all_alloc(mv, n, record_size)):
+            # ALLOC-only batches (~170 per 100 ms at the default rate) too: on a drain's cold caches
+            # numpy's fixed costs exceed the loop's for batches this small
+            return self._feed_small(mv, record_size)
+        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
+        ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
+        self.skipped_invalid += n - int(np.count_nonzero(ok))
+        # Each numpy call costs ~100 us on a drain wake (cold caches after 0.1 s asleep, bench_locks),
+        # so few calls: a comparison per excluded tid (one or two), not np.isin; bincount, not np.unique
+        tids = hdr["tid"]
+        for t in self.exclude:
+            ok &= tids != t
+        events = hdr["event"]
+        for e in np.flatnonzero(np.bincount(events[ok], minlength=1)).tolist():
+            if e not in self._events:
+                EventType.from_id(e)  # raises: never cast an unknown id
+        if self.alloc is not None:  # allocations: held for the type leaf (_alloc.py)
+            is_alloc = events == EventType.ALLOC.value
+            if is_alloc.any():
+                rows = np.flatnonzero(ok & is_alloc)
+                # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
+                cols = (hdr[f][rows].tolist() for f in ("flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux"))
+                self._feed_alloc(mv, zip(rows.tolist(), *cols), record_size)
+                ok &= ~is_alloc
+        special = np.zeros(n, dtype=bool)
+        if self.waits is not None:
+            special |= (events == EventType.LOCK.value) | (events == EventType.PARK.value)
+        rows = np.flatnonzero(ok & ~special)
+        added = 0
+        if len(rows):
+            ev = events[rows]
+            wall = EventType.WALL.value  # state is kept for WALL rows only (zeroed here for the others)
+            state = np.where(ev == wall, hdr["state"][rows], 0).astype(np.uint64)
+            labels = hdr["label_id"][rows]
+            if int(labels.max()) < 1 << 56:  # one int64 key per (label set, state)
+                lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, wall))
+            else:
+                lab = np.fromiter((self._labels_id(a, b, wall) for a, b in zip(labels.tolist(), state.tolist())),
+                                  dtype=np.int64, count=len(rows))
+            self.builder.add_many(
+                ev,
+                self._stack_ids(mv, rows, hdr, record_size),
+                self._map(hdr["tid"][rows], self._thread_id),
+                lab,
+                np.maximum(hdr["ts_ns"][rows] - self.start_mono_ns, 0),
+                np.stack([hdr["count"][rows], hdr["value"][rows]], axis=1),
+            )
+            added = len(rows)
+        if special.any():
+            srows = np.flatnonzero(ok & special)
+            # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
+            cols = [hdr[f][srows].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns",
+                                                    "count", "value", "aux")]
+            added += self._feed_special(mv, list(zip(srows.tolist(), *cols)), record_size)
+        return added
+
+    def _all_alloc(self, mv, n: int, record_size: int) -> bool:
+        """Every record of the batch is ALLOC (their event bytes, read without numpy)."""
+        events = memoryview(mv)[self._event_off :: record_size].tobytes()
+        return len(events) == n and events.count(EventType.ALLOC.value) == n
+
+    def _feed_small(self, mv, record_size: int) -> int:
+        """``feed`` for a small or an ALLOC-only batch, record by record: the same rows, in the
+        same order.  ALLOC rows are made here too, in the same loop (an alloc session's drain
+        sees ~1,700 of them a second on an allocation-heavy cell, under the GIL)."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        invalid = lib.DDP_REC_INVALID
+        wall = EventType.WALL.value
+        alloc_ev = EventType.ALLOC.value if self.alloc is not None else -1
+        special_ev = {EventType.LOCK.value, EventType.PARK.value} if self.waits is not None else set()
+        exclude, start, by_hash, events = self.exclude, self.start_mono_ns, self._by_hash, self._events
+        threads, labels = self._threads, self._labels
+        rows, allocs, special = [], [], []
+        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  ALLOC
+        # rows are made here, in the same loop, and held as they are: a second pass costs more per record
+        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in enumerate(
+                self._records.iter_unpack(mv)):
+            if flags & invalid:  # torn reads: already counted as dropped in C
+                self.skipped_invalid += 1
+                continue
+            if tid in exclude:
+                continue
+            if ev not in events:
+                EventType.from_id(ev)  # raises: never cast an unknown id
+            if ev in special_ev:  # the fields already read, for _feed_special
+                special.append((i, ev, state, flags, depth, tid, label_id, ts, count, value, aux))
+                continue
+            fl = flags & keep
+            off = i * record_size + hsize
+            raw = mv[off : off + depth * FRAME_SIZE]
+            cached = by_hash.get(h)
+            if cached is not None and cached[0] == fl and cached[1] == raw:
+                sid = cached[2]
+            else:
+                sid = self._stack_id(fl, raw)
+                if cached is None and (fl, raw) in self._stacks:  # complete: pin it (as _stack_ids)
+                    by_hash[h] = (fl, raw, sid)
+            th = threads.get(tid)
+            if th is None:
+                th = self._thread_id(tid)
+            if ev == alloc_ev:  # held for its type leaf (_alloc.py), as (sample id, row)
+                lb = labels.get((label_id, 0))
+                if lb is None:
+                    lb = self._labels_id(label_id, 0, ev)
+                allocs.append((aux, sid, th, lb, ts - start if ts > start else 0, count, value))
+                continue
+            rows.append((ev, sid, th, self._labels_id(label_id, state if ev == wall else 0, wall),
+                         ts - start if ts > start else 0, count, value))
+        self.builder.add_rows(rows)
+        added = len(rows)
+        if allocs:
+            self.alloc.hold_many(allocs)
+        if special:
+            added += self._feed_special(mv, special, record_size)
+        return added
+
+    def _feed_alloc(self, mv, recs, record_size: int) -> None:
+        """ALLOC records of a big mixed batch (``feed``'s numpy path), as (index, flags, depth, tid,
+        label_id, ts, count, value, aux), to the AllocTracker.  Small and ALLOC-only batches, the
+        usual drain of an alloc session, make their ALLOC rows in ``_feed_small``'s loop instead."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        stacks, threads, labels = self._stacks, self._threads, self._labels
+        alloc, t0 = EventType.ALLOC.value, self.start_mono_ns
+        out = []
+        for i, flags, depth, tid, label_id, ts, count, value, aux in recs:
+            off = i * record_size + hsize
+            fl = flags & keep
+            raw = mv[off : off + depth * FRAME_SIZE]
+            sid = stacks.get((fl, raw))
+            if sid is None:
+                sid = self._stack_id(fl, raw)
+            th = threads.get(tid)
+            if th is None:
+                th = self._thread_id(tid)
+            lb = labels.get((label_id, 0))
+            if lb is None:
+                lb = self._labels_id(label_id, 0, alloc)
+            out.append((aux, sid, th, lb, ts - t0 if ts > t0 else 0, count, value))
+        self.alloc.hold_many(out)
+
+    def _feed_special(self, mv, items, record_size: int) -> int:
+        """LOCK/PARK records, one at a time: their consumer reclassifies them.  ``items``: per
+        record (row, event, state, flags, depth, tid, label_id, ts_ns, count, value, aux), the
+        header fields as the caller already read them: re-reading them here with numpy cost
+        ~11 calls per drain, ~150 us with the caches cold (bench_locks, lock/park drain)."""
+        hsize = ffi.sizeof("ddp_record")
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        lock, park, t0 = EventType.LOCK.value, EventType.PARK.value, self.start_mono_ns
+        stacks, threads, labels = self._stacks, self._threads, self._labels
+        out = []
+        for i, ev_id, state, flags, depth, tid, label_id, ts, count, value, aux in items:
+            off = i * record_size + hsize
+            fl = flags & keep
+            raw = mv[off : off + depth * FRAME_SIZE]
+            sid = stacks.get((fl, raw))
+            if sid is None:
+                sid = self._stack_id(fl, raw)
+            if self.waits is not None and (ev_id == lock or ev_id == park):
+                # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
+                ev_id, sid = self.waits.classify(aux, sid)
+                if ev_id is None:
+                    continue
+            th = threads.get(tid)
+            lb = labels.get((label_id, 0))  # (the state is kept for WALL rows only)
+            out.append((int(ev_id), sid, self._thread_id(tid) if th is None else th,
+                        self._labels_id(label_id, state, ev_id) if lb is None else lb, max(0, ts - t0), count, value))
+        self.builder.add_rows(out)  # (event ids: known LOCK/PARK ids or from self._events)
+        return len(out)
