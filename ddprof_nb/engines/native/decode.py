@@ -27,13 +27,16 @@ __all__ = ["RecordConverter", "STATE_LABELS", "SMALL_BATCH"]
 #   off-cpu blocked in a system call or sleeping (I/O, sleep, lock, select...)
 #   gil     blocked on the interpreter's GIL (a futex inside the GIL structure)
 STATE_LABELS = {1: "cpu", 2: "off-cpu", 3: "gil"}
-_WALL = EventType.WALL.value  # (an enum member's attribute costs ~0.5 us per look-up)
+# (an enum member's attribute costs ~0.5 us per look-up)
+_WALL, _ALLOC, _LOCK, _PARK = (EventType.WALL.value, EventType.ALLOC.value, EventType.LOCK.value,
+                               EventType.PARK.value)
 
 # -- records -------------------------------------------------------------------------------
 # ddp_record's header fields: (name, numpy format, struct code), in offset order
 _HDR_FIELDS = (("event", "u1", "B"), ("state", "u1", "B"), ("flags", "<u2", "H"), ("depth", "<u2", "H"),
                ("tid", "<i4", "i"), ("label_id", "<u8", "Q"), ("ts_ns", "<i8", "q"), ("count", "<i8", "q"),
                ("value", "<i8", "q"), ("aux", "<u8", "Q"), ("stack_hash", "<u8", "Q"))
+_FIELDS = tuple(f[0] for f in _HDR_FIELDS)  # in struct order: _dispatch's header tuple
 
 
 def _record_dtype(record_size: int) -> np.dtype:
@@ -246,12 +249,12 @@ class RecordConverter:
     def feed(self, buf, n: int, record_size: int) -> int:
         """Add ``n`` records from ``buf`` (a cffi buffer); returns the rows added.
 
-        Big batches (the buffer a quarter full, the last drain) go through numpy, one
-        look-up per distinct value.  The usual drain holds a few dozen records, where
-        numpy's fixed costs (~10 us per call with the caches cold from the profiled code)
-        dominated: a drain cost ~1 ms of CPU under the GIL.  A batch of at most
-        ``SMALL_BATCH`` records is therefore converted record by record, in Python,
-        through the same caches."""
+        The usual drain holds a few dozen records: ``_dispatch`` decodes them in one pass
+        (numpy's fixed costs, ~10 us per call with the caches cold from the profiled code,
+        would dominate: a drain cost ~1 ms of CPU under the GIL).  So does an ALLOC-only
+        batch (~170 per 100 ms at the default rate), whatever its size.  A big mixed batch
+        (the buffer a quarter full, the last drain) goes through numpy instead, one look-up
+        per distinct stack, thread and label set (``_feed_numpy``)."""
         if n <= 0:
             return 0
         if self._dtype is None or self._dtype.itemsize != record_size:
@@ -259,93 +262,42 @@ class RecordConverter:
             self._records = _header_struct(record_size)
         mv = ffi.buffer(buf, n * record_size)
         if n <= SMALL_BATCH or (self.alloc is not None and self._all_alloc(mv, n, record_size)):
-            # ALLOC-only batches (~170 per 100 ms at the default rate) too: on a drain's cold caches
-            # numpy's fixed costs exceed the loop's for batches this small
-            return self._feed_small(mv, record_size)
-        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
-        ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
-        self.skipped_invalid += n - int(np.count_nonzero(ok))
-        # Each numpy call costs ~100 us on a drain wake (cold caches after 0.1 s asleep, bench_locks),
-        # so few calls: a comparison per excluded tid (one or two), not np.isin; bincount, not np.unique
-        tids = hdr["tid"]
-        for t in self.exclude:
-            ok &= tids != t
-        events = hdr["event"]
-        for e in np.flatnonzero(np.bincount(events[ok], minlength=1)).tolist():
-            if e not in self._events:
-                EventType.from_id(e)  # raises: never cast an unknown id
-        if self.alloc is not None:  # allocations: held for the type leaf (_alloc.py)
-            is_alloc = events == EventType.ALLOC.value
-            if is_alloc.any():
-                rows = np.flatnonzero(ok & is_alloc)
-                # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
-                cols = (hdr[f][rows].tolist() for f in ("flags", "depth", "tid", "label_id", "ts_ns", "count", "value", "aux"))
-                self._feed_alloc(mv, zip(rows.tolist(), *cols), record_size)
-                ok &= ~is_alloc
-        special = np.zeros(n, dtype=bool)
-        if self.waits is not None:
-            special |= (events == EventType.LOCK.value) | (events == EventType.PARK.value)
-        rows = np.flatnonzero(ok & ~special)
-        added = 0
-        if len(rows):
-            ev = events[rows]
-            wall = EventType.WALL.value  # state is kept for WALL rows only (zeroed here for the others)
-            state = np.where(ev == wall, hdr["state"][rows], 0).astype(np.uint64)
-            labels = hdr["label_id"][rows]
-            if int(labels.max()) < 1 << 56:  # one int64 key per (label set, state)
-                lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, wall))
-            else:
-                lab = np.fromiter((self._labels_id(a, b, wall) for a, b in zip(labels.tolist(), state.tolist())),
-                                  dtype=np.int64, count=len(rows))
-            self.builder.add_many(
-                ev,
-                self._stack_ids(mv, rows, hdr, record_size),
-                self._map(hdr["tid"][rows], self._thread_id),
-                lab,
-                np.maximum(hdr["ts_ns"][rows] - self.start_mono_ns, 0),
-                np.stack([hdr["count"][rows], hdr["value"][rows]], axis=1),
-            )
-            added = len(rows)
-        if special.any():
-            srows = np.flatnonzero(ok & special)
-            # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
-            cols = [hdr[f][srows].tolist() for f in ("event", "state", "flags", "depth", "tid", "label_id", "ts_ns",
-                                                    "count", "value", "aux")]
-            added += self._feed_special(mv, list(zip(srows.tolist(), *cols)), record_size)
-        return added
+            # struct, not hdr.tolist() (3.6k Ir per record): iter_unpack walks the batch in one call
+            rows, late = self._dispatch(mv, enumerate(self._records.iter_unpack(mv)), record_size)
+            self.builder.add_rows(rows)
+            if late:
+                self.builder.add_rows(late)
+            return len(rows) + len(late)
+        return self._feed_numpy(mv, n, record_size)
 
     def _all_alloc(self, mv, n: int, record_size: int) -> bool:
         """Every record of the batch is ALLOC (their event bytes, read without numpy)."""
         events = memoryview(mv)[self._event_off :: record_size].tobytes()
-        return len(events) == n and events.count(EventType.ALLOC.value) == n
+        return len(events) == n and events.count(_ALLOC) == n
 
-    def _feed_small(self, mv, record_size: int) -> int:
-        """``feed`` for a small or an ALLOC-only batch, record by record: the same rows, in the
-        same order.  ALLOC rows are made here too, in the same loop (an alloc session's drain
-        sees ~1,700 of them a second on an allocation-heavy cell, under the GIL)."""
+    def _dispatch(self, mv, items, record_size: int) -> tuple[list, list]:
+        """The decode loop: each record of ``items`` ((index, header tuple) pairs, in record
+        order) checked, its stack, thread and labels found, then dispatched by kind:
+        CPU/WALL -> ``rows``; ALLOC -> held by the AllocTracker for its type leaf;
+        LOCK/PARK -> reclassified from the stack by the WaitClassifier, into ``late`` (added
+        after ``rows`` on both of feed's paths, so they build the same profile)."""
         hsize = ffi.sizeof("ddp_record")
-        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        invalid = lib.DDP_REC_INVALID
-        wall = EventType.WALL.value
-        alloc_ev = EventType.ALLOC.value if self.alloc is not None else -1
-        special_ev = {EventType.LOCK.value, EventType.PARK.value} if self.waits is not None else set()
+        keep, invalid = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC, lib.DDP_REC_INVALID
+        alloc_ev = _ALLOC if self.alloc is not None else -1
+        waits = self.waits
+        special_ev = (_LOCK, _PARK) if waits is not None else ()
         exclude, start, by_hash, events = self.exclude, self.start_mono_ns, self._by_hash, self._events
         threads, labels = self._threads, self._labels
-        rows, allocs, special = [], [], []
-        # struct, not hdr.tolist() (3.6k Ir per record); iter_unpack walks the batch in one call.  ALLOC
-        # rows are made here, in the same loop, and held as they are: a second pass costs more per record
-        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in enumerate(
-                self._records.iter_unpack(mv)):
+        rows, allocs, late = [], [], []
+        skipped = 0
+        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in items:
             if flags & invalid:  # torn reads: already counted as dropped in C
-                self.skipped_invalid += 1
+                skipped += 1
                 continue
             if tid in exclude:
                 continue
             if ev not in events:
                 EventType.from_id(ev)  # raises: never cast an unknown id
-            if ev in special_ev:  # the fields already read, for _feed_special
-                special.append((i, ev, state, flags, depth, tid, label_id, ts, count, value, aux))
-                continue
             fl = flags & keep
             off = i * record_size + hsize
             raw = mv[off : off + depth * FRAME_SIZE]
@@ -359,72 +311,79 @@ class RecordConverter:
             th = threads.get(tid)
             if th is None:
                 th = self._thread_id(tid)
-            if ev == alloc_ev:  # held for its type leaf (_alloc.py), as (sample id, row)
+            t = ts - start if ts > start else 0
+            if ev == alloc_ev:  # held as (sample id, row) until its type note comes (alloc.py)
                 lb = labels.get((label_id, 0))
                 if lb is None:
                     lb = self._labels_id(label_id, 0, ev)
-                allocs.append((aux, sid, th, lb, ts - start if ts > start else 0, count, value))
-                continue
-            rows.append((ev, sid, th, self._labels_id(label_id, state if ev == wall else 0, wall),
-                         ts - start if ts > start else 0, count, value))
-        self.builder.add_rows(rows)
-        added = len(rows)
+                allocs.append((aux, sid, th, lb, t, count, value))
+            elif ev in special_ev:  # the final event and the leaf pseudo-frame, from the stack
+                ev, sid = waits.classify(aux, sid)
+                if ev is None:
+                    continue
+                lb = labels.get((label_id, 0))  # (the state is kept for WALL rows only)
+                late.append((int(ev), sid, th, self._labels_id(label_id, state, ev) if lb is None else lb,
+                             t, count, value))
+            else:
+                rows.append((ev, sid, th, self._labels_id(label_id, state if ev == _WALL else 0, _WALL),
+                             t, count, value))
+        self.skipped_invalid += skipped
         if allocs:
             self.alloc.hold_many(allocs)
-        if special:
-            added += self._feed_special(mv, special, record_size)
-        return added
+        return rows, late
 
-    def _feed_alloc(self, mv, recs, record_size: int) -> None:
-        """ALLOC records of a big mixed batch (``feed``'s numpy path), as (index, flags, depth, tid,
-        label_id, ts, count, value, aux), to the AllocTracker.  Small and ALLOC-only batches, the
-        usual drain of an alloc session, make their ALLOC rows in ``_feed_small``'s loop instead."""
-        hsize = ffi.sizeof("ddp_record")
-        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        stacks, threads, labels = self._stacks, self._threads, self._labels
-        alloc, t0 = EventType.ALLOC.value, self.start_mono_ns
-        out = []
-        for i, flags, depth, tid, label_id, ts, count, value, aux in recs:
-            off = i * record_size + hsize
-            fl = flags & keep
-            raw = mv[off : off + depth * FRAME_SIZE]
-            sid = stacks.get((fl, raw))
-            if sid is None:
-                sid = self._stack_id(fl, raw)
-            th = threads.get(tid)
-            if th is None:
-                th = self._thread_id(tid)
-            lb = labels.get((label_id, 0))
-            if lb is None:
-                lb = self._labels_id(label_id, 0, alloc)
-            out.append((aux, sid, th, lb, ts - t0 if ts > t0 else 0, count, value))
-        self.alloc.hold_many(out)
+    def _feed_numpy(self, mv, n: int, record_size: int) -> int:
+        """``feed`` for a big mixed batch: records checked and classified with numpy, CPU/WALL
+        rows made by numpy (``_add_plain``), ALLOC and LOCK/PARK records dispatched by
+        ``_dispatch`` (the fields they need read once, as numpy columns)."""
+        hdr = np.frombuffer(mv, dtype=self._dtype, count=n)
+        ok = (hdr["flags"] & lib.DDP_REC_INVALID) == 0  # torn reads: already counted as dropped in C
+        self.skipped_invalid += n - int(np.count_nonzero(ok))
+        # Each numpy call costs ~100 us on a drain wake (cold caches after 0.1 s asleep, bench_locks),
+        # so few calls: a comparison per excluded tid (one or two), not np.isin; bincount, not np.unique
+        tids = hdr["tid"]
+        for t in self.exclude:
+            ok &= tids != t
+        events = hdr["event"]
+        for e in np.flatnonzero(np.bincount(events[ok], minlength=1)).tolist():
+            if e not in self._events:
+                EventType.from_id(e)  # raises: never cast an unknown id
+        other = np.zeros(n, dtype=bool)  # the records _dispatch takes
+        if self.alloc is not None:
+            other |= events == _ALLOC
+        if self.waits is not None:
+            other |= (events == _LOCK) | (events == _PARK)
+        late: list = []
+        if other.any():
+            sel = np.flatnonzero(ok & other)
+            # field, then rows: hdr[rows] would copy whole records (sized for max_depth, ~3 KB each)
+            cols = [hdr[f][sel].tolist() for f in _FIELDS]
+            rows, late = self._dispatch(mv, zip(sel.tolist(), zip(*cols)), record_size)
+            late = rows + late  # (rows: none, every record given is ALLOC, LOCK or PARK)
+            ok &= ~other
+        added = self._add_plain(mv, hdr, np.flatnonzero(ok), record_size)
+        if late:
+            self.builder.add_rows(late)
+        return added + len(late)
 
-    def _feed_special(self, mv, items, record_size: int) -> int:
-        """LOCK/PARK records, one at a time: their consumer reclassifies them.  ``items``: per
-        record (row, event, state, flags, depth, tid, label_id, ts_ns, count, value, aux), the
-        header fields as the caller already read them: re-reading them here with numpy cost
-        ~11 calls per drain, ~150 us with the caches cold (bench_locks, lock/park drain)."""
-        hsize = ffi.sizeof("ddp_record")
-        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
-        lock, park, t0 = EventType.LOCK.value, EventType.PARK.value, self.start_mono_ns
-        stacks, threads, labels = self._stacks, self._threads, self._labels
-        out = []
-        for i, ev_id, state, flags, depth, tid, label_id, ts, count, value, aux in items:
-            off = i * record_size + hsize
-            fl = flags & keep
-            raw = mv[off : off + depth * FRAME_SIZE]
-            sid = stacks.get((fl, raw))
-            if sid is None:
-                sid = self._stack_id(fl, raw)
-            if self.waits is not None and (ev_id == lock or ev_id == park):
-                # lock/park: the final event and the leaf pseudo-frame, from the stack (lockpark.py)
-                ev_id, sid = self.waits.classify(aux, sid)
-                if ev_id is None:
-                    continue
-            th = threads.get(tid)
-            lb = labels.get((label_id, 0))  # (the state is kept for WALL rows only)
-            out.append((int(ev_id), sid, self._thread_id(tid) if th is None else th,
-                        self._labels_id(label_id, state, ev_id) if lb is None else lb, max(0, ts - t0), count, value))
-        self.builder.add_rows(out)  # (event ids: known LOCK/PARK ids or from self._events)
-        return len(out)
+    def _add_plain(self, mv, hdr, rows: np.ndarray, record_size: int) -> int:
+        """CPU/WALL records ``rows`` of a big batch -> builder rows, with numpy."""
+        if not len(rows):
+            return 0
+        ev = hdr["event"][rows]
+        state = np.where(ev == _WALL, hdr["state"][rows], 0).astype(np.uint64)  # kept for WALL rows only
+        labels = hdr["label_id"][rows]
+        if int(labels.max()) < 1 << 56:  # one int64 key per (label set, state)
+            lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, _WALL))
+        else:
+            lab = np.fromiter((self._labels_id(a, b, _WALL) for a, b in zip(labels.tolist(), state.tolist())),
+                              dtype=np.int64, count=len(rows))
+        self.builder.add_many(
+            ev,
+            self._stack_ids(mv, rows, hdr, record_size),
+            self._map(hdr["tid"][rows], self._thread_id),
+            lab,
+            np.maximum(hdr["ts_ns"][rows] - self.start_mono_ns, 0),
+            np.stack([hdr["count"][rows], hdr["value"][rows]], axis=1),
+        )
+        return len(rows)
