@@ -60,9 +60,7 @@ def _header_struct(record_size: int) -> struct.Struct:
     return struct.Struct(fmt)
 
 
-
-
-SMALL_BATCH = 128  # records; see RecordConverter.feed
+SMALL_BATCH = 128  # records: a batch this small is decoded record by record (RecordConverter.feed)
 
 
 class RecordConverter:
@@ -96,7 +94,7 @@ class RecordConverter:
         self.skipped_invalid = 0
         self.unknown_frames = 0
         self._dtype = None
-        self.alloc = None  # allocations: an _alloc.AllocTracker when ALLOC is sampled (set by the engine)
+        self.alloc = None  # allocations: an alloc.AllocTracker when ALLOC is sampled (set by the engine)
         self.waits = None  # lock/park: a lockpark.WaitClassifier when LOCK/PARK are sampled (set by the engine)
 
     def _frame_id(self, code: int, fp: int, lasti: int) -> int | None:
