@@ -128,12 +128,7 @@ def run_notebook(path, out_dir, *, timeout: int = DEFAULT_TIMEOUT_S, top_n: int 
 
     path = Path(path)
     out_dir = Path(out_dir)
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except FileNotFoundError:
-        raise DemoError(f"{path}: no such notebook") from None
-    except Exception as exc:  # noqa: BLE001 - nbformat raises many types for bad files
-        raise DemoError(f"{path}: not a readable notebook ({type(exc).__name__}: {exc})") from None
+    nb = _read_notebook(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     executed_path = out_dir / path.name
     report_path = (out_dir / f"{path.stem}.report.html").resolve()
@@ -160,14 +155,7 @@ def run_notebook(path, out_dir, *, timeout: int = DEFAULT_TIMEOUT_S, top_n: int 
                     client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
                 except CellExecutionError as exc:
                     save()
-                    n = code_cells.index(index) + 1
-                    trace = _ANSI.sub("", "\n".join(exc.traceback.splitlines()[-6:])) if exc.traceback else ""
-                    raise CellFailed(
-                        f"{path.name}: code cell {n} of {len(code_cells)} (In[{cell.get('execution_count')}]) "
-                        f"raised {exc.ename}: {_ANSI.sub('', exc.evalue)}\n"
-                        f"  cell starts: {_first_line(cell.source)}\n"
-                        f"  the executed notebook with the full traceback: {executed_path}\n{trace}",
-                        index, exc.ename, exc.evalue) from None
+                    raise _cell_failed(exc, path, cell, index, code_cells, executed_path) from None
                 cell_seconds.append(time.perf_counter() - start)
                 if progress is not None:
                     progress(code_cells.index(index) + 1, len(code_cells), _first_line(cell.source),
@@ -184,11 +172,7 @@ def run_notebook(path, out_dir, *, timeout: int = DEFAULT_TIMEOUT_S, top_n: int 
                 raise DemoError(f"{path.name}: writing the report of the last profile failed: "
                                 f"{exc.ename}: {_ANSI.sub('', exc.evalue)}") from None
             nb.cells.pop()
-            for output in epilogue.outputs:
-                text = output.get("text", "") if output.get("output_type") == "stream" else ""
-                for line in text.splitlines():
-                    if line.startswith(_MARK):
-                        result_msg = json.loads(line[len(_MARK):])
+            result_msg = _result_message(epilogue.outputs)
     except DemoError:
         raise
     except Exception as exc:  # noqa: BLE001 - kernel start/death: one clear line
@@ -200,6 +184,41 @@ def run_notebook(path, out_dir, *, timeout: int = DEFAULT_TIMEOUT_S, top_n: int 
     return RunResult(nb, executed_path, Path(result_msg["report"]) if result_msg["report"] else None,
                      cell_seconds, result_msg["name"], result_msg["top"], result_msg.get("event"),
                      result_msg.get("unit"), result_msg.get("summary"), result_msg.get("total", 0))
+
+
+def _read_notebook(path: Path):
+    import nbformat
+
+    try:
+        return nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise DemoError(f"{path}: no such notebook") from None
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many types for bad files
+        raise DemoError(f"{path}: not a readable notebook ({type(exc).__name__}: {exc})") from None
+
+
+def _cell_failed(exc, path: Path, cell, index: int, code_cells: list[int], executed_path: Path) -> CellFailed:
+    """The one-paragraph account of a cell that raised: which cell, what it raised, where the
+    full traceback is, and the traceback's last lines."""
+    n = code_cells.index(index) + 1
+    trace = _ANSI.sub("", "\n".join(exc.traceback.splitlines()[-6:])) if exc.traceback else ""
+    return CellFailed(
+        f"{path.name}: code cell {n} of {len(code_cells)} (In[{cell.get('execution_count')}]) "
+        f"raised {exc.ename}: {_ANSI.sub('', exc.evalue)}\n"
+        f"  cell starts: {_first_line(cell.source)}\n"
+        f"  the executed notebook with the full traceback: {executed_path}\n{trace}",
+        index, exc.ename, exc.evalue)
+
+
+def _result_message(outputs) -> dict | None:
+    """The epilogue's result: the JSON after the marker on its printed output (None: none)."""
+    result_msg = None
+    for output in outputs:
+        text = output.get("text", "") if output.get("output_type") == "stream" else ""
+        for line in text.splitlines():
+            if line.startswith(_MARK):
+                result_msg = json.loads(line[len(_MARK):])
+    return result_msg
 
 
 def main(argv=None) -> int:

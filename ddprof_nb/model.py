@@ -10,6 +10,11 @@ Stacks are tuples of frame indexes, root first.  Every event has exactly two val
 quantity in the event's unit (nanoseconds or bytes).
 
 Only ``events`` is imported from the package: it is the leaf table everything shares.
+
+Size: over 600 lines as one module because it is one data model: the interned types
+(Frame, LabelSet, Thread, Metadata), the Profile and the ProfileBuilder share the column
+layout, the interning and the aggregation rules (``aggregate_columns``, ``tick_for``,
+``CSRStacks``); the builder writes exactly what the Profile reads, so they change together.
 """
 
 from __future__ import annotations

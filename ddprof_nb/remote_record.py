@@ -108,17 +108,23 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
     except KeyboardInterrupt:
         end_reason = "interrupted (Ctrl-C)"
     end_mono = time.monotonic_ns()
+    builder.metadata = builder.metadata.replace(
+        notes=_notes(target, ticks, (end_mono - start_mono) / 1e9, end_reason),
+        dropped={EventType.WALL: torn} if torn else {},
+        extra={"wall_state_label": "state=cpu|off-cpu|gil", "target_pid": str(target.pid)})
+    return builder.build(end_ns=start_ns + (end_mono - start_mono))
+
+
+def _notes(target: Target, ticks: int, seconds: float, end_reason: str) -> tuple[str, ...]:
+    """What the profile says of how it was taken: the target, the tick rate, why it ended early."""
     notes = [f"sampled from outside: process {target.pid} ({target.cmdline or '?'}), CPython {target.version_text}",
-             f"wall: {ticks} ticks ({ticks / max((end_mono - start_mono) / 1e9, 1e-9):.0f}/s); "
+             f"wall: {ticks} ticks ({ticks / max(seconds, 1e-9):.0f}/s); "
              f"cpu: each thread's /proc CPU time, spread over its samples ({_CLK_TCK} ticks/s resolution)"]
     if target.layout_note:
         notes.append(f"stacks {target.layout_note}")
     if end_reason:
         notes.append(f"stopped early: {end_reason}")
-    builder.metadata = builder.metadata.replace(
-        notes=tuple(notes), dropped={EventType.WALL: torn} if torn else {},
-        extra={"wall_state_label": "state=cpu|off-cpu|gil", "target_pid": str(target.pid)})
-    return builder.build(end_ns=start_ns + (end_mono - start_mono))
+    return tuple(notes)
 
 
 def _stack_id(target: Target, builder: ProfileBuilder, stacks: dict, truncated: int, tstate: int, tid: int,

@@ -141,7 +141,7 @@ int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for 
 void records_reset(void);
 
 /* ---- the wall thread (wall.c) --------------------------------------------------------- */
-int wall_flush(slot_t *s);              /* pending WALL record to the ring; 0 ring full */
+int wall_flush(slot_t *s);              /* pending WALL record to the aggregate or ring; 0 both full */
 int wall_thread_start(void);            /* 0 or pthread_create's error */
 void wall_thread_stop(void);            /* wake it, join it: it flushes what is pending */
 void wall_after_fork(void);
@@ -155,6 +155,7 @@ void drain_free(void);
 void drain_after_fork(void);
 void drain_stats(ddp_stats *out);
 void agg_fill(void);                    /* ring -> active aggregate */
+int agg_add_direct(const ddp_record *r); /* a record of an ordinary thread -> it; -1: use the ring */
 void drain_poke(void);                  /* wake a waiting drain if it has a reason */
 
 #pragma GCC visibility pop

@@ -2,7 +2,8 @@
  *
  * Why a native aggregate: the Python drain needs the GIL, and beside dozens of threads that
  * want it too it runs a few times a second; the ring would fill.  The wall thread moves
- * the ring's records into the active aggregate every tick (no GIL) and wakes a waiting
+ * the ring's records into the active aggregate every tick (no GIL), adds its own WALL
+ * records there directly (agg_add_direct), and wakes a waiting
  * drain when there is a reason to (ddp_drain_wait).
  *
  * Includes: core.h.
@@ -66,6 +67,28 @@ void agg_fill(void)
     pthread_mutex_lock(&agg_lock);
     agg_fill_locked();
     pthread_mutex_unlock(&agg_lock);
+}
+
+/* A record of an ordinary thread (the wall thread's merged WALL records) straight into the
+ * active aggregate: the ring is for signal handlers, and a copy into it, a fresh ring page
+ * and a copy out again cost the wall tick ~1-2 us a record on its cold caches.  -1 when the
+ * aggregate is busy (a drain reads it out), full, or records wait before it: the caller
+ * then takes the ring. */
+int agg_add_direct(const ddp_record *r)
+{
+    if (pthread_mutex_trylock(&agg_lock) != 0)
+        return -1;
+    int rc = -1;
+    if (aggs[0] && !agg_has_held) {
+        ddp_agg *a = aggs[agg_active];
+        rc = ddp_agg_add(a, r, sess_cfg.merge_shadow ? -1 : bucket_of(r->ts_ns), bucket_fn);
+        if (rc == 0) {
+            sess_stats.agg_in++;
+            atomic_store(&agg_quarter, ddp_agg_quarter_full(a));
+        }
+    }
+    pthread_mutex_unlock(&agg_lock);
+    return rc;
 }
 
 /* Samples of code the drain has not resolved wake it this long after its last wake at the

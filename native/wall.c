@@ -14,7 +14,9 @@
  * as the profile grows, so the Profile is the same as with one record per sample.
  *
  * Each tick also checks our signal handlers, rescans the thread registry, runs the started
- * engines' ticks, moves the ring's records into the aggregate and pokes the drain.
+ * engines' ticks, moves the ring's records into the aggregate and pokes the drain.  Merged
+ * WALL records go into the aggregate directly (agg_add_direct), the ring only when it is
+ * busy or full.
  *
  * Includes: core.h.
  */
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "core.h"
 
 #define IDLE_TICK_NS 50000000LL /* the sampler thread's period when no event needs ticks (lock/park, alloc) */
@@ -37,22 +40,97 @@ static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_cond;
 static int wake_stop;
 
+/* A thread's /proc/self/task/<tid>/syscall, kept open between reads: opening it costs the
+ * wall tick ~3x what a pread of an open one does (path walk, proc inode, seq_file buffer; on
+ * the tick's cold caches ~20 us against ~5 us, beside a busy thread that is read each tick
+ * on a loaded machine).  At most KEPT_FDS are kept; when they are all in use, a file read
+ * in the last second stays and the new thread's is opened and closed per read as before
+ * (round-robin evictions among more threads than that would cost an open and a close per
+ * read and more).  A kept file names its task, not its tid: once the thread exits, reads
+ * fail (ESRCH) and the tid's next thread gets a file of its own.  Each file's identity
+ * (device, inode) is checked before we close it, so a descriptor number that code of the
+ * process closed and reused for something else is never closed by us. */
+#define KEPT_FDS 32
+#define KEPT_IDLE_NS 1000000000LL /* a kept file unread this long makes room for another */
+typedef struct {
+    int32_t tid;
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    int64_t used; /* last read (ddp_now_ns) */
+} kept_fd;
+static kept_fd kept[KEPT_FDS]; /* the sampler thread's (and the fork child's handler) */
+static int nkept;
+
+static void kept_close(kept_fd *k)
+{
+    struct stat st;
+    if (fstat(k->fd, &st) == 0 && st.st_dev == k->dev && st.st_ino == k->ino)
+        close(k->fd);
+    *k = kept[--nkept];
+}
+
+static void kept_close_all(void)
+{
+    while (nkept)
+        kept_close(&kept[nkept - 1]);
+}
+
+/* The thread's syscall line into buf (NUL-terminated), its length; <= 0 when unreadable. */
+static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
+{
+    int64_t now = ddp_now_ns();
+    kept_fd *k = NULL;
+    for (int i = 0; i < nkept; i++)
+        if (kept[i].tid == tid) {
+            k = &kept[i];
+            break;
+        }
+    if (k) {
+        ssize_t n = pread(k->fd, buf, cap - 1, 0);
+        if (n > 0) {
+            k->used = now;
+            buf[n] = 0;
+            return n;
+        }
+        kept_close(k); /* its task is gone (ESRCH): the tid may be a new thread's */
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    if (n <= 0) {
+        close(fd);
+        return -1;
+    }
+    buf[n] = 0;
+    if (nkept == KEPT_FDS) {
+        int old = 0;
+        for (int i = 1; i < nkept; i++)
+            if (kept[i].used < kept[old].used)
+                old = i;
+        if (now - kept[old].used > KEPT_IDLE_NS)
+            kept_close(&kept[old]);
+    }
+    struct stat st;
+    if (nkept < KEPT_FDS && fstat(fd, &st) == 0)
+        kept[nkept++] = (kept_fd){ tid, fd, st.st_dev, st.st_ino, now };
+    else
+        close(fd);
+    return n;
+}
+
 /* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
 static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
 {
     int64_t dcpu = (cpu_now >= 0 && s->last_cpu_ns >= 0) ? cpu_now - s->last_cpu_ns : -1;
     if (dcpu >= 0 && dwall > 0 && dcpu * 2 >= dwall)
         return DDP_STATE_CPU;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)atomic_load(&s->tid));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[256];
+    if (read_syscall_line(atomic_load(&s->tid), buf, sizeof buf) <= 0)
         return DDP_STATE_OFFCPU;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return DDP_STATE_OFFCPU;
-    buf[n] = 0;
     if (!strncmp(buf, "running", 7))
         return DDP_STATE_CPU;
     char *end;
@@ -65,18 +143,20 @@ static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
     return DDP_STATE_OFFCPU;
 }
 
-/* Write a slot's pending WALL record (count samples) to the ring; 0 when the ring is full
- * (the record stays pending: later samples of the thread add to it). */
+/* Write a slot's pending WALL record (count samples) to the aggregate, else to the ring; 0
+ * when both are full (the record stays pending: later samples of the thread add to it). */
 int wall_flush(slot_t *s)
 {
     ddp_record *p = s->wlast;
-    size_t ticket;
-    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
-    if (!rec)
-        return 0;
+    if (agg_add_direct(p) != 0) {
+        size_t ticket;
+        ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+        if (!rec)
+            return 0;
+        memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+        ddp_ring_publish(sess_ring, ticket);
+    }
     s->wpend = 0;
-    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
-    ddp_ring_publish(sess_ring, ticket);
     atomic_fetch_add_explicit(&sess_stats.samples[DDP_EVENT_WALL], (uint64_t)p->count, memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.wall_records, 1, memory_order_relaxed);
     return 1;
@@ -103,7 +183,7 @@ static int same_sample(const ddp_record *a, const ddp_record *b)
            a->stack_hash == b->stack_hash && !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
 }
 
-/* Pending records whose bucket is over, or whose thread left, go to the ring now. */
+/* Pending records whose bucket is over, or whose thread left, are written now. */
 static void wall_flush_stale(int64_t now, int all)
 {
     int n = atomic_load(&sess_nslots);
@@ -176,7 +256,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         last->value += dwall;
         last->ts_ns = now;
     } else if (s->wpend && !wall_flush(s)) {
-        /* the ring is full: this sample's time goes to the thread's pending record (its stack
+        /* aggregate and ring full: this sample's time goes to the thread's pending record (its stack
          * stands for both), so the thread's wall total stays exact */
         last->count += 1;
         last->value += dwall;
@@ -307,16 +387,17 @@ static void *sampler_main(void *arg)
         registry_tick(b, ++gen, ddp_now_ns()); /* threads gone since the last tick leave first */
         wall_tick_final(&scratch);
     }
-    agg_fill();                        /* room in the ring for the last records */
-    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample to the ring */
+    agg_fill();                        /* room for the last records */
+    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample written */
     engines_tick(ddp_now_ns(), 1);     /* and the engines' last records (waits since the start) */
     agg_fill();
     for (int i = 0; i < atomic_load(&sess_nslots) && i < MAX_SLOTS; i++)
-        if (sess_slots[i].wpend) { /* the ring stayed full: lost, and said */
+        if (sess_slots[i].wpend) { /* aggregate and ring stayed full: lost, and said */
             atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], (uint64_t)sess_slots[i].wlast->count,
                                       memory_order_relaxed);
             sess_slots[i].wpend = 0;
         }
+    kept_close_all();
     free(b);
     free(scratch);
     return NULL;
@@ -358,4 +439,5 @@ void wall_after_fork(void)
     /* POSIX: the child has no sampler thread */
     pthread_mutex_init(&wake_lock, NULL);
     sampler_started = 0;
+    kept_close_all(); /* the parent's copies: no thread reads them here */
 }

@@ -31,9 +31,9 @@ loop thread's tid, so the loop thread's own wall time stays its own.  Tasks whos
 await chain holds only loop / kernel machinery (ipykernel's idle dispatch tasks) are
 not sampled.
 
-Over 600 lines for one reason: it is one class, the sampler's session and its tick, whose
-per-task accounting reads best in one place; what it keeps per loop and per task is in
-``loops``, what a task awaits in ``chains``.
+Apart: the stacks drawn (``task_stacks``), what is kept per loop and per task (``loops``),
+what a task awaits (``chains``), the names a session gave (``task_names``), the ticks' cost
+and errors (``tick_stats``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import asyncio
 import contextvars
 import os
 import random
-import sys
 import threading
 import time
 import weakref
@@ -53,17 +52,18 @@ import numpy as np
 from .. import labeling as _lab
 from .. import sources as _sources
 from ..errors import NotRunningError, ProfilerBusyError
-from ..events import EventType, FrameKind
+from ..events import EventType
 from ..labeling import TASK_SHIFT as _TASK_SHIFT
-from ..labeling import _current, _task_names, label_id
-from ..model import EMPTY_LABELS, Frame, Metadata, Profile, ProfileBuilder
-from ..render.format import format_count, format_duration
+from ..labeling import _current, label_id
+from ..model import EMPTY_LABELS, Metadata, Profile, ProfileBuilder
 from . import stepper as _stepper
-from .chains import _api_name, _await_chain, _describe_waiter
-from .fold import _ASYNCIO, _OTHER, OTHER_TASKS, TASK_MARK, _file_kind
+from . import task_names
+from .fold import OTHER_TASKS
 from .loops import (_UNSET, _deref, _foreign_pending, _hook_selector, _LoopState, _multiplicities, _pending,
                     _registry_refs, _task_registries, _TaskState, _Tracker, _unhook_selector)
 from .stepper import _install_create_task, _state, _uninstall_create_task
+from .task_stacks import TaskStacks
+from .tick_stats import TickStats
 
 RESCAN_NS = 1_000_000_000  # how often pre-existing (unwrapped) tasks are looked up again
 TICK_COST_RATIO = 200  # the task sampler's next tick comes at least 200x a tick's cost later...
@@ -74,7 +74,6 @@ _monotonic_ns = time.monotonic_ns
 _current_task = asyncio.current_task
 _weakref = weakref.ref
 _tracker_pid = 0  # the process the tracker runs in (a fork child inherits it, not the sampler)
-_carried: dict = {}  # task index -> weakref of its task: names a stopped session kept for pending tasks
 
 
 def engine_events(events: Iterable[EventType], engine_supported: Iterable[EventType] = ()) -> tuple[EventType, ...]:
@@ -130,18 +129,11 @@ class TaskSampler:
         self._lock = threading.RLock()  # the builder and caches: loops may run on several threads
         self._running = False
         self._start_mono = 0
-        self._frame_cache: dict = {}  # (id(code), lasti) -> (code, frame id)
-        self._blockers: dict[str, int] = {}
+        self._stacks: TaskStacks | None = None
         self._rows: list = []  # (stack, thread, published id, parked, rel time, count, weight)
-        self._ticks = 0
-        self._samples = {EventType.WALL: 0, EventType.PARK: 0}
-        self._subsampled_ticks = 0
-        self._errors: dict[str, int] = {}
-        self._tick_ns = 0
-        self._tick_cpu_ns = 0  # the ticks' own CPU time: their wall time adds preemption and GIL waits
+        self._stats = TickStats()
         self._empty_ctx = contextvars.Context()
         self._registries = _task_registries()
-        self._mark = self._truncated = -1
         self._names_from: int | None = None  # after stop: the first task index the session gave
         self._names_loops: list = []
 
@@ -162,8 +154,7 @@ class TaskSampler:
         self._start_mono = _monotonic_ns()
         self._builder = b = ProfileBuilder(Metadata(start_ns=time.time_ns(), interval_ns=self.interval_ns,
                                                     engine=self.name))
-        self._mark = b.frame_id(TASK_MARK)
-        self._truncated = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        self._stacks = TaskStacks(b, self.max_depth)
         self._tracker = tracker = _Tracker(self)
         self._running = True
         _lab.install_propagation()  # task labels reach the threads tasks start
@@ -245,30 +236,7 @@ class TaskSampler:
         if first is None:
             return 0
         self._names_from, self._names_loops = None, []
-        keep = {}  # task index -> its pending task
-        for loop in loops:
-            try:
-                pending = asyncio.all_tasks(loop)
-            except Exception:  # noqa: BLE001 - a closed loop, a foreign one
-                continue
-            for task in pending:
-                coro = task.get_coro()
-                lid = coro._lid if type(coro) is _stepper._TaskCoro else -1
-                if lid > _lab.LOW_MASK:
-                    keep[lid >> _TASK_SHIFT] = task
-        for idx, ref in list(_carried.items()):  # names kept by an earlier session: still pending?
-            task = ref()
-            if task is not None and not task.done():
-                keep.setdefault(idx, task)
-        drop = {i for i in list(_task_names) if (i >= first or i in _carried) and i not in keep}
-        _carried.clear()
-        _carried.update((i, weakref.ref(t)) for i, t in keep.items())
-        for i in drop:
-            _task_names.pop(i, None)
-        packed = _lab._packed
-        for ident in [k for k in list(packed) if (k >> _TASK_SHIFT) in drop]:
-            packed.pop(ident, None)
-        return len(drop)
+        return task_names.forget(first, loops)
 
     def _cancel(self, st: _LoopState) -> None:
         handle, st.handle = st.handle, None
@@ -321,50 +289,12 @@ class TaskSampler:
             with self._lock:
                 self._sample_loop(st, t0)
         except Exception as exc:  # noqa: BLE001 - never raise into the user's loop
-            msg = f"{type(exc).__name__}: {exc}"[:200]
-            if msg in self._errors or len(self._errors) < 5:
-                self._errors[msg] = self._errors.get(msg, 0) + 1
+            self._stats.error(exc)
         took = _monotonic_ns() - t0
         # a smoothed cost, one-off work excluded (the loop's stack, looked up once a second)
         st.cost = (3 * st.cost + max(0, took - st.prefix_ns)) // 4
         st.prefix_ns = 0
-        self._tick_ns += took
-        self._tick_cpu_ns += time.thread_time_ns() - c0
-        self._ticks += 1
-
-    def _prefix(self) -> list[int]:
-        """Frame ids of the loop thread's stack, root first, down to the innermost
-        ``Handle._run`` above us (the loop's dispatch); [] when there is none."""
-        f = sys._getframe(1)
-        chain = []
-        found = -1
-        while f is not None:
-            chain.append(f)
-            if found < 0 and f.f_code.co_name == "_run" and f.f_code.co_filename.endswith("events.py"):
-                found = len(chain) - 1
-            f = f.f_back
-        if found < 0:
-            return []
-        ids = [self._frame_id(fr) for fr in chain[found:]]
-        ids.reverse()
-        return ids
-
-    def _frame_id(self, frame) -> int:
-        code = frame.f_code
-        key = (id(code), frame.f_lasti)
-        hit = self._frame_cache.get(key)
-        if hit is None:
-            line = frame.f_lineno or code.co_firstlineno
-            hit = self._frame_cache[key] = (
-                code, self._builder.frame_id(Frame(code.co_qualname, code.co_filename, line, code.co_firstlineno)))
-        return hit[1]
-
-    def _twin(self, st: _LoopState) -> int:
-        """The loop thread's "(asyncio tasks)" thread id (on the loop's thread)."""
-        if st.thread < 0:
-            st.thread = self._builder.thread_id(threading.get_native_id(),
-                                                f"{threading.current_thread().name} (asyncio tasks)")
-        return st.thread
+        self._stats.tick(took, time.thread_time_ns() - c0)
 
     def _sample_loop(self, st: _LoopState, now: int) -> None:
         """One tick: account the tasks the previous tick described (all of them, or a
@@ -374,18 +304,42 @@ class TaskSampler:
         the stacks it had then and has now, as a thread's CPU clock between two of its
         samples; a draw made at the previous tick stands for every task pending then."""
         loop = st.loop
-        self._twin(st)
+        self._stacks.thread(st)
         prev_tick = st.last_tick or self._start_mono
         st.last_tick = now
+        self._pace_short_draws(now)
+        self._watch_loop(st, now)
+        described, created = st.reg[:st.mark], st.reg[st.mark:]  # registered before / since the previous tick
+        self._compact(st)
+        reg, others = st.reg, st.others
+        n = len(reg) + len(others)
+        running = _current_task(loop) if asyncio._get_running_loop() is loop else None
+        draws = max(4, min(self.max_tasks, self.budget_ns // max(1, 2 * st.draw_ns)))
+        account = self._to_account(st, described + others, created, n, draws)
+        acc: dict = {}
+        t_visits = _monotonic_ns()
+        seen = self._account(st, account, running, now, prev_tick, acc)
+        st.states = self._describe_next(st, n, draws, running, seen, now, prev_tick, t_visits)
+        st.mark = len(st.reg)
+        rel = now - self._start_mono
+        for (stack, lid, parked), (count, weight) in acc.items():
+            if weight > 0:
+                self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
+
+    def _pace_short_draws(self, now: int) -> None:
+        """Suspensions that begin from now on and end before the next tick are drawn at
+        their end: about SHORTS_PER_TICK a tick (each describes an await chain)."""
         slot = _lab._slot_here()
-        # suspensions that begin from now on and end before the next tick are drawn at
-        # their end (about SHORTS_PER_TICK a tick: each describes an await chain)
         slot.tick = now
         if slot.shorts > SHORTS_PER_TICK:
             slot.rate *= 2
         elif slot.shorts < SHORTS_PER_TICK // 2 and slot.rate > self.interval_ns:
             slot.rate = max(self.interval_ns, slot.rate // 2)
         slot.shorts = 0
+
+    def _watch_loop(self, st: _LoopState, now: int) -> None:
+        """The loop's selector hook (when a batch of callbacks begins), and its tasks not
+        created through create_task, looked up again now and then."""
         if st.hook is None:
             _hook_selector(st)
         if st.hook and st.hook[2].batch < now:
@@ -395,32 +349,35 @@ class TaskSampler:
             # tasks not created through create_task while profiling (asyncio.Task(...),
             # loops of other classes) are looked up now and then: O(all tasks), so at most
             # every second and at most ~0.5% of the time
-            st.others = [w for w in (_foreign_pending(r, loop) for r in _registry_refs(self._registries))
+            st.others = [w for w in (_foreign_pending(r, st.loop) for r in _registry_refs(self._registries))
                          if w is not None]
             st.others_at = now + max(RESCAN_NS, 200 * (_monotonic_ns() - now))
-        described, created = st.reg[:st.mark], st.reg[st.mark:]  # registered before / since the previous tick
-        if len(st.reg) > st.compact_at:  # amortized O(1) per task created
+
+    def _compact(self, st: _LoopState) -> None:
+        """Drop the loop's done tasks from its registered list: amortized O(1) per task created."""
+        if len(st.reg) > st.compact_at:
             st.reg = [r for r in st.reg if (t := r()) is not None and not t.done()]
             st.compact_at = max(256, 2 * len(st.reg))
             if self._tracker is not None and self._tracker.registered is not None:
-                self._tracker.registered[loop] = st.reg
-        reg, others = st.reg, st.others
-        n = len(reg) + len(others)
-        running = _current_task(loop) if asyncio._get_running_loop() is loop else None
-        draws = max(4, min(self.max_tasks, self.budget_ns // max(1, 2 * st.draw_ns)))
-        rand = self._rng.random
-        # what this tick accounts: (reference, scale numerator, scale denominator)
+                self._tracker.registered[st.loop] = st.reg
+
+    def _to_account(self, st: _LoopState, described: list, created: list, n: int, draws: int) -> list:
+        """What this tick accounts: (task reference, scale numerator, scale denominator)."""
         if st.panel is None:  # the previous tick described every task
-            account = [(ref, 1, 1) for ref in described + others]
+            account = [(ref, 1, 1) for ref in described]
         else:
             account = [(ref, st.panel_n * k, len(st.panel)) for ref, k in _multiplicities(st.panel)]
         if len(created) <= draws or n <= self.max_tasks:
             account += [(ref, 1, 1) for ref in created]
         else:  # many new tasks: a draw of them (with replacement), for their time since creation
+            rand = self._rng.random
             picks = [created[int(rand() * len(created))] for _ in range(draws)]
             account += [(ref, len(created) * k, draws) for ref, k in _multiplicities(picks)]
-        states, acc, seen = st.states, {}, {}
-        t_visits = _monotonic_ns()
+        return account
+
+    def _account(self, st: _LoopState, account: list, running, now: int, prev_tick: int, acc: dict) -> dict:
+        """Account each task of ``account`` into ``acc``; returns the pending ones' states."""
+        loop, states, seen = st.loop, st.states, {}
         for ref, num, den in account:
             task = _pending(ref, loop, running, ended=True)
             if task is None:
@@ -431,36 +388,37 @@ class TaskSampler:
                     self._visit(task, s, st, now, prev_tick, acc, num, den)
                 continue
             seen[task] = self._visit(task, s, st, now, prev_tick, acc, num, den)
-        # what the next tick accounts
+        return seen
+
+    def _describe_next(self, st: _LoopState, n: int, draws: int, running, seen: dict, now: int, prev_tick: int,
+                       t_visits: int) -> dict:
+        """Describe what the next tick accounts: every pending task while they are few, else
+        a uniform draw (with replacement: cheap, unbiased once scaled).  Returns their states."""
+        loop, states, reg, others = st.loop, st.states, st.reg, st.others
         if n <= self.max_tasks:
             st.panel = None
             for ref in reg + others:
                 task = _pending(ref, loop, running)
                 if task is not None and task not in seen:
                     seen[task] = self._visit(task, states.get(task), st, now, prev_tick, None, 0, 1)
-            keep = seen
-        else:  # a uniform draw (with replacement: cheap, unbiased once scaled)
-            self._subsampled_ticks += 1
-            nreg = len(reg)
-            st.panel = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(draws))]
-            st.panel_n = n
-            keep = {}
-            for ref in st.panel:
-                task = _pending(ref, loop, running)
-                if task is not None and task not in keep:
-                    s = seen.get(task)
-                    keep[task] = s if s is not None else self._visit(task, states.get(task), st, now, prev_tick,
-                                                                     None, 0, 1)
-            visits = len(seen) + len(keep)
-            if visits:
-                per = (_monotonic_ns() - t_visits) // visits
-                st.draw_ns = per if not st.draw_ns else (3 * st.draw_ns + per) // 4
-        st.states = keep
-        st.mark = len(st.reg)
-        rel = now - self._start_mono
-        for (stack, lid, parked), (count, weight) in acc.items():
-            if weight > 0:
-                self._rows.append((stack, st.thread, lid, parked, rel, count, weight))
+            return seen
+        self._stats.subsampled += 1
+        nreg = len(reg)
+        rand = self._rng.random
+        st.panel = [reg[i] if i < nreg else others[i - nreg] for i in (int(rand() * n) for _ in range(draws))]
+        st.panel_n = n
+        keep = {}
+        for ref in st.panel:
+            task = _pending(ref, loop, running)
+            if task is not None and task not in keep:
+                s = seen.get(task)
+                keep[task] = s if s is not None else self._visit(task, states.get(task), st, now, prev_tick,
+                                                                 None, 0, 1)
+        visits = len(seen) + len(keep)
+        if visits:
+            per = (_monotonic_ns() - t_visits) // visits
+            st.draw_ns = per if not st.draw_ns else (3 * st.draw_ns + per) // 4
+        return keep
 
     def _visit(self, task, s: "_TaskState | None", st: _LoopState, now: int, prev_tick: int, acc: dict | None,
                num: int, den: int) -> "_TaskState":
@@ -477,7 +435,7 @@ class TaskSampler:
         if waiter is None or waiter is not s.key:
             if st.prefix is None or now - st.prefix_at > RESCAN_NS:
                 p0 = _monotonic_ns()
-                st.prefix, st.prefix_at = self._prefix(), now
+                st.prefix, st.prefix_at = self._stacks.prefix(), now
                 st.chains = {}
                 st.prefix_ns = _monotonic_ns() - p0
             s.key = waiter
@@ -486,7 +444,7 @@ class TaskSampler:
             if proxy is not None and proxy._w >= 0 and not proxy._end:
                 # both, while the chain is there: the next tick may charge this
                 # suspension's rest (its park, its wait to run) after it resumed
-                self._stack_of(proxy, waiter, 1, st, s.stacks)
+                self._stacks.stack_of(proxy, waiter, 1, st, s.stacks)
         else:
             before = s.stacks
         if proxy is None:
@@ -550,24 +508,22 @@ class TaskSampler:
         try:
             with self._lock:
                 if st.prefix is None:
-                    st.prefix, st.prefix_at, st.chains = self._prefix(), resumed, {}
-                thread, rel = self._twin(st), resumed - self._start_mono
+                    st.prefix, st.prefix_at, st.chains = self._stacks.prefix(), resumed, {}
+                thread, rel = self._stacks.thread(st), resumed - self._start_mono
                 stacks = [_UNSET, _UNSET, _UNSET]
-                self._stack_of(proxy, None, 1, st, stacks)  # (one walk for both)
+                self._stacks.stack_of(proxy, None, 1, st, stacks)  # (one walk for both)
                 for parked, w in ((True, park_w), (False, ready_w)):
                     if w > 0 and stacks[parked] >= 0:
                         self._rows.append((stacks[parked], thread, proxy._lid, parked, rel, 1, w))
         except Exception as exc:  # noqa: BLE001 - never raise into the user's task
-            msg = f"{type(exc).__name__}: {exc}"[:200]
-            if msg in self._errors or len(self._errors) < 5:
-                self._errors[msg] = self._errors.get(msg, 0) + 1
+            self._stats.error(exc)
 
     def _sid(self, s: _TaskState, coro, waiter, variant: int, st: _LoopState) -> int:
         """The task's stack for ``variant`` (0 ready, 1 parked, 2 not started), computed
         once per suspension."""
         sid = s.stacks[variant]
         if sid == _UNSET:
-            sid = s.stacks[variant] = self._stack_of(coro, waiter, variant, st)
+            sid = s.stacks[variant] = self._stacks.stack_of(coro, waiter, variant, st)
         return sid
 
     def _add(self, acc: dict, task, coro, variant: int, weight: int, s: _TaskState, sid: int) -> None:
@@ -584,46 +540,6 @@ class TaskSampler:
             cell[0] += 1
             cell[1] += weight
 
-    def _stack_of(self, coro, waiter, variant: int, st: _LoopState, both: list | None = None) -> int:
-        """The stack of a suspended task (``coro``: its coroutine or our proxy) for
-        ``variant``: its await chain, ready (0) or parked (1, ending in a BLOCKER naming
-        what it awaits); or (2) its coroutine's entry, where it waited to start.
-        Cached per await chain (code and instruction of each frame, and what is
-        awaited): tasks suspended at the same place share one entry.  ``both``: a
-        task's stacks list, to fill with the ready and parked ones (one walk)."""
-        inner = coro._coro if type(coro) is _stepper._TaskCoro else coro
-        if variant == 2:
-            code = getattr(inner, "cr_code", None)
-            key = ("start", id(code))
-            sid = st.chains.get(key)
-            if sid is None:
-                if code is None or _file_kind(code.co_filename) != _OTHER:
-                    sid = -1
-                else:
-                    fid = self._builder.frame_id(Frame(code.co_qualname, code.co_filename, code.co_firstlineno,
-                                                       code.co_firstlineno))
-                    sid = self._builder.stack_id(st.prefix + [self._mark, fid])
-                st.chains[key] = sid
-            return sid
-        frames = _await_chain(inner)
-        chain = []
-        for f in frames:
-            chain.append(id(f.f_code))
-            chain.append(f.f_lasti)
-        chain = tuple(chain)
-        sid = -1
-        for parked in ((False, True) if both is not None else (variant == 1,)):
-            if parked:
-                key = (waiter.get_name() if isinstance(waiter, asyncio.Task) else type(waiter), True, chain)
-            else:
-                key = (None, False, chain)
-            sid = st.chains.get(key)
-            if sid is None:
-                sid = st.chains[key] = self._stack_for(frames, waiter, parked, st)
-            if both is not None:
-                both[parked] = sid
-        return sid
-
     def _lid_of(self, task, coro) -> int:
         """The task's published id (for our proxies, the one its steps publish)."""
         tracker = self._tracker
@@ -636,40 +552,6 @@ class TaskSampler:
         name = task.get_name()
         bits = tracker.task_bits(name) if tracker is not None else _lab.task_bits(name)
         return bits | label_id(base)
-
-    def _stack_for(self, frames: list, waiter, parked: bool, st: _LoopState) -> int:
-        """The stack id of a suspended task whose await chain is ``frames`` (outermost
-        first): the loop's prefix, the task marker, the chain and, when parked, a
-        BLOCKER naming what it awaits; -1 when no frame is user code (neither asyncio
-        nor notebook machinery: such tasks are not sampled)."""
-        ids: list[int] = []
-        tail: list = []  # trailing asyncio-internal codes, outermost first
-        user = False
-        for frame in frames:
-            code = frame.f_code
-            ids.append(self._frame_id(frame))
-            kind = _file_kind(code.co_filename)
-            if kind == _ASYNCIO:
-                tail.append(code)
-            else:
-                tail = []
-                user = user or kind == _OTHER
-        if not user:
-            return -1
-        if parked:
-            if tail:  # name the API the task called, not asyncio's insides
-                ids = ids[: len(ids) - len(tail)]
-                blocker = _api_name(tail)
-            else:
-                blocker = _describe_waiter(waiter)
-            fid = self._blockers.get(blocker)
-            if fid is None:
-                fid = self._blockers[blocker] = self._builder.frame_id(Frame(f"[{blocker}]", kind=FrameKind.BLOCKER))
-            ids.append(fid)
-        full = st.prefix + [self._mark] + ids
-        if len(full) > self.max_depth:
-            full = [self._truncated] + full[len(full) - self.max_depth + 1:]
-        return self._builder.stack_id(full)
 
     # -- the profile ------------------------------------------------------------------
     def _build(self, tracker: _Tracker) -> Profile:
@@ -688,32 +570,17 @@ class TaskSampler:
                 lab = labels[(lid, parked)] = b.labels_id(ls.merged({"state": "await" if parked else "ready"}))
             if self.want_wall:
                 b.add(EventType.WALL, stack, thread, lab, rel, count, weight)
-                self._samples[EventType.WALL] += count
             if parked and self.want_park:
                 b.add(EventType.PARK, stack, thread, lab, rel, count, weight)
-                self._samples[EventType.PARK] += count
         secs = max((end - self._start_mono) / 1e9, 1e-9)
-        notes = []
-        if self.sampling:
-            per_tick = self._tick_ns / max(1, self._ticks)
-            per_tick_cpu = self._tick_cpu_ns / max(1, self._ticks)
-            notes.append(
-                f"asyncio: {self._ticks} task-sampler ticks over {len(tracker.loops)} loop(s) "
-                f"({format_count(self._ticks / secs)}/s, {format_duration(per_tick)} each, "
-                f"{format_duration(per_tick_cpu)} of CPU); "
-                f"suspended tasks' wall{'/park' if self.want_park else ''} on the '(asyncio tasks)' thread(s), "
-                "labels state=await|ready")
-            if self._subsampled_ticks:
-                notes.append(f"asyncio: {self._subsampled_ticks} tick(s) saw more pending tasks than their "
-                             f"budget ({self.max_tasks} tasks, {format_duration(self.budget_ns)}): a random subset "
-                             "was sampled and its weights scaled (unbiased, noisier)")
+        stats = self._stats
+        notes = (stats.notes(len(tracker.loops), secs, self.want_park, self.max_tasks, self.budget_ns)
+                 if self.sampling else [])
         if tracker.names_capped:
             notes.append(f"asyncio: more than {_stepper.MAX_TASK_NAMES} task names: {tracker.names_capped} task(s) "
                          f"labelled task={OTHER_TASKS}")
-        if self._errors:
-            detail = "; ".join(f"{m} (x{n})" for m, n in self._errors.items())
-            notes.append(f"asyncio task sampler errors: {detail}")
-        b.metadata = b.metadata.replace(notes=tuple(notes), extra={"asyncio_ticks": str(self._ticks)})
+        notes += stats.error_notes()
+        b.metadata = b.metadata.replace(notes=tuple(notes), extra={"asyncio_ticks": str(stats.ticks)})
         return b.build(end_ns=b.metadata.start_ns + (end - self._start_mono))
 
 

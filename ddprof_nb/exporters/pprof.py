@@ -288,11 +288,9 @@ def _label_text(lab: pb.Label) -> str:
     return f"{lab.num} {lab.num_unit}" if lab.num_unit else str(lab.num)
 
 
-def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
-    """The Profile for a decoded pprof message; ``ValueError`` naming ``name`` when its
-    sample types cannot be mapped to events."""
-    ours, cm = _parse_comments(pp.comments, name)
-
+def _event_columns(pp: pb.PprofProfile, name: str) -> tuple[list, list[str]]:
+    """[(event, count column, quantity column)] for the sample types that map to our events
+    (None: the file has no such column), and the sample types that map to none."""
     # sample type index -> (event, value index); first mapping of each slot wins
     known = _sample_type_map()
     columns: dict[EventType, list[int | None]] = {}
@@ -310,7 +308,12 @@ def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
             f"{name}: no pprof sample type maps to a ddprof_nb event (found: {found}; expected "
             f"e.g. {', '.join(f'{vt.type}/{vt.unit}' for e in EventType for vt in e.value_types)})"
         )
+    return event_cols, ignored
 
+
+def _metadata(pp: pb.PprofProfile, ours: bool, cm, ignored: list[str], name: str) -> tuple[Metadata, int]:
+    """The Metadata and tick of the profile: from our comments when we wrote the file, else
+    what pprof's own fields say."""
     if ours:
         meta = Metadata(
             start_ns=pp.time_nanos,
@@ -338,11 +341,14 @@ def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
             notes=tuple(notes), extra={"source_format": "pprof"},
         )
         tick_ns = MIN_TICK_NS
+    return meta, tick_ns
 
-    builder = ProfileBuilder(meta)
+
+def _location_frames(pp: pb.PprofProfile, builder: ProfileBuilder, name: str) -> dict[int, list[int]]:
+    """Location id -> its frame ids, leaf first (an inlined location has several)."""
     functions = {f.id: f for f in pp.functions}
     mappings = {m.id: m for m in pp.mappings}
-    loc_frames: dict[int, list[int]] = {}  # location id -> frame ids, leaf first
+    loc_frames: dict[int, list[int]] = {}
     for loc in pp.locations:
         if loc.lines:
             ids = [builder.frame_id(_frame_of_function(functions.get(ln.function_id), ln.line, name))
@@ -353,6 +359,17 @@ def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
             kind = FrameKind.NATIVE if loc.address else FrameKind.UNKNOWN
             ids = [builder.frame_id(Frame(label, m.filename if m else "", kind=kind))]
         loc_frames[loc.id] = ids
+    return loc_frames
+
+
+def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
+    """The Profile for a decoded pprof message; ``ValueError`` naming ``name`` when its
+    sample types cannot be mapped to events."""
+    ours, cm = _parse_comments(pp.comments, name)
+    event_cols, ignored = _event_columns(pp, name)
+    meta, tick_ns = _metadata(pp, ours, cm, ignored, name)
+    builder = ProfileBuilder(meta)
+    loc_frames = _location_frames(pp, builder, name)
 
     # the usual case, one frame per location, takes a faster path
     single = {lid: ids[0] for lid, ids in loc_frames.items()} if all(

@@ -16,6 +16,11 @@ are skipped on decode.  Empty strings and zero numbers are proto3 defaults and
 are not written; ``default_sample_type=""`` therefore decodes as ``None``.
 ``encode`` refuses profiles that ``decode`` would refuse, and writes the string
 table last so that any truncation of its output is detected on decode.
+
+Size: over 600 lines as one module because it is one codec: the message dataclasses,
+the encoder and the decoder mirror each other field number by field number, and each
+check on decode has its twin on encode ("encode refuses what decode would refuse"); in
+one file a field's tag is read and written side by side.
 """
 
 from __future__ import annotations
@@ -182,24 +187,37 @@ def encode(p: PprofProfile) -> bytes:
     strings = _Strings()
     X = strings.__getitem__
     X("")
-    join = b"".join
     parts: list[bytes] = []
     put = parts.append
-
-    def value_type(vt: ValueType) -> bytes:
-        b = bytearray()
-        if i := X(vt.type):
-            b += b"\x08"; b += U(i)
-        if i := X(vt.unit):
-            b += b"\x10"; b += U(i)
-        return bytes(b)
-
     for vt in p.sample_types:
-        b = value_type(vt)
+        b = _value_type(vt, X, U)
         put(b"\x0a"); put(U(len(b))); put(b)
+    maps = _encode_mappings(p.mappings, put, X, U)
+    funcs = _encode_functions(p.functions, put, X, U, S)
+    locs = _encode_locations(p.locations, maps, funcs, put, U, S)
+    _encode_samples(p, locs, put, X, U, S)
+    put(_encode_scalars(p, X, U, S))
+    # The string table goes last: every string in it is referenced, so any
+    # truncation of the output leaves a dangling index (or a cut field) behind.
+    for s in strings:
+        b = s.encode("utf-8")
+        put(b"\x32"); put(U(len(b))); put(b)
+    return b"".join(parts)
 
+
+def _value_type(vt: ValueType, X, U) -> bytes:
+    b = bytearray()
+    if i := X(vt.type):
+        b += b"\x08"; b += U(i)
+    if i := X(vt.unit):
+        b += b"\x10"; b += U(i)
+    return bytes(b)
+
+
+def _encode_mappings(mappings: list[Mapping], put, X, U) -> _KnownIds:
+    """Write the Mapping messages; returns their ids (encoded), for the locations to check."""
     maps = _KnownIds("mapping")
-    for m in p.mappings:
+    for m in mappings:
         _check_new_id(m.id, maps, "mapping")
         b = bytearray(b"\x08"); b += maps.setdefault(m.id, U(m.id))
         for tag, v in ((b"\x10", m.memory_start), (b"\x18", m.memory_limit), (b"\x20", m.file_offset)):
@@ -214,9 +232,13 @@ def encode(p: PprofProfile) -> bytes:
             if flag:
                 b += tag
         put(b"\x1a"); put(U(len(b))); put(b)
+    return maps
 
+
+def _encode_functions(functions: list[Function], put, X, U, S) -> _KnownIds:
+    """Write the Function messages; returns their ids (encoded), for the lines to check."""
     funcs = _KnownIds("function")
-    for f in p.functions:
+    for f in functions:
         _check_new_id(f.id, funcs, "function")
         b = bytearray(b"\x08"); b += funcs.setdefault(f.id, U(f.id))
         if i := X(f.name):
@@ -228,10 +250,15 @@ def encode(p: PprofProfile) -> bytes:
         if v := f.start_line:
             b += b"\x28"; b += S(v)
         put(b"\x2a"); put(U(len(b))); put(b)
+    return funcs
 
+
+def _encode_locations(locations: list[Location], maps: _KnownIds, funcs: _KnownIds, put, U, S) -> _KnownIds:
+    """Write the Location messages (their mapping and function ids checked); returns their ids
+    (encoded), for the samples to check."""
     locs = _KnownIds("location")
     M, F = maps.__getitem__, funcs.__getitem__
-    for loc in p.locations:
+    for loc in locations:
         lid = loc.id
         if not lid or lid in locs:
             _check_new_id(lid, locs, "location")
@@ -252,7 +279,12 @@ def encode(p: PprofProfile) -> bytes:
         if loc.is_folded:
             b += b"\x28\x01"
         put(b"\x22"); put(U(len(b))); put(b)
+    return locs
 
+
+def _encode_samples(p: PprofProfile, locs: _KnownIds, put, X, U, S) -> None:
+    """Write the Sample messages (their location ids checked, one value per sample type)."""
+    join = b"".join
     nvalues = len(p.sample_types)
     L = locs.__getitem__  # encodes *and* validates location ids at C speed
     label_cache: dict[tuple, bytes] = {}
@@ -274,7 +306,9 @@ def encode(p: PprofProfile) -> bytes:
         b = join(b)
         put(b"\x12"); put(U(len(b))); put(b)
 
-    # Scalar fields 7-14: their strings must be registered before the table is written.
+
+def _encode_scalars(p: PprofProfile, X, U, S) -> bytes:
+    """Fields 7-14; their strings are registered here, before the string table is written."""
     tail = bytearray()
     for tag, s in ((b"\x38", p.drop_frames), (b"\x40", p.keep_frames)):
         if s:
@@ -283,23 +317,16 @@ def encode(p: PprofProfile) -> bytes:
         if v:
             tail += tag; tail += S(v)
     if p.period_type is not None:
-        b = value_type(p.period_type)
+        b = _value_type(p.period_type, X, U)
         tail += b"\x5a"; tail += U(len(b)); tail += b
     if p.period:
         tail += b"\x60"; tail += S(p.period)
     if p.comments:
-        b = join([U(X(c)) for c in p.comments])
+        b = b"".join([U(X(c)) for c in p.comments])
         tail += b"\x6a"; tail += U(len(b)); tail += b
     if p.default_sample_type:
         tail += b"\x70"; tail += U(X(p.default_sample_type))
-
-    put(tail)
-    # The string table goes last: every string in it is referenced, so any
-    # truncation of the output leaves a dangling index (or a cut field) behind.
-    for s in strings:
-        b = s.encode("utf-8")
-        put(b"\x32"); put(U(len(b))); put(b)
-    return join(parts)
+    return bytes(tail)
 
 
 def _encode_label(lab: Label, n: int, X, U, S) -> bytes:
@@ -490,102 +517,14 @@ def decode(data: bytes, *, name: str = "<bytes>") -> PprofProfile:
     if data[:2] == b"\x1f\x8b":
         raise ValueError(f"{name}: data is gzip-compressed (use loads(); double-compressed?)")
     top = _parse(data, 0, len(data), name, _K_PROFILE)
-    try:
-        table = [str(data[s:e], "utf-8") for s, e in top[6] or ()]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: string table entry is not valid UTF-8 ({e.reason})") from None
-    if not table:
-        raise ValueError(f"{name}: missing string table (not a pprof profile?)")
-    if table[0] != "":
-        raise ValueError(f"{name}: string_table[0] must be the empty string")
-    nstr = len(table)
-
-    def sx(i, what: str) -> str:
-        if i is None:
-            return ""
-        if i >= nstr:
-            raise ValueError(f"{name}: string index {i} in {what} out of range "
-                             f"(string table has {nstr} entries)")
-        return table[i]
-
-    def value_type(span, what: str) -> ValueType:
-        r = _parse(data, span[0], span[1], name, _K_VALUE_TYPE)
-        return ValueType(sx(r[1], what), sx(r[2], what))
-
-    def new_id(i, seen: set, kind: str) -> int:
-        if not i:
-            raise ValueError(f"{name}: {kind} id must be nonzero")
-        if i in seen:
-            raise ValueError(f"{name}: duplicate {kind} id {i}")
-        seen.add(i)
-        return i
-
-    sample_types = [value_type(sp, "sample_type") for sp in top[1] or ()]
-
-    mappings = []
-    map_ids: set[int] = set()
-    for s, e in top[3] or ():
-        r = _parse(data, s, e, name, _K_MAPPING)
-        mappings.append(Mapping(new_id(r[1], map_ids, "mapping"), r[2] or 0, r[3] or 0, r[4] or 0,
-                                sx(r[5], "mapping filename"), sx(r[6], "mapping build_id"),
-                                bool(r[7]), bool(r[8]), bool(r[9]), bool(r[10])))
-
-    functions = []
-    fn_ids: set[int] = set()
-    for s, e in top[5] or ():
-        r = _parse(data, s, e, name, _K_FUNCTION)
-        functions.append(Function(new_id(r[1], fn_ids, "function"), sx(r[2], "function name"),
-                                  sx(r[3], "function system_name"), sx(r[4], "function filename"),
-                                  _signed(r[5] or 0)))
-
-    locations = []
-    loc_ids: set[int] = set()
-    for s, e in top[4] or ():
-        r = _parse(data, s, e, name, _K_LOCATION)
-        lid = r[1]
-        if not lid or lid in loc_ids:
-            new_id(lid, loc_ids, "location")
-        loc_ids.add(lid)
-        if (m := r[2] or 0) and m not in map_ids:
-            raise ValueError(f"{name}: location {lid} references unknown mapping id {m}")
-        lines = []
-        for ls, le in r[4] or ():
-            lr = _parse(data, ls, le, name, _K_LINE)
-            if (f := lr[1] or 0) and f not in fn_ids:
-                raise ValueError(f"{name}: location {lid} references unknown function id {f}")
-            lines.append(Line(f, _signed(lr[2] or 0), _signed(lr[3] or 0)))
-        locations.append(Location(lid, r[3] or 0, lines, m, bool(r[5])))
-
-    samples = []
-    nvalues = len(sample_types)
-    has_locs = loc_ids.issuperset
-    label_memo: dict[bytes, tuple] = {}
-    for s, e in top[2] or ():
-        r = _parse(data, s, e, name, _K_SAMPLE)
-        ids = r[1] or []
-        if not has_locs(ids):
-            raise ValueError(f"{name}: sample #{len(samples)} references unknown location id "
-                             f"{min(set(ids) - loc_ids)}")
-        vals = r[2] or []
-        if len(vals) != nvalues:
-            raise ValueError(f"{name}: sample #{len(samples)} has {len(vals)} values "
-                             f"for {nvalues} sample types")
-        if vals and max(vals) >= _I63:
-            vals = [v - _U64 if v >= _I63 else v for v in vals]
-        labels = []
-        for ls, le in r[3] or ():
-            raw = data[ls:le]
-            t = label_memo.get(raw)
-            if t is None:
-                lr = _parse(data, ls, le, name, _K_LABEL)
-                t = (sx(lr[1], "label key"), sx(lr[2], "label str"), _signed(lr[3] or 0),
-                     sx(lr[4], "label num_unit"))
-                if len(label_memo) < _LABEL_MEMO_MAX:
-                    label_memo[raw] = t
-            labels.append(Label(*t))
-        samples.append(Sample(ids, vals, labels))
-
-    period_type = value_type(top[11][-1], "period_type") if top[11] else None
+    r = _Reader(data, name, _string_table(data, top[6], name))
+    sx = r.sx
+    sample_types = [r.value_type(sp, "sample_type") for sp in top[1] or ()]
+    mappings = r.mappings(top[3] or ())
+    functions = r.functions(top[5] or ())
+    locations = r.locations(top[4] or ())
+    samples = r.samples(top[2] or (), len(sample_types))
+    period_type = r.value_type(top[11][-1], "period_type") if top[11] else None
     dst = top[14]
     return PprofProfile(
         sample_types=sample_types, samples=samples, locations=locations,
@@ -596,6 +535,122 @@ def decode(data: bytes, *, name: str = "<bytes>") -> PprofProfile:
         default_sample_type=sx(dst, "default_sample_type") if dst else None,
         drop_frames=sx(top[7], "drop_frames"), keep_frames=sx(top[8], "keep_frames"),
     )
+
+
+def _string_table(data: bytes, spans, name: str) -> list[str]:
+    try:
+        table = [str(data[s:e], "utf-8") for s, e in spans or ()]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name}: string table entry is not valid UTF-8 ({e.reason})") from None
+    if not table:
+        raise ValueError(f"{name}: missing string table (not a pprof profile?)")
+    if table[0] != "":
+        raise ValueError(f"{name}: string_table[0] must be the empty string")
+    return table
+
+
+class _Reader:
+    """The messages of one Profile, in the order their references need: mappings and
+    functions, then the locations that name them, then the samples that name locations;
+    every string index and id checked."""
+
+    def __init__(self, data: bytes, name: str, table: list[str]):
+        self.data, self.name, self.table = data, name, table
+        self.map_ids: set[int] = set()
+        self.fn_ids: set[int] = set()
+        self.loc_ids: set[int] = set()
+
+    def sx(self, i, what: str) -> str:
+        if i is None:
+            return ""
+        if i >= len(self.table):
+            raise ValueError(f"{self.name}: string index {i} in {what} out of range "
+                             f"(string table has {len(self.table)} entries)")
+        return self.table[i]
+
+    def value_type(self, span, what: str) -> ValueType:
+        r = _parse(self.data, span[0], span[1], self.name, _K_VALUE_TYPE)
+        return ValueType(self.sx(r[1], what), self.sx(r[2], what))
+
+    def new_id(self, i, seen: set, kind: str) -> int:
+        if not i:
+            raise ValueError(f"{self.name}: {kind} id must be nonzero")
+        if i in seen:
+            raise ValueError(f"{self.name}: duplicate {kind} id {i}")
+        seen.add(i)
+        return i
+
+    def mappings(self, spans) -> list[Mapping]:
+        data, name, sx = self.data, self.name, self.sx
+        out = []
+        for s, e in spans:
+            r = _parse(data, s, e, name, _K_MAPPING)
+            out.append(Mapping(self.new_id(r[1], self.map_ids, "mapping"), r[2] or 0, r[3] or 0, r[4] or 0,
+                               sx(r[5], "mapping filename"), sx(r[6], "mapping build_id"),
+                               bool(r[7]), bool(r[8]), bool(r[9]), bool(r[10])))
+        return out
+
+    def functions(self, spans) -> list[Function]:
+        data, name, sx = self.data, self.name, self.sx
+        out = []
+        for s, e in spans:
+            r = _parse(data, s, e, name, _K_FUNCTION)
+            out.append(Function(self.new_id(r[1], self.fn_ids, "function"), sx(r[2], "function name"),
+                                sx(r[3], "function system_name"), sx(r[4], "function filename"),
+                                _signed(r[5] or 0)))
+        return out
+
+    def locations(self, spans) -> list[Location]:
+        data, name = self.data, self.name
+        map_ids, fn_ids, loc_ids = self.map_ids, self.fn_ids, self.loc_ids
+        out = []
+        for s, e in spans:
+            r = _parse(data, s, e, name, _K_LOCATION)
+            lid = r[1]
+            if not lid or lid in loc_ids:
+                self.new_id(lid, loc_ids, "location")
+            loc_ids.add(lid)
+            if (m := r[2] or 0) and m not in map_ids:
+                raise ValueError(f"{name}: location {lid} references unknown mapping id {m}")
+            lines = []
+            for ls, le in r[4] or ():
+                lr = _parse(data, ls, le, name, _K_LINE)
+                if (f := lr[1] or 0) and f not in fn_ids:
+                    raise ValueError(f"{name}: location {lid} references unknown function id {f}")
+                lines.append(Line(f, _signed(lr[2] or 0), _signed(lr[3] or 0)))
+            out.append(Location(lid, r[3] or 0, lines, m, bool(r[5])))
+        return out
+
+    def samples(self, spans, nvalues: int) -> list[Sample]:
+        data, name, sx, loc_ids = self.data, self.name, self.sx, self.loc_ids
+        samples = []
+        has_locs = loc_ids.issuperset
+        label_memo: dict[bytes, tuple] = {}
+        for s, e in spans:
+            r = _parse(data, s, e, name, _K_SAMPLE)
+            ids = r[1] or []
+            if not has_locs(ids):
+                raise ValueError(f"{name}: sample #{len(samples)} references unknown location id "
+                                 f"{min(set(ids) - loc_ids)}")
+            vals = r[2] or []
+            if len(vals) != nvalues:
+                raise ValueError(f"{name}: sample #{len(samples)} has {len(vals)} values "
+                                 f"for {nvalues} sample types")
+            if vals and max(vals) >= _I63:
+                vals = [v - _U64 if v >= _I63 else v for v in vals]
+            labels = []
+            for ls, le in r[3] or ():
+                raw = data[ls:le]
+                t = label_memo.get(raw)
+                if t is None:
+                    lr = _parse(data, ls, le, name, _K_LABEL)
+                    t = (sx(lr[1], "label key"), sx(lr[2], "label str"), _signed(lr[3] or 0),
+                         sx(lr[4], "label num_unit"))
+                    if len(label_memo) < _LABEL_MEMO_MAX:
+                        label_memo[raw] = t
+                labels.append(Label(*t))
+            samples.append(Sample(ids, vals, labels))
+        return samples
 
 
 # --------------------------------------------------------------------------- files

@@ -108,20 +108,11 @@ def to_json(profile: Profile, *, name: str | None = None) -> dict:
             weights.append(vals[k][1])
             times.append(tm[k])
             labels.append(li)
-        profiles.append({
-            "type": "sampled",
-            "name": f"{event.display_name} — {thread.name} (tid {thread.tid})",
-            "unit": event.unit if event.unit in _UNITS else "none",
-            "startValue": 0,
-            "endValue": sum(weights),
-            "samples": samples,
-            "weights": weights,
-        })
+        profiles.append(_sampled(event, thread, samples, weights))
         extras.append({"event": event.label, "tid": thread.tid, "thread": thread.name,
                        "counts": counts, "times": times, "labels": labels})
         i = j
 
-    meta = profile.metadata
     return {
         "$schema": SCHEMA,
         "exporter": _exporter(),
@@ -131,19 +122,36 @@ def to_json(profile: Profile, *, name: str | None = None) -> dict:
         "profiles": profiles,
         _KEY: {
             "format": FORMAT_VERSION,
-            "metadata": {
-                "start_ns": meta.start_ns, "end_ns": meta.end_ns, "interval_ns": meta.interval_ns,
-                "engine": meta.engine, "python_version": meta.python_version, "pid": meta.pid,
-                "host": meta.host,
-                "dropped": {EventType.parse(e).label: int(v) for e, v in meta.dropped.items()},
-                "notes": list(meta.notes),
-                "extra": {str(k): str(v) for k, v in meta.extra.items()},
-            },
+            "metadata": _metadata_json(profile.metadata),
             "tick_ns": profile.tick_ns,
             "frames": frame_extra,
             "labelsets": labelsets,
             "profiles": extras,
         },
+    }
+
+
+def _sampled(event: EventType, thread, samples: list, weights: list) -> dict:
+    """One speedscope "sampled" profile: one event of one thread."""
+    return {
+        "type": "sampled",
+        "name": f"{event.display_name} — {thread.name} (tid {thread.tid})",
+        "unit": event.unit if event.unit in _UNITS else "none",
+        "startValue": 0,
+        "endValue": sum(weights),
+        "samples": samples,
+        "weights": weights,
+    }
+
+
+def _metadata_json(meta) -> dict:
+    return {
+        "start_ns": meta.start_ns, "end_ns": meta.end_ns, "interval_ns": meta.interval_ns,
+        "engine": meta.engine, "python_version": meta.python_version, "pid": meta.pid,
+        "host": meta.host,
+        "dropped": {EventType.parse(e).label: int(v) for e, v in meta.dropped.items()},
+        "notes": list(meta.notes),
+        "extra": {str(k): str(v) for k, v in meta.extra.items()},
     }
 
 

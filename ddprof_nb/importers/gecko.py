@@ -148,6 +148,57 @@ def _string(strings: list, i, what: str, default: str = "") -> str:
     return s
 
 
+def _frame_ids(builder: ProfileBuilder, funcs: dict, nfunc: int, frames: dict, nframe: int, strings: list,
+               where: str) -> list[int]:
+    """The builder's frame id of each row of the frameTable (its function's name and file,
+    its line, else the function's first line)."""
+    func_frames: dict[tuple[int, int], int] = {}
+    frame_ids = []
+    for i in range(nframe):
+        f = _index(frames["func"][i], nfunc, f"{where}: frameTable.func[{i}]")
+        line = frames["line"][i]
+        first = funcs["lineNumber"][f]
+        first = first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else 0
+        line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else first
+        fid = func_frames.get((f, line))
+        if fid is None:
+            fname = _string(strings, funcs["name"][f], f"{where}: funcTable.name[{f}]")
+            ffile = _string(strings, funcs["fileName"][f], f"{where}: funcTable.fileName[{f}]")
+            fid = func_frames[(f, line)] = builder.frame_id(Frame(fname or "[unknown]", ffile, line, first))
+        frame_ids.append(fid)
+    return frame_ids
+
+
+def _stack_paths(frame_ids: list[int], stacks: dict, nstack: int, where: str) -> list[tuple[int, ...]]:
+    """Each row of the stackTable as the frame ids from its root (a prefix points to an
+    earlier row); at most MAX_STACK_FRAMES frames in all, so a small file cannot expand
+    into a huge one."""
+    nframe = len(frame_ids)
+    paths: list[tuple[int, ...]] = []
+    expanded = 0
+    for i in range(nstack):
+        fr = frame_ids[_index(stacks["frame"][i], nframe, f"{where}: stackTable.frame[{i}]")]
+        prefix = _index(stacks["prefix"][i], nstack, f"{where}: stackTable.prefix[{i}]", nullable=True)
+        if prefix is None:
+            paths.append((fr,))
+        else:
+            _want(prefix < i, f"{where}: stackTable.prefix[{i}] does not point to an earlier stack")
+            paths.append(paths[prefix] + (fr,))
+            expanded += len(paths[-1])
+            _want(expanded <= MAX_STACK_FRAMES,
+                  f"{where}: its stacks hold more than {MAX_STACK_FRAMES:,} frames in all")
+    return paths
+
+
+def _tid(thread: dict) -> int:
+    tid = thread.get("tid")
+    if isinstance(tid, str) and tid.isdigit() and len(tid) < 19:
+        tid = int(tid)  # (CPython writes pids as strings; some writers do the same for tids)
+    if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < _INT64:
+        tid = 0
+    return tid
+
+
 def _read_thread(builder: ProfileBuilder, thread: dict, shared, strings: list, where: str,
                  interval_ns: int, forced: EventType | None) -> int:
     """Add one thread's samples; returns its last sample time (ns from the origin)."""
@@ -163,34 +214,8 @@ def _read_thread(builder: ProfileBuilder, thread: dict, shared, strings: list, w
     time_col = "time" if "time" in samples else "timeDeltas"
     nsample, cols = _table(thread, "samples", ("stack", time_col), where)
 
-    func_frames: dict[tuple[int, int], int] = {}
-    frame_ids = []
-    for i in range(nframe):
-        f = _index(frames["func"][i], nfunc, f"{where}: frameTable.func[{i}]")
-        line = frames["line"][i]
-        first = funcs["lineNumber"][f]
-        first = first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else 0
-        line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else first
-        fid = func_frames.get((f, line))
-        if fid is None:
-            fname = _string(strings, funcs["name"][f], f"{where}: funcTable.name[{f}]")
-            ffile = _string(strings, funcs["fileName"][f], f"{where}: funcTable.fileName[{f}]")
-            fid = func_frames[(f, line)] = builder.frame_id(Frame(fname or "[unknown]", ffile, line, first))
-        frame_ids.append(fid)
-
-    paths: list[tuple[int, ...]] = []
-    expanded = 0
-    for i in range(nstack):
-        fr = frame_ids[_index(stacks["frame"][i], nframe, f"{where}: stackTable.frame[{i}]")]
-        prefix = _index(stacks["prefix"][i], nstack, f"{where}: stackTable.prefix[{i}]", nullable=True)
-        if prefix is None:
-            paths.append((fr,))
-        else:
-            _want(prefix < i, f"{where}: stackTable.prefix[{i}] does not point to an earlier stack")
-            paths.append(paths[prefix] + (fr,))
-            expanded += len(paths[-1])
-            _want(expanded <= MAX_STACK_FRAMES,
-                  f"{where}: its stacks hold more than {MAX_STACK_FRAMES:,} frames in all")
+    frame_ids = _frame_ids(builder, funcs, nfunc, frames, nframe, strings, where)
+    paths = _stack_paths(frame_ids, stacks, nstack, where)
     stack_ids: dict[int, int] = {}
 
     weight_type = samples.get("weightType", "samples")
@@ -227,13 +252,8 @@ def _read_thread(builder: ProfileBuilder, thread: dict, shared, strings: list, w
         tvals.append(t_ns)
         vals.append((round(count), round(quantity)))
     if sids:
-        tid = thread.get("tid")
-        if isinstance(tid, str) and tid.isdigit() and len(tid) < 19:
-            tid = int(tid)  # (CPython writes pids as strings; some writers do the same for tids)
-        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < _INT64:
-            tid = 0
         tname = thread.get("name") if isinstance(thread.get("name"), str) else ""
-        th = builder.thread_id(tid, tname)
+        th = builder.thread_id(_tid(thread), tname)
         builder.add_many(event, sids, th, 0, np.asarray(tvals, dtype=np.int64),
                          np.asarray(vals, dtype=np.int64).reshape(-1, 2))
     return max(tvals, default=0)

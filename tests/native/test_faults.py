@@ -247,3 +247,51 @@ def test_threads_ending_mid_sample_leave_an_intact_profile():
     assert r["threads"] > 20 and r["cpu"] > 0 and r["wall"] > 0, r
     # AND nothing outlives stop()
     assert r["after"] == r["before"], r
+
+
+def test_the_wall_threads_proc_files_are_few_closed_at_stop_and_not_kept_by_a_fork_child():
+    r = run(
+        """
+        import re
+        def syscall_files():
+            n = 0
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    n += bool(re.fullmatch(r"/proc/\\d+/task/\\d+/syscall", os.readlink(f"/proc/self/fd/{fd}")))
+                except OSError:
+                    pass
+            return n
+        before = syscall_files()
+        stop = threading.Event()
+        # 40 blocked threads: each one's first wall sample reads its state from /proc
+        ts = [threading.Thread(target=stop.wait, name=f"blocked{i}") for i in range(40)]
+        for t in ts:
+            t.start(); named(t)
+        s = Sampler(events="cpu,wall", interval="10ms")
+        s.start()
+        burn(0.3)
+        during = syscall_files()
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(wr, str(syscall_files()).encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        in_child = int(os.read(rd, 64))
+        p = s.stop()
+        stop.set()
+        for t in ts: t.join()
+        wall = totals(p, EventType.WALL, lambda s: NAMES.get(s.thread.tid, "other") + ":" + (s.labels.get("state") or "?"))
+        blocked = sum(v for k, v in wall.items() if k.startswith("blocked"))
+        off = sum(v for k, v in wall.items() if k.startswith("blocked") and k.endswith(":off-cpu"))
+        emit(before=before, during=during, in_child=in_child, after=syscall_files(), blocked=blocked, off=off)
+        """
+    )
+    # THEN the wall thread keeps some threads' files open while it samples, never more than 32
+    assert r["before"] == 0 and 0 < r["during"] <= 32, r
+    # AND a fork child does not hold the parent's, and stop closes them all
+    assert r["in_child"] == 0 and r["after"] == 0, r
+    # AND the blocked threads' wall time is off-CPU (their states were read through those files)
+    assert r["blocked"] > 0 and r["off"] > 0.95 * r["blocked"], r

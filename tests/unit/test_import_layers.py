@@ -65,7 +65,7 @@ INNER_IMPORTS = {
     ("", "loading"): "the public load() keeps import ddprof_nb light",
     ("", "history"): "``ddprof_nb.history`` is the History object, not the module",
     ("explorer", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
-    ("magics", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("magics.display", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("explorer.live_view", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("live_display", "explorer.live_view"): "ipywidgets load when a live view is shown",
     # profile(live=True) picks where to show the samples so far: a front end's choice

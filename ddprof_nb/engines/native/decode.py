@@ -37,6 +37,7 @@ _HDR_FIELDS = (("event", "u1", "B"), ("state", "u1", "B"), ("flags", "<u2", "H")
                ("tid", "<i4", "i"), ("label_id", "<u8", "Q"), ("ts_ns", "<i8", "q"), ("count", "<i8", "q"),
                ("value", "<i8", "q"), ("aux", "<u8", "Q"), ("stack_hash", "<u8", "Q"))
 _FIELDS = tuple(f[0] for f in _HDR_FIELDS)  # in struct order: _dispatch's header tuple
+_FRAME_KEY = struct.Struct("<QQi4x")  # a ddp_frame's (code, fingerprint, lasti): RecordConverter._frames' key
 
 
 def _record_dtype(record_size: int) -> np.dtype:
@@ -120,13 +121,17 @@ class RecordConverter:
             return sid
         ids = []
         complete = True
-        frames = np.frombuffer(raw, dtype=np.dtype([("code", "<u8"), ("fp", "<u8"), ("lasti", "<i4"), ("fl", "<i4")]))
-        for code, fp, lasti, _fl in frames.tolist():
-            fid = self._frame_id(code, fp, lasti)
+        # a new stack is mostly known frames (a busy recursive loop makes a new stack nearly
+        # every sample): their ids straight from the session's dict, without numpy or a call
+        known = self._frames.get
+        for key in _FRAME_KEY.iter_unpack(raw):
+            fid = known(key)
             if fid is None:
-                complete = False
-                self.unknown_frames += 1
-                fid = self._unknown
+                fid = self._frame_id(*key)
+                if fid is None:
+                    complete = False
+                    self.unknown_frames += 1
+                    fid = self._unknown
             ids.append(fid)
         ids.reverse()  # leaf first -> root first
         if not ids:

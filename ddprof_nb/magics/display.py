@@ -1,0 +1,81 @@
+"""How the magics show a profile: the explorer widget inside a kernel (its mimebundle
+carries text/plain and text/html fallbacks); without the explorer, or outside a kernel, a
+bundle of a text summary and a static HTML flame graph; in terminal IPython just the text.
+The mode is picked by the caller (``ddprof_nb.magics.display_mode``, the user's setting)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..model import Profile
+from ..render import html as render_html, text as render_text
+from ..render.format import esc
+
+
+def mode_for(shell, display_mode: str) -> str:
+    """"auto" -> widget inside a kernel, text in terminal IPython, static elsewhere."""
+    if display_mode != "auto":
+        return display_mode
+    if getattr(shell, "kernel", None) is not None:
+        return "widget"
+    if type(shell).__name__ == "TerminalInteractiveShell":
+        return "text"
+    return "static"
+
+
+def fallback_bundle(profile: Profile, name: str | None = None, other: Profile | None = None,
+                    html: bool = True) -> dict:
+    """The mimebundle shown where no widget renders: a text summary and a static HTML
+    flame graph (a diff shows both profiles' summaries and the biggest changes)."""
+    if other is None:
+        text = render_text.text_summary(profile, n=10, name=name)
+    else:
+        text = "\n\n".join([render_text.status_line(profile, "A"), render_text.status_line(other, "B"),
+                            render_text.diff_table(profile, other)])
+    bundle = {"text/plain": text}
+    if html:
+        title = f"ddprof [{name}]" if name else None
+        # a cell output stays small: fewer, wider nodes than the saved report
+        small = dict(full_document=False, top=10, max_nodes=400, min_fraction=0.005)
+        if other is None:
+            bundle["text/html"] = render_html.report(profile, title=title, **small)
+        else:
+            bundle["text/html"] = (
+                "<div>" + render_html.report(profile, title="A", **small)
+                + render_html.report(other, title="B", **small)
+                + "<pre>" + esc(text) + "</pre></div>"
+            )
+    return bundle
+
+
+def _explorer(profile: Profile, other: Profile | None = None):
+    """The explorer widget, or None when it is missing or fails (we fall back)."""
+    try:
+        from ..explorer.widget import Explorer
+    except Exception:  # noqa: BLE001 - explorer not installed or broken: static fallback
+        return None
+    try:
+        return Explorer(profile, other) if other is not None else Explorer(profile)
+    except Exception as exc:  # noqa: BLE001
+        print(f"ddprof: the explorer failed ({type(exc).__name__}: {exc}); showing a static view",
+              file=sys.stderr)
+        return None
+
+
+def show_as(mode: str, profile: Profile, name: str | None = None, other: Profile | None = None) -> None:
+    """Display ``profile`` (or the diff ``profile`` -> ``other``) in ``mode``."""
+    from IPython.display import display
+
+    if mode == "text":
+        # the status line was printed already; a terminal gets the tables
+        if other is None:
+            print("\n\n".join(render_text.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
+        else:
+            print(fallback_bundle(profile, name, other, html=False)["text/plain"])
+        return
+    if mode == "widget":
+        widget = _explorer(profile, other)
+        if widget is not None:
+            display(widget)
+            return
+    display(fallback_bundle(profile, name, other), raw=True)
