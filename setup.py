@@ -2,7 +2,7 @@
 
 The native core is compiled by cffi (build_native.py).  If it cannot be compiled
 (no compiler, unsupported OS or Python), the install still succeeds without it and
-starting the native sampler raises an error saying why (see ddprof_nb/_binding.py).
+starting the native sampler raises an error saying why (see ddprof_nb/engines/native/binding.py).
 """
 
 import os

@@ -281,12 +281,12 @@ def cg_child(mode, n):
     "hook+drain" also counts one drain of the run's records (the Python side, under the GIL)."""
     import functools
 
-    from ddprof_nb._alloc import AllocTracker
+    from ddprof_nb.engines.native.alloc import AllocTracker
 
     workload(200)  # warm caches/specialisation identically in every mode
     run = lambda: functools.reduce(lambda a, _: workload(n), [0], 0)  # noqa: E731
     if mode == "pass":
-        from ddprof_nb import _binding
+        from ddprof_nb.engines.native import binding as _binding
 
         _binding.lib.ddp_alloc_test_foreign(1)
         run()

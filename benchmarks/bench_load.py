@@ -79,7 +79,7 @@ def _rss_mb() -> float:
 
 
 def run_row(name: str, seconds: float) -> dict:
-    from ddprof_nb import _binding
+    from ddprof_nb.engines.native import binding as _binding, session as _session
     from ddprof_nb.config import SamplerConfig
     from ddprof_nb.engines.native import NativeEngine
     from ddprof_nb.events import EventType
@@ -113,7 +113,7 @@ def run_row(name: str, seconds: float) -> dict:
     cpu1 = {t.native_id: _cpu_of(t) for t in workers}
     drain_cpu = _cpu_of(drain) - drain0
     profile = engine.stop()
-    st = _binding.Session.stats()
+    st = _session.Session.stats()
     wall_busy = st["wall_ns"] / 1e9
     timers = st["cpu_sampled_ns"] / max(st["cpu_used_ns"], 1)
     length = profile.metadata.duration_ns / 1e9
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rows", default=",".join(ROWS))
     args = ap.parse_args(argv)
-    from ddprof_nb import _binding
+    from ddprof_nb.engines.native import binding as _binding, session as _session
 
     reason = _binding.unavailable_reason()
     if reason:

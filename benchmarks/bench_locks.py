@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # ddprof_nb is imported in main(), after the never-profiled twin process is forked
-SamplerConfig = NativeEngine = EventType = _binding = None
+SamplerConfig = NativeEngine = EventType = _binding = _session = None
 
 ROWS: list[tuple[str, str, str, str, str]] = []
 
@@ -321,7 +321,7 @@ def on_vs_off(fn, pairs, events=("lock", "park"), extra=None):
                         r0 = rusage()
                         res[True] = fn()
                         r1 = rusage()
-                        w = _binding.wait_stats()
+                        w = _session.wait_stats()
                         d1 = [thread_cpu_ns(t) for t in tids]
                         x.update(drain=d1[0] - d0[0], records=w["records"], calls=w["calls"],
                                  sampler=sum(d1[1:]) - sum(d0[1:]), wakes=list(wl.cpu),
@@ -572,8 +572,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=0, help="pairs per A/B measure (default 40, --quick 10)")
     args = ap.parse_args()
     pairs = args.pairs or (40 if not args.quick else 10)
-    global SamplerConfig, NativeEngine, EventType, _binding
-    from ddprof_nb import _binding
+    global SamplerConfig, NativeEngine, EventType, _binding, _session
+    from ddprof_nb.engines.native import binding as _binding, session as _session
     from ddprof_nb.config import SamplerConfig
     from ddprof_nb.engines.native import NativeEngine
     from ddprof_nb.events import EventType

@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from bench_alloc import Memray, Tracemalloc, load, median_se  # noqa: E402
 from clocks import run_queue_wait  # noqa: E402
-from ddprof_nb._alloc import AllocTracker  # noqa: E402
+from ddprof_nb.engines.native.alloc import AllocTracker  # noqa: E402
 from ddprof_nb.config import SamplerConfig  # noqa: E402
 from ddprof_nb.engines.native import NativeEngine  # noqa: E402
 

@@ -378,7 +378,7 @@ def _reexec(exc, argv: list[str]) -> None:
     (this process is replaced); otherwise refuse, naming both versions."""
     import subprocess
 
-    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
     handed_over = bool(os.environ.get("DDPROF_NB_REEXEC"))  # once only: never loop between interpreters
     for exe in [] if handed_over else exc.interpreters:
         try:

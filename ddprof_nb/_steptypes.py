@@ -4,7 +4,7 @@
 ``aio.stepper._TaskCoro`` and ``STEP_STATE`` the state its steps read; all are None without the native module (another platform,
 a build for another interpreter), and the pure-Python stepper then runs.  Imported by
 ``labeling`` before anything else of ddprof_nb, so it imports ``_native`` itself rather
-than through ``_binding`` (which imports ``labeling``).
+than through ``engines/native/decode.py`` (which imports ``labeling``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Event types and frame kinds, built from the one native table (native/events.h).
 
 The header's X-macro rows are parsed here, so C, cffi and Python can never disagree;
-when the native module is loaded, ``_binding`` also checks the compiled table against
+when the native module is loaded, ``engines.native.binding`` also checks the compiled table against
 this one.  Conversions from integers or names are total: unknown values raise
 ``ValueError`` naming the value — never a raw cast.
 """

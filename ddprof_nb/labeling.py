@@ -1,5 +1,10 @@
 """Labels: ``with ddprof_nb.labels(request="x"):`` tags every sample taken inside it (module: ddprof_nb.labeling).
 
+Public API (``__all__``): ``labels(**values)``, a context manager that also decorates a
+function (each call runs inside the block), and ``current()``, the LabelSet in force in
+the calling context.  Every other name here is the engines' side (interning, published
+ids, mirrors, propagation hooks, task bits): the package's own interface, free to change.
+
 Each distinct label set gets a small integer id once (interned); engines read the
 current thread's id on their hot path and turn ids back into LabelSets when they build
 the profile.
@@ -19,7 +24,7 @@ mirror every change of the calling thread, either as a listener ``fn(id)``
 (``add_listener``: a call per change) or, cheaper, through a slot provider
 (``add_slot_provider``: ``fn()`` returns a one-item ``'Q'`` memoryview over the calling
 thread's native slot, written directly).  The native engine is a slot provider (its words
-are never freed, see engines/native.py); views are asked for again after a fork (the
+are never freed, see engines/native/engine.py); views are asked for again after a fork (the
 thread has a new tid there).
 
 Propagation to threads (installed on the first ``labels()``; ``install_propagation``).
@@ -59,12 +64,7 @@ from typing import Callable, Iterator, Mapping
 from ._steptypes import SLOT_BASE
 from .model import EMPTY_LABELS, LabelSet
 
-__all__ = [
-    "labels", "current", "label_id", "labelset", "thread_label_ids",
-    "add_listener", "remove_listener", "add_slot_provider", "remove_slot_provider",
-    "install_propagation", "uninstall_propagation", "propagation_installed", "task_bits",
-    "TASK_SHIFT", "LOW_MASK",
-]
+__all__ = ["labels", "current"]  # the public API (module docstring); the rest serves the engines
 
 _by_id: list[LabelSet] = [EMPTY_LABELS]
 _ids: dict[LabelSet, int] = {EMPTY_LABELS: 0}
@@ -316,9 +316,12 @@ def remove_slot_provider(provider: Callable[[], object]) -> None:
 # -- the public context manager -------------------------------------------------------
 @contextmanager
 def labels(**values):
-    """Tag samples taken inside the block with ``key=value`` labels (nested blocks add up).
+    """Tag samples taken inside the block with ``key=value`` labels (nested blocks add up,
+    an inner value wins); yields the LabelSet in force inside.
 
-    Tasks created and threads started inside the block inherit the labels.
+    Tasks created, threads started and pool work submitted inside the block inherit the
+    labels.  As a decorator (``@ddprof_nb.labels(stage="parse")``) every call of the
+    function runs inside the block.
     """
     if not _propagation:
         install_propagation()

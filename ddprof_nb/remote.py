@@ -170,7 +170,7 @@ class Target:
     """A CPython process opened for reading; ``close()`` (or ``with``) when done."""
 
     def __init__(self, pid: int):
-        from ._binding import ffi, lib, unavailable_reason
+        from .engines.native.binding import ffi, lib, unavailable_reason
 
         if lib is None:
             raise RemoteError(f"cannot read other processes: {unavailable_reason()}")

@@ -3,7 +3,7 @@
  * Everything between the cdef markers is also the cffi cdef (build_native.py reads it),
  * so it holds only prototypes and plain structs, no macros beyond integer constants.
  * Errors: functions return 0 on success and a negative DDP_E* code on failure;
- * ddp_strerror() names it.  ddprof_nb/_binding.py turns codes into exceptions.
+ * ddp_strerror() names it.  ddprof_nb/engines/native/binding.py turns codes into exceptions.
  */
 #ifndef DDPROF_H
 #define DDPROF_H
@@ -218,7 +218,7 @@ int64_t ddp_test_code_dealloc_foreign(int op);
 /* ---- lock/park: blocking waits hooked through GOT slots (waits.c) --------------------------
  * LOCK/PARK records carry the libc call in aux (low byte: DDP_WAIT_*, plus the flags below);
  * the event is provisional (sem waits LOCK, the rest PARK): Python picks the final one from
- * the stack (ddprof_nb/lockpark.py). */
+ * the stack (ddprof_nb/engines/native/lockpark.py). */
 #define DDP_WAIT_SEM_WAIT 1
 #define DDP_WAIT_SEM_TIMEDWAIT 2
 #define DDP_WAIT_SEM_CLOCKWAIT 3

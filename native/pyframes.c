@@ -143,7 +143,7 @@ void ddp_bloom_clear(void)
  * the 3.11 dealloc wrapper taken out by another tool) only a look while it lives names
  * it.  Samples of known code wait for the drain's interval.  A false positive (two pointers, one bit) only
  * delays that code's first drain to the interval.  It outlives sessions, as the process's
- * code cache does (_binding.py clears both together), so a notebook's next cell running
+ * code cache does (engines/native/codes.py clears both together), so a notebook's next cell running
  * code resolved before does not bring the drain early. */
 #define KNOWN_BITS (1u << 18)
 static _Atomic uint64_t known[KNOWN_BITS / 64];

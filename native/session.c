@@ -214,7 +214,7 @@ int ddp_start(const ddp_config *c)
     threads_reset();
     records_reset();
     ddp_bloom_clear();
-    /* the "known" filter is kept: it mirrors the process's code cache (_binding.py), which
+    /* the "known" filter is kept: it mirrors the process's code cache (engines/native/codes.py), which
      * outlives sessions, so the next cell's samples of code resolved before wake nobody */
     atomic_store(&ddp_new_code_seen, 0);
     ddp_py_graveyard_clear();

@@ -110,7 +110,7 @@ for v in $PYTHONS; do
     target=$(mktemp -d)
     if DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --target "$target" . \
         >/dev/null 2>&1 && (cd / && PYTHONPATH="$target" "$venv/bin/python" -c \
-        "import ddprof_nb, ddprof_nb._binding as b; assert ddprof_nb.__file__.startswith('$target'), ddprof_nb.__file__; assert b.unavailable_reason() is None, b.unavailable_reason(); print('pip install . on', '$v', 'ok')"); then :
+        "import ddprof_nb, ddprof_nb.engines.native.binding as b; assert ddprof_nb.__file__.startswith('$target'), ddprof_nb.__file__; assert b.unavailable_reason() is None, b.unavailable_reason(); print('pip install . on', '$v', 'ok')"); then :
     else failed+=("pip-install-$v"); fi
     rm -rf "$target"
     if [ -n "${REPEAT:-}" ]; then

@@ -14,7 +14,7 @@
 # pass/fail gate: the phase fails only if the engine did not sample the loop), then
 # (native engine) the strict accuracy goals of benchmarks/bench_cpu.py (+-3 points; a
 # miss fails the version).  A version the native engine claims to support
-# (ddprof_nb._binding.SUPPORTED) whose native engine is unavailable anyway (module not
+# (ddprof_nb.engines.native.binding.SUPPORTED) whose native engine is unavailable anyway (module not
 # built, layout refused) is a failure (native=MISSING, rc 4), not a silent skip.  The
 # time of each phase is printed, and a summary at the end; the exit code is non-zero if
 # any phase failed.
@@ -65,7 +65,7 @@ try:
     from ddprof_nb.engines.native import NativeEngine
     reason = NativeEngine.unavailable_reason()
 except Exception as exc:  # noqa: BLE001
-    reason = f"engines/native.py failed to import: {type(exc).__name__}: {exc}"
+    reason = f"engines/native/ failed to import: {type(exc).__name__}: {exc}"
 print(f"{built}; " + ("native engine available" if reason is None else f"native engine unavailable: {reason}"))
 EOF
 )
@@ -74,7 +74,7 @@ EOF
     # does the native engine claim this version?  (the binding's SUPPORTED table, GIL builds)
     local claimed
     claimed=$(python -c 'import sys, sysconfig
-from ddprof_nb._binding import SUPPORTED
+from ddprof_nb.engines.native.binding import SUPPORTED
 print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py_GIL_DISABLED")))' 2>/dev/null || echo 0)
     local native_rc=0
     if (( claimed && !native_ok )); then

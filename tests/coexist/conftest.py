@@ -3,7 +3,7 @@ the child interpreters import (workloads, checks, the other tools) in coexist_to
 
 import pytest
 
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -246,7 +246,7 @@ def binder_runs(binder, request):
 def test_the_binder_venv_holds_the_built_package_and_its_kernel(binder):
     # GIVEN the venv built from binder/'s files alone THEN ddprof_nb is installed into it
     # (not imported from the source tree) with its native sampler built
-    r = binder.step("import", [binder.python, "-c", "import json, ddprof_nb, ddprof_nb._binding as b; "
+    r = binder.step("import", [binder.python, "-c", "import json, ddprof_nb, ddprof_nb.engines.native.binding as b; "
                                "print(json.dumps([ddprof_nb.__file__, b.unavailable_reason()]))"], binder.elsewhere)
     where, reason = json.loads(r.stdout.splitlines()[-1])
     assert where.startswith(str(binder.venv)), where

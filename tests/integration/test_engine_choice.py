@@ -27,7 +27,7 @@ from ddprof_nb.engines.python import PythonEngine
 
 FUTURE = (3, 99, 0)
 FUTURE_STR = "3.99.0"
-NATIVE_SOURCE = Path(ddprof_nb.__file__).resolve().parent / "engines" / "native.py"
+NATIVE_SOURCE = Path(ddprof_nb.__file__).resolve().parent / "engines" / "native" / "engine.py"
 # The versions the native engine is written for (3.11-3.15, the binding's SUPPORTED table,
 # which must name them exactly); outside them it must refuse.
 NATIVE_VERSIONS = ((3, 11), (3, 12), (3, 13), (3, 14), (3, 15))
@@ -127,10 +127,10 @@ class _Proxy:
 
 def _native_modules():
     if not NATIVE_SOURCE.is_file():
-        pytest.skip("ddprof_nb/engines/native.py is not written yet")
+        pytest.skip("ddprof_nb/engines/native/engine.py is not written yet")
     native = importlib.import_module("ddprof_nb.engines.native")  # must import when it exists
     mods = [native]
-    binding = sys.modules.get("ddprof_nb._binding")
+    binding = sys.modules.get("ddprof_nb.engines.native.binding")
     if binding is not None:
         mods.append(binding)
     return native, mods
@@ -222,7 +222,7 @@ def test_real_native_engine_refuses_a_build_for_another_version(perturbed):
 
 
 def test_this_interpreter_gets_a_clear_verdict():
-    from ddprof_nb import _binding
+    from ddprof_nb.engines.native import binding as _binding
 
     assert tuple(_binding.SUPPORTED) == NATIVE_VERSIONS  # one table, named the same everywhere
     native, _ = _native_modules()

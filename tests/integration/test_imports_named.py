@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding
 
 pytestmark = pytest.mark.skipif(_binding.unavailable_reason() is not None, reason="needs the native engine")
 

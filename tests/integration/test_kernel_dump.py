@@ -19,7 +19,7 @@ pytest.importorskip("jupyter_client")
 from jupyter_client.manager import KernelManager  # noqa: E402
 
 import ddprof_nb  # noqa: E402
-from ddprof_nb._binding import unavailable_reason  # noqa: E402
+from ddprof_nb.engines.native.binding import unavailable_reason  # noqa: E402
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
 

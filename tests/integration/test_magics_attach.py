@@ -18,7 +18,7 @@ pytest.importorskip("IPython")
 
 import ddprof_nb  # noqa: E402
 from ddprof_nb import kernels  # noqa: E402
-from ddprof_nb._binding import unavailable_reason  # noqa: E402
+from ddprof_nb.engines.native.binding import unavailable_reason  # noqa: E402
 from test_magics import run, shell  # noqa: E402,F401 - the shared fixture
 
 REPO = str(Path(ddprof_nb.__file__).resolve().parent.parent)
@@ -149,7 +149,7 @@ def test_dump_and_attach_of_a_kernel_of_another_python_version(shell, tmp_path, 
 
     from ddprof_nb.history import history
 
-    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
     usable = [p for p in _other_versions().values()
               if subprocess.run([p, "-c", probe], env=dict(os.environ, PYTHONPATH=REPO)).returncode == 0]
     if not usable:

@@ -21,7 +21,7 @@ import pytest
 
 import ddprof_nb
 from ddprof_nb import remote
-from ddprof_nb._binding import unavailable_reason
+from ddprof_nb.engines.native.binding import unavailable_reason
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
 
@@ -183,7 +183,7 @@ def test_dump_of_another_version_is_refused_by_name_without_its_interpreter(tmp_
 
 
 def test_dump_of_another_version_runs_with_its_interpreter(tmp_path):
-    probe = "import sys, ddprof_nb._binding as b; sys.exit(b.unavailable_reason() is not None)"
+    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
     usable = {v: p for v, p in _other_versions().items()
               if subprocess.run([p, "-c", probe], env=_env(), capture_output=True).returncode == 0}
     if not usable:

@@ -21,7 +21,7 @@ import pytest
 
 import ddprof_nb
 from ddprof_nb import remote
-from ddprof_nb._binding import unavailable_reason
+from ddprof_nb.engines.native.binding import unavailable_reason
 from ddprof_nb.events import EventType
 from ddprof_nb.loading import load
 from ddprof_nb.remote_record import record

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -150,7 +150,7 @@ def test_merged_wall_records_give_the_same_profile_as_one_record_per_sample():
     r = run_script(
         """
         import numpy as np
-        from ddprof_nb import _binding
+        from ddprof_nb.engines.native import binding as _binding, decode as _decode, session as _session
         from ddprof_nb.model import Metadata, ProfileBuilder
         stop = threading.Event()
         def idle(): stop.wait()
@@ -160,7 +160,7 @@ def test_merged_wall_records_give_the_same_profile_as_one_record_per_sample():
         ths.append(threading.Thread(target=napper, name="napper"))
         for t in ths: t.start()
         cap = 1 << 15
-        s = _binding.Session(2_000_000, 16, ("wall",), ring_records=cap, merge_shadow=True)
+        s = _session.Session(2_000_000, 16, ("wall",), ring_records=cap, merge_shadow=True)
         s.start()
         burn(0.6); time.sleep(0.6)
         s.stop()
@@ -169,14 +169,14 @@ def test_merged_wall_records_give_the_same_profile_as_one_record_per_sample():
         n = _binding.lib.ddp_drain(buf, cap)
         st = s.stats()
         s.release()
-        hdr = np.frombuffer(_binding.ffi.buffer(buf, n * s.record_size), dtype=_binding._record_dtype(s.record_size))
+        hdr = np.frombuffer(_binding.ffi.buffer(buf, n * s.record_size), dtype=_decode._record_dtype(s.record_size))
         raw = np.frombuffer(_binding.ffi.buffer(buf, n * s.record_size), dtype=np.uint8).reshape(n, s.record_size)
         duration = st["stop_mono_ns"] - st["start_mono_ns"]
         rows, records = {}, {}
         for which, name in ((0, "merged"), (1, "per_sample")):
             sel = np.ascontiguousarray(raw[hdr["aux"] == which])
             records[name] = len(sel)
-            conv = _binding.RecordConverter(ProfileBuilder(), st["start_mono_ns"])
+            conv = _decode.RecordConverter(ProfileBuilder(), st["start_mono_ns"])
             conv.feed(_binding.ffi.from_buffer(sel), len(sel), s.record_size)
             conv.builder.metadata = Metadata(start_ns=0, end_ns=duration, interval_ns=2_000_000)
             p = conv.builder.build(end_ns=duration)

@@ -10,7 +10,7 @@ import textwrap
 from nhelpers import run_script
 
 ALLOC_PRELUDE = '''
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding
 lib, ffi = _binding.lib, _binding.ffi
 
 def allocators():
@@ -196,7 +196,8 @@ def test_many_start_stop_cycles_leak_nothing_and_restore_the_allocator():
     #      allocated while profiling is freed after stop without trouble
     res = run(
         '''
-        from ddprof_nb._binding import Session, RecordConverter
+        from ddprof_nb.engines.native.decode import RecordConverter
+        from ddprof_nb.engines.native.session import Session
         from ddprof_nb.model import ProfileBuilder
         def rss():
             return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -305,7 +306,7 @@ def test_alloc_rate_reaches_the_native_sampler():
     # THEN about 8x more samples are taken, with the same estimated total
     res = run(
         '''
-        from ddprof_nb._alloc import AllocTracker
+        from ddprof_nb.engines.native.alloc import AllocTracker
         def work():
             for _ in range(5000): x = b"d" * 20000
         out = {}
@@ -377,7 +378,7 @@ def test_a_layer_left_under_a_foreign_allocator_never_counts_twice():
         e = engine(events=("alloc",))
         e.start()
         e.stop()
-        from ddprof_nb._alloc import AllocTracker
+        from ddprof_nb.engines.native.alloc import AllocTracker
         emit(work=leaf_totals(p, EventType.ALLOC)["work"], restored=allocators() == before,
              layers=AllocTracker.stats()["layers_in_use"])
         '''

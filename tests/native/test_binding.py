@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding, codes as _codes, decode as _decode, session as _session
 from ddprof_nb.config import SamplerConfig
 from ddprof_nb.engines.native import NativeEngine
 from ddprof_nb.errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
 from ddprof_nb.events import EventType, FrameKind
-from ddprof_nb.lockpark import WaitClassifier
+from ddprof_nb.engines.native.lockpark import WaitClassifier
 
 from nhelpers import run_script
 
@@ -159,7 +159,7 @@ def test_error_codes_become_exceptions():
 
 def test_invalid_interval_is_einval():
     # GIVEN an interval below the native minimum / WHEN starting / THEN DDP_EINVAL -> ProfilerError
-    session = _binding.Session(10, 64, [EventType.CPU])
+    session = _session.Session(10, 64, [EventType.CPU])
     with pytest.raises(ProfilerError, match="invalid argument"):
         session.start()
     assert not lib.ddp_running()
@@ -183,7 +183,7 @@ def test_guarded_and_syscall_reads_survive_bad_addresses():
 def _resolve(code_obj):
     fp = ffi.new("uint64_t *")
     assert lib.ddp_fingerprint_of(id(code_obj), fp) == 0
-    r = _binding.Resolver()
+    r = _codes.Resolver()
     return r.code(id(code_obj), fp[0]), fp[0], r
 
 
@@ -263,8 +263,8 @@ def test_second_start_raises_busy_and_first_keeps_working():
         except ProfilerBusyError as exc:
             busy = "already" in str(exc)
         # also the C level: a raw second session is refused with DDP_EBUSY
-        from ddprof_nb import _binding
-        s = _binding.Session(10_000_000, 64, [EventType.CPU])
+        from ddprof_nb.engines.native import binding as _binding, codes as _codes, decode as _decode, session as _session
+        s = _session.Session(10_000_000, 64, [EventType.CPU])
         try:
             s.start(); raw = False
         except ProfilerBusyError:
@@ -317,14 +317,14 @@ def test_sigprof_disposition_restored_exactly():
 
 # a script prefix (indented as the bodies it goes before): ``wakes`` lists each return of the drain thread's wait, as (time, mask)
 RECORD_WAKES = """
-        from ddprof_nb import _binding
+        from ddprof_nb.engines.native import binding as _binding, codes as _codes, decode as _decode, session as _session
         wakes = []
-        _wait = _binding.Session.wait
+        _wait = _session.Session.wait
         def _recording_wait(self, timeout):
             mask = _wait(self, timeout)
             wakes.append((time.monotonic(), mask))
             return mask
-        _binding.Session.wait = _recording_wait
+        _session.Session.wait = _recording_wait
     """
 
 
@@ -391,7 +391,8 @@ def test_records_taken_by_a_wake_are_never_lost_nor_overwritten():
     #       them (the engine's drain skips a wake that races stop), then waited again
     r = run_script(
         """
-        from ddprof_nb._binding import Session, RecordConverter
+        from ddprof_nb.engines.native.decode import RecordConverter
+        from ddprof_nb.engines.native.session import Session
         from ddprof_nb.model import ProfileBuilder
         # one record per sample (merge_wall=False): a late tick and the next one in the same
         # 1 ms bucket would make one record of two samples (CI's chroot saw 47 records of 48)
@@ -478,7 +479,7 @@ def _records(specs, record_size, start=0):
     """A record buffer from (stack_hash, [code objects]) specs: WALL records, one sample each."""
     import numpy as np
 
-    dt = _binding._record_dtype(record_size)
+    dt = _decode._record_dtype(record_size)
     buf = np.zeros(len(specs), dtype=dt)
     raw = buf.view(np.uint8).reshape(len(specs), record_size)
     hsize = ffi.sizeof("ddp_record")
@@ -498,7 +499,7 @@ def _records(specs, record_size, start=0):
 @pytest.fixture(params=["numpy", "record-by-record"])
 def batch_path(request, monkeypatch):
     """Run a converter test through both of RecordConverter.feed's paths."""
-    monkeypatch.setattr(_binding, "SMALL_BATCH", 0 if request.param == "numpy" else 10**6)
+    monkeypatch.setattr(_decode, "SMALL_BATCH", 0 if request.param == "numpy" else 10**6)
     return request.param
 
 
@@ -513,7 +514,7 @@ def test_a_stack_hash_collision_never_merges_two_stacks(batch_path):
         pass
 
     size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
-    conv = _binding.RecordConverter(ProfileBuilder(), 0)
+    conv = _decode.RecordConverter(ProfileBuilder(), 0)
     batches = [_records([(42, [alpha.__code__]), (42, [beta.__code__]), (42, [alpha.__code__])], size),
                _records([(42, [beta.__code__]), (7, [beta.__code__]), (42, [alpha.__code__])], size, start=3)]
     for b in batches:
@@ -563,8 +564,8 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
             r["flags"] |= lib.DDP_REC_INVALID
 
     def convert(small: int):
-        monkeypatch.setattr(_binding, "SMALL_BATCH", small)
-        conv = _binding.RecordConverter(ProfileBuilder(), 0, exclude_tids=(13,), thread_names={11: "a", 12: "b"})
+        monkeypatch.setattr(_decode, "SMALL_BATCH", small)
+        conv = _decode.RecordConverter(ProfileBuilder(), 0, exclude_tids=(13,), thread_names={11: "a", 12: "b"})
         conv.waits = WaitClassifier(conv.builder)
         for lo in range(0, len(buf), 100):
             part = np.ascontiguousarray(buf[lo:lo + 100])
@@ -586,8 +587,8 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
 def test_drain_wait_sleeps_without_the_gil_and_wakes_for_new_threads_and_stop():
     r = run_script(
         """
-        from ddprof_nb import _binding
-        s = _binding.Session(10_000_000, 32, ("cpu", "wall"), drain_new_code=False)  # (nothing drains here)
+        from ddprof_nb.engines.native import binding as _binding, codes as _codes, decode as _decode, session as _session
+        s = _session.Session(10_000_000, 32, ("cpu", "wall"), drain_new_code=False)  # (nothing drains here)
         out, go = {}, threading.Event()
         def waiter():
             go.wait()
@@ -633,7 +634,7 @@ def test_a_thread_first_seen_unnamed_gets_its_name_when_learnt():
 
     size = ffi.sizeof("ddp_record") + 4 * _binding.FRAME_SIZE
     names: dict[int, str] = {}
-    conv = _binding.RecordConverter(ProfileBuilder(), 0, thread_names=names)
+    conv = _decode.RecordConverter(ProfileBuilder(), 0, thread_names=names)
     first = _records([(1, [work.__code__])] * 3, size)
     conv.feed(ffi.from_buffer(first), len(first), size)
     # WHEN the name is learnt, more records come, and the engine names the threads at stop
@@ -653,7 +654,7 @@ def test_alloc_records_convert_alike_on_both_batch_paths(monkeypatch):
 
     import numpy as np
 
-    from ddprof_nb._alloc import AllocTracker
+    from ddprof_nb.engines.native.alloc import AllocTracker
     from ddprof_nb.model import ProfileBuilder
 
     def g1():
@@ -676,8 +677,8 @@ def test_alloc_records_convert_alike_on_both_batch_paths(monkeypatch):
 
     def convert(small: int):
         # WHEN the batch goes through one of feed's paths (numpy: small = 0; record by record)
-        monkeypatch.setattr(_binding, "SMALL_BATCH", small)
-        conv = _binding.RecordConverter(ProfileBuilder(), 500)
+        monkeypatch.setattr(_decode, "SMALL_BATCH", small)
+        conv = _decode.RecordConverter(ProfileBuilder(), 500)
         conv.alloc = AllocTracker(conv.builder)
         conv.feed(ffi.from_buffer(np.ascontiguousarray(buf)), len(buf), size)
         frames = list(conv.builder._frames)
@@ -700,7 +701,7 @@ def test_a_task_records_labels_are_its_threads_the_sessions_its_state_and_its_na
 
     low = labeling.label_id(LabelSet.of({"user": "ann"}))
     task = labeling.task_bits("Task-7") | low
-    conv = _binding.RecordConverter(ProfileBuilder(), 0, base_labels={"run": "r1"})
+    conv = _decode.RecordConverter(ProfileBuilder(), 0, base_labels={"run": "r1"})
     wall = EventType.WALL.value
     # WHEN records carrying them are converted / THEN each gets every label, once
     assert conv._labelset(task, 2).as_dict() == {"user": "ann", "run": "r1", "state": "off-cpu", "task": "Task-7"}
@@ -712,7 +713,7 @@ def test_a_task_records_labels_are_its_threads_the_sessions_its_state_and_its_na
     # an unknown thread set keeps the task's name; session labels win over a task's
     unknown = (labeling.LOW_MASK - 5) | (task & ~labeling.LOW_MASK)
     assert conv._labelset(unknown, 0).as_dict() == {"run": "r1", "task": "Task-7"}
-    own = _binding.RecordConverter(ProfileBuilder(), 0, base_labels={"task": "mine"})
+    own = _decode.RecordConverter(ProfileBuilder(), 0, base_labels={"task": "mine"})
     assert own._labelset(task, 0).as_dict() == {"user": "ann", "task": "mine"}
 
 
@@ -720,14 +721,14 @@ def test_the_cpu_the_timers_accounted_is_checked_against_the_threads_clocks():
     # GIVEN a CPU session in which the main thread burns 0.2 s of CPU
     r = run_script(
         """
-        from ddprof_nb import _binding
+        from ddprof_nb.engines.native import binding as _binding, codes as _codes, decode as _decode, session as _session
         got = {}
-        _stats = _binding.Session.stats
+        _stats = _session.Session.stats
         def stats():
             out = _stats()
             got.update(out)
             return out
-        _binding.Session.stats = staticmethod(stats)
+        _session.Session.stats = staticmethod(stats)
         e = engine(interval="5ms", events=("cpu",))
         e.start()
         burn(0.2)
@@ -744,7 +745,7 @@ def test_the_cpu_the_timers_accounted_is_checked_against_the_threads_clocks():
 
 
 def test_a_note_says_when_the_cpu_timers_signals_came_late():
-    from ddprof_nb.engines.native import _late_signals_note
+    from ddprof_nb.engines.native.notes import late_signals_note as _late_signals_note
 
     ms = 1_000_000
     # (seen beside CPU hogs on 2 vCPUs: no signal at all for 0.1 s of CPU)

@@ -92,7 +92,8 @@ def test_code_freed_after_stop_and_before_the_final_drain_is_named():
     #       function freed after the stop, before the final drain: the drain never saw it alive
     r = run_script("""
 import gc
-from ddprof_nb._binding import Session, RecordConverter
+from ddprof_nb.engines.native.decode import RecordConverter
+from ddprof_nb.engines.native.session import Session
 from ddprof_nb.model import ProfileBuilder
 s = Session(1_000_000, 64, ("cpu", "wall"))
 s.start()
@@ -117,7 +118,7 @@ def test_code_never_sampled_leaves_the_graveyard_empty():
     # GIVEN a session during which 20,000 code objects die that no sample names
     r = run_script("""
 import gc
-from ddprof_nb._binding import lib
+from ddprof_nb.engines.native.binding import lib
 e = engine(interval="1s", events=("wall",))
 e.start()
 active = lib.ddp_code_watcher_active()
@@ -158,7 +159,7 @@ def test_a_fork_child_frees_code_unharmed_and_names_dying_code_in_its_own_sessio
     # GIVEN a process forked while its session records code deaths
     r = run_script(NAMES_DYING_CODE + """
 import gc
-from ddprof_nb._binding import lib
+from ddprof_nb.engines.native.binding import lib
 from ddprof_nb.events import FrameKind
 e = engine(interval="1ms")
 e.start()
@@ -189,7 +190,7 @@ emit(status=status, child=child)
 # ---- 3.11: PyCode_Type.tp_dealloc, wrapped, beside another tool's wrapper -------------------
 SLOT = NAMES_DYING_CODE + """
 import ctypes, gc, types
-from ddprof_nb._binding import lib
+from ddprof_nb.engines.native.binding import lib
 from ddprof_nb.events import FrameKind
 TP_DEALLOC = 6 * ctypes.sizeof(ctypes.c_void_p)  # refcnt, type, size, tp_name, basicsize, itemsize
 def slot():

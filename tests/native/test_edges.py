@@ -11,7 +11,7 @@ import textwrap
 
 from nhelpers import run_script
 
-from ddprof_nb._binding import ffi, lib
+from ddprof_nb.engines.native.binding import ffi, lib
 
 
 def test_thread_states_made_and_freed_by_c_threads_never_lend_one_thread_another_ones_stack():

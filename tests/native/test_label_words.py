@@ -108,7 +108,7 @@ def test_a_wall_samples_label_and_frames_are_of_one_moment():
     #       before the walk 0.0-0.1 % (three runs beside 3 hogs)
     r = run_script(
         """
-        from ddprof_nb._binding import ffi, lib
+        from ddprof_nb.engines.native.binding import ffi, lib
         from ddprof_nb.labeling import labels
         walk_ns = lib.ddp_bench_walk(0, 2000, 128, ffi.NULL) / 2000  # guarded reads, as the wall thread's
         def spin(n):

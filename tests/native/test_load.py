@@ -25,10 +25,10 @@ def test_64_gil_bound_threads_at_100hz_lose_no_sample_and_every_thread_is_there(
         p = e.stop()
         names = {s.thread.name for s in p.samples() if s.event is EventType.WALL}
         cpu_names = {s.thread.name for s in p.samples() if s.event is EventType.CPU}
-        st = _binding.Session.stats()
+        st = _session.Session.stats()
         emit(full=sum(st["dropped_full"].values()), names=sorted(names), cpu_names=sorted(cpu_names),
              notes=p.metadata.notes)
-        """.replace("stop = threading.Event()", "from ddprof_nb import _binding\n        stop = threading.Event()"),
+        """.replace("stop = threading.Event()", "from ddprof_nb.engines.native import session as _session\n        stop = threading.Event()"),
         timeout=120,
     )
     # THEN no sample was lost for want of room (torn reads of running threads, which carry

@@ -1,4 +1,4 @@
-"""Lock-contention and park events (native/waits.c + ddprof_nb/lockpark.py).
+"""Lock-contention and park events (native/waits.c + ddprof_nb/engines/native/lockpark.py).
 
 Every scenario runs in a subprocess (a bad GOT patch would crash the interpreter), and each
 script checks several things at once to keep the file under ~30 s per Python version.
@@ -17,12 +17,12 @@ import pytest
 
 from nhelpers import PRELUDE
 
-from ddprof_nb import _binding
-from ddprof_nb.lockpark import WAIT_KINDS
+from ddprof_nb.engines.native import binding as _binding, session as _session
+from ddprof_nb.engines.native.lockpark import WAIT_KINDS
 
 LP_HELPERS = textwrap.dedent(
     '''
-    from ddprof_nb import _binding
+    from ddprof_nb.engines.native import binding as _binding, session as _session
     def leaf_totals(p, event, by_thread=False):
         out = collections.Counter()
         for s in p.samples():
@@ -279,7 +279,7 @@ def test_got_slots_restored_exactly_and_errno_and_results_preserved():
         p = e.stop()
         after = slots()
         emit(before=before, after=after, patched=patched, n=len(during), out={k: list(v) if isinstance(v, tuple) else v for k, v in out.items()},
-             leaves=sorted({s.stack[-1].name for s in p.samples()}), stats=_binding.wait_stats())
+             leaves=sorted({s.stack[-1].name for s in p.samples()}), stats=_session.wait_stats())
         """
     )
     # THEN every slot went back to its exact original value
@@ -309,7 +309,7 @@ def test_fork_while_hooked():
                 # the child runs on the original functions (slots restored) and may profile itself
                 time.sleep(0.01)
                 l = threading.Lock(); l.acquire(); l.acquire(timeout=0.01)
-                if _binding.wait_stats()["active_patches"] != 0:
+                if _session.wait_stats()["active_patches"] != 0:
                     code = 3
                 e2 = engine(events=("park",))
                 e2.start()
@@ -354,7 +354,7 @@ def test_short_waits_sampled_unbiased():
         me = threading.main_thread().native_id
         mine = [s for s in p.samples() if s.event is EventType.PARK and s.thread.tid == me]
         emit(truth=ns[0], truth_n=cnt[0], outer=outer, got=sum(s.values[1] for s in mine),
-             count=sum(s.values[0] for s in mine), n=n, stats=_binding.wait_stats())
+             count=sum(s.values[0] for s in mine), n=n, stats=_session.wait_stats())
         """
     )
     # THEN the hooks saw every sleep, each inside the workload's own timing
@@ -388,7 +388,7 @@ def test_hard_cap_drops_are_carried_over_not_lost():
         mine = [s for s in p.samples() if s.event is EventType.PARK and s.thread.tid == me
                 and s.stack[-1].name == "[sleep]"]
         emit(got=sum(s.values[1] for s in mine), count=sum(s.values[0] for s in mine), n=n + 1, D=D,
-             stats=_binding.wait_stats(), after=_binding.lib.ddp_wait_inject(4, D))
+             stats=_session.wait_stats(), after=_binding.lib.ddp_wait_inject(4, D))
         """
     )
     st = r["stats"]
@@ -420,7 +420,7 @@ def test_records_per_second_are_bounded():
         for t in ts: t.join()
         secs = time.perf_counter() - t0
         p = e.stop()
-        emit(stats=_binding.wait_stats(), notes=list(p.metadata.notes), n=sum(n), secs=secs)
+        emit(stats=_session.wait_stats(), notes=list(p.metadata.notes), n=sum(n), secs=secs)
         """
     )
     st, n = r["stats"], r["n"]
@@ -434,7 +434,7 @@ def test_records_per_second_are_bounded():
 def test_classifier_rules_on_mock_stacks():
     # GIVEN stacks as the hooks capture them (root first) / THEN event and leaf follow the rules
     from ddprof_nb.events import EventType, FrameKind
-    from ddprof_nb.lockpark import WaitClassifier
+    from ddprof_nb.engines.native.lockpark import WaitClassifier
     from ddprof_nb.model import Frame
 
     th, qu = "/usr/lib/python3.12/threading.py", "/usr/lib/python3.12/queue.py"
@@ -465,7 +465,7 @@ def test_poll_at_a_socket_call_site_is_a_socket_wait(tmp_path):
     # GIVEN a poll() wait (kind 8) whose hook cannot tell _socket from select (both built into
     # the executable, as in Debian's Pythons): the Python call site decides
     from ddprof_nb.events import EventType
-    from ddprof_nb.lockpark import WaitClassifier
+    from ddprof_nb.engines.native.lockpark import WaitClassifier
     from ddprof_nb.model import Frame
 
     src = tmp_path / "cell.py"

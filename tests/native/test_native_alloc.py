@@ -79,7 +79,7 @@ def cext(tmp_path_factory):
 
 PRELUDE = '''
 import numpy as np
-from ddprof_nb import _binding
+from ddprof_nb.engines.native import binding as _binding
 lib, ffi = _binding.lib, _binding.ffi
 
 def caller(s):
@@ -133,7 +133,7 @@ def test_numpy_arrays_split_and_live_match_nbytes():
         keep = held()[:60]
         p = e.stop()
         alloc, live = by_leaf(p, EventType.ALLOC), by_leaf(p, EventType.LIVE)
-        from ddprof_nb._alloc import AllocTracker
+        from ddprof_nb.engines.native.alloc import AllocTracker
         emit(native=AllocTracker.native_stats(), three=alloc["three [numpy]"], one=alloc["one [numpy]"], held_alloc=alloc["held [numpy]"],
              live=sum(v for k, v in live.items() if k.endswith("[numpy]")), live_held=live["held [numpy]"],
              nbytes=sum(a.nbytes for a in keep), notes=list(p.metadata.notes), alloc=dict(alloc), live_all=dict(live))
@@ -433,7 +433,7 @@ def test_mmap_from_a_c_extension_and_munmap_whole_or_in_part(cext, tmp_path):
         assert ffi.NULL not in grown
         p = e.stop()
         alloc, live = by_leaf(p, EventType.ALLOC), by_leaf(p, EventType.LIVE)
-        from ddprof_nb._alloc import AllocTracker
+        from ddprof_nb.engines.native.alloc import AllocTracker
         emit(alloc=dict(alloc), live=dict(live), notes=list(p.metadata.notes), native=AllocTracker.native_stats())
         ''',
         cext,

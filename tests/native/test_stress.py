@@ -50,7 +50,7 @@ def test_exec_code_objects_never_get_a_wrong_name():
         e.start()
         # 1 CPU second, and on until 200 samples were taken (a loaded machine's kernel
         # signalled 7 of the 1,000 expected a second) or 20 s of CPU
-        from ddprof_nb._binding import ffi, lib
+        from ddprof_nb.engines.native.binding import ffi, lib
         st = ffi.new("ddp_stats *")
         def signals():
             lib.ddp_get_stats(st)
@@ -276,8 +276,8 @@ def test_a_drain_that_never_comes_loses_nothing_the_native_aggregate_keeps_it():
         burn(0.3)
         used = time.thread_time() - t0
         p = e.stop()
-        from ddprof_nb import _binding
-        emit(full=sum(_binding.Session.stats()["dropped_full"].values()), cpu=p.total("cpu"), used=used,
+        from ddprof_nb.engines.native import session as _session
+        emit(full=sum(_session.Session.stats()["dropped_full"].values()), cpu=p.total("cpu"), used=used,
              notes=p.metadata.notes)
         """
     )

@@ -19,7 +19,7 @@ LAYERS = [
     ("model", ["model", "aggregate", "transforms"]),
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
-    ("sources", ["_binding", "_alloc", "lockpark", "labeling", "engines", "sources", "aio", "asyncio_support",
+    ("sources", ["labeling", "engines", "sources", "aio", "asyncio_support",
                  "elfsyms", "remote", "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history", "live"]),
     # sources that run a session (a Sampler) in other processes: above the session
@@ -48,10 +48,10 @@ INNER_IMPORTS = {
     ("loading", "exporters.pprof_proto"): "readers load when a file of their format is read",
     ("loading", "importers"): "readers load when a file of their format is read",
     # reading another process: the native binding only when the first target is opened
-    ("remote", "_binding"): "a broken native build must not break import",
+    ("remote", "engines.native.binding"): "a broken native build must not break import",
     ("loading", "importers.gecko"): "readers load when a file of their format is read",
     # a broken native build must not break ``import ddprof_nb``
-    ("_binding", "_native"): "a broken native build must not break import: loaded once and checked",
+    ("engines.native.binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
     ("sources", "aio.tasks"): "import cost",
@@ -199,6 +199,16 @@ def test_imports_inside_functions_are_the_listed_ones():
     ]
     assert not unlisted, ("move these to the top of the file, or list them in INNER_IMPORTS with the "
                           "cycle or cost that keeps them inside:\n" + "\n".join(unlisted))
+
+
+def test_the_native_engines_internals_stay_in_its_package():
+    # engines/native/ is one engine: the rest of the package sees NativeEngine (the package)
+    # and, to read other processes, the binding; only the binding loads the compiled module
+    outside = {(m, t) for m, t, _, _ in IMPORTS
+               if t.startswith("engines.native.") and not m.startswith("engines.native")}
+    assert outside <= {("remote", "engines.native.binding")}, outside
+    loaders = {m for m, t, _, _ in IMPORTS if t == "_native"} - {"_steptypes"}
+    assert loaders == {"engines.native.binding"}, loaders
 
 
 def test_render_and_model_never_import_upwards_even_inside_functions():

@@ -73,6 +73,30 @@ def test_labels_block_publishes_and_restores(clean_thread):
     assert published() == 0
 
 
+def test_the_public_api_is_labels_and_current_and_labels_decorates(clean_thread):
+    # GIVEN the module's public names, and a function decorated with labels()
+    assert sorted(L.__all__) == ["current", "labels"]
+    import ddprof_nb
+
+    assert ddprof_nb.labels is L.labels
+
+    @L.labels(stage="parse", run="1")
+    def parse():
+        return L.current(), published()
+
+    # WHEN it is called twice, once inside a block whose value it overrides
+    first = parse()
+    with L.labels(run="0", outer="y"):
+        inner = parse()
+        after_call = L.current().as_dict()
+    # THEN each call ran inside the labels (published too), an inner value won, and the
+    # labels in force came back after each call
+    assert first[0].as_dict() == {"stage": "parse", "run": "1"} and first[1] == L.label_id(first[0])
+    assert inner[0].as_dict() == {"stage": "parse", "run": "1", "outer": "y"}
+    assert after_call == {"run": "0", "outer": "y"}
+    assert L.current() is EMPTY_LABELS and published() == 0
+
+
 def test_labels_keep_the_threads_task_bits(clean_thread):
     # GIVEN a thread whose published id carries task bits (a task step in progress)
     bits = L.task_bits("t")

@@ -32,8 +32,8 @@ import linecache
 import re
 from itertools import islice
 
-from .events import EventType, FrameKind
-from .model import Frame
+from ...events import EventType, FrameKind
+from ...model import Frame
 
 __all__ = ["WaitClassifier", "WAIT_KINDS"]
 

@@ -22,9 +22,9 @@ import itertools
 import struct
 
 
-from . import _binding
-from .events import EventType, FrameKind
-from .model import Frame
+from ...events import EventType, FrameKind
+from ...model import Frame
+from . import binding as _binding
 
 __all__ = ["AllocTracker"]
 
