@@ -51,31 +51,58 @@ export default {
 
 _FIGURE_ESM = _SHARED_JS + """
 export default () => {
-  let inner;
+  let inner, model, listening = null;
+  // plotly's view subscribes to the model's "change:_py2js_*" events with handlers it
+  // never removes, and purges its plot when removed: a view removed while its model
+  // lives on (a Box's children replaced, an output cleared) threw on every later update
+  // ("Error setting state: Cannot read properties of undefined (reading 'length')").
+  // The model plotly sees records what each render subscribes; the view's cleanup
+  // unsubscribes it.
+  function on(name, callback, context) {
+    if (listening) listening.push([name, callback, context]);
+    return model.on(name, callback, context);
+  }
   return {
     async initialize(ctx) {
       const mod = await shared().promise;
+      model = ctx.model;
+      const proxy = new Proxy(model, {
+        get(target, prop) {
+          if (prop === "on") return on;
+          const value = Reflect.get(target, prop, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
       // anywidget's contract: a default export that is the widget or makes it
       inner = typeof mod.default === "function" ? await mod.default() : mod.default;
-      return inner.initialize(ctx);
+      return inner.initialize({ ...ctx, model: proxy });
     },
     // plotly.js re-measures on a window resize only ("responsive"); the output area
     // also changes width when a side panel opens or the pane is dragged: watch it.
     async render(ctx) {
-      const cleanup = await inner.render(ctx);
-      if (typeof ResizeObserver !== "function") return cleanup;
-      let width = 0;
-      const observer = new ResizeObserver(() => {
-        const gd = ctx.el.classList.contains("js-plotly-plot") ? ctx.el : ctx.el.querySelector(".js-plotly-plot");
-        const w = ctx.el.clientWidth;
-        if (gd && w && w !== width && gd._responsiveChartHandler) {
-          width = w;
-          gd._responsiveChartHandler();
-        }
-      });
-      observer.observe(ctx.el);
+      const subscribed = listening = [];
+      let cleanup;
+      try {
+        cleanup = await inner.render(ctx);
+      } finally {
+        listening = null;
+      }
+      let observer = null;
+      if (typeof ResizeObserver === "function") {
+        let width = 0;
+        observer = new ResizeObserver(() => {
+          const gd = ctx.el.classList.contains("js-plotly-plot") ? ctx.el : ctx.el.querySelector(".js-plotly-plot");
+          const w = ctx.el.clientWidth;
+          if (gd && w && w !== width && gd._responsiveChartHandler) {
+            width = w;
+            gd._responsiveChartHandler();
+          }
+        });
+        observer.observe(ctx.el);
+      }
       return () => {
-        observer.disconnect();
+        for (const [name, callback, context] of subscribed) model.off(name, callback, context);
+        if (observer) observer.disconnect();
         if (typeof cleanup === "function") cleanup();
       };
     },
