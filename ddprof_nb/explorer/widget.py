@@ -32,7 +32,7 @@ from ..events import EventType
 from ..model import Frame, Profile
 from .chips import TransformBar
 from .controls import ControlsMixin, parse_label_filter
-from .figure_widget import figure_widget, remember_state
+from .figure_widget import figure_widget, remember_state, send_bundle
 from .pipeline import PipelineMixin
 from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
@@ -61,6 +61,7 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         max_nodes: int = F.DEFAULT_MAX_NODES,
         top_n: int = 40,
     ):
+        send_bundle()  # the page evaluates plotly while the first view is computed
         self.diff = other is not None
         self.before = profile if self.diff else None
         self.profile = other if self.diff else profile  # the primary ("after") profile
@@ -227,9 +228,11 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         if not hasattr(self, "sandwich") or self._selected is None or not (open_it or self.sandwich.data):
             return
         view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
+        # two charts of half the flame's nodes each: the pair costs the browser what the
+        # flame does (plotly's redraw of a chart grows with its nodes)
         try:
             data = sandwich_data(view, self.event, self.value_index, self._selected,
-                                 min_pct=self.min_pct_sl.value, max_nodes=self.max_nodes)
+                                 min_pct=self.min_pct_sl.value, max_nodes=self.max_nodes // 2)
         except ValueError:  # not a function of this view
             data = None
         if data is None or not data.total:
