@@ -62,9 +62,6 @@ class SandwichPanel:
         where = f" ({f.filename}:{f.first_line})" if f.filename else ""
         self.header.value = (f"<b>{F.esc(f.name)}</b>{F.esc(where)} — self {F.esc(F.format_value(data.self, data.unit))}"
                              f", total {F.esc(F.format_value(data.total, data.unit))}: callers above, callees below")
-        # shown before the charts' updates: plotly would lay out a hidden chart at no
-        # width, then again once shown
-        self.box.layout.display = ""
         for name, fd in (("callers", data.callers), ("callees", data.callees)):
             layout = F.flame_layout(fd)
             layout["height"] = min(layout["height"], 420)
@@ -80,6 +77,7 @@ class SandwichPanel:
         # redraw of both, and plotly's removed views kept listening to their models)
         if len(self.box.children) == 1:
             self.box.children = [self._head, self.callers, self.callees]
+        self.box.layout.display = ""
 
     def hide(self) -> None:
         self.data = None
