@@ -73,15 +73,19 @@ class SandwichPanel:
             else:
                 send_update(fig, [F.flame_trace_props(fd)], layout)
                 remember_state(fig)
-        # the children change once: new children would replace the charts' views (a
-        # redraw of both, and plotly's removed views kept listening to their models)
+        # a closed panel holds no chart views (see hide): they are made now, drawn at the
+        # width they are shown at; an open one updates its views in place
         if len(self.box.children) == 1:
             self.box.children = [self._head, self.callers, self.callees]
         self.box.layout.display = ""
 
     def hide(self) -> None:
+        """Close the panel and drop its charts' views: with the views kept, plotly updated
+        the hidden charts and laid them out again once shown (1 M samples, load average 2,
+        one run each: 0.74 s to open the sandwich, against 0.42 s with new views)."""
         self.data = None
         self.box.layout.display = "none"
+        self.box.children = [self._head]
 
     def _click(self, name: str, points) -> None:
         inds = list(getattr(points, "point_inds", []) or [])
