@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -51,31 +51,58 @@ export default {
 
 _FIGURE_ESM = _SHARED_JS + """
 export default () => {
-  let inner;
+  let inner, model, listening = null;
+  // plotly's view subscribes to the model's "change:_py2js_*" events with handlers it
+  // never removes, and purges its plot when removed: a view removed while its model
+  // lives on (a Box's children replaced, an output cleared) threw on every later update
+  // ("Error setting state: Cannot read properties of undefined (reading 'length')").
+  // The model plotly sees records what each render subscribes; the view's cleanup
+  // unsubscribes it.
+  function on(name, callback, context) {
+    if (listening) listening.push([name, callback, context]);
+    return model.on(name, callback, context);
+  }
   return {
     async initialize(ctx) {
       const mod = await shared().promise;
+      model = ctx.model;
+      const proxy = new Proxy(model, {
+        get(target, prop) {
+          if (prop === "on") return on;
+          const value = Reflect.get(target, prop, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
       // anywidget's contract: a default export that is the widget or makes it
       inner = typeof mod.default === "function" ? await mod.default() : mod.default;
-      return inner.initialize(ctx);
+      return inner.initialize({ ...ctx, model: proxy });
     },
     // plotly.js re-measures on a window resize only ("responsive"); the output area
     // also changes width when a side panel opens or the pane is dragged: watch it.
     async render(ctx) {
-      const cleanup = await inner.render(ctx);
-      if (typeof ResizeObserver !== "function") return cleanup;
-      let width = 0;
-      const observer = new ResizeObserver(() => {
-        const gd = ctx.el.classList.contains("js-plotly-plot") ? ctx.el : ctx.el.querySelector(".js-plotly-plot");
-        const w = ctx.el.clientWidth;
-        if (gd && w && w !== width && gd._responsiveChartHandler) {
-          width = w;
-          gd._responsiveChartHandler();
-        }
-      });
-      observer.observe(ctx.el);
+      const subscribed = listening = [];
+      let cleanup;
+      try {
+        cleanup = await inner.render(ctx);
+      } finally {
+        listening = null;
+      }
+      let observer = null;
+      if (typeof ResizeObserver === "function") {
+        let width = 0;
+        observer = new ResizeObserver(() => {
+          const gd = ctx.el.classList.contains("js-plotly-plot") ? ctx.el : ctx.el.querySelector(".js-plotly-plot");
+          const w = ctx.el.clientWidth;
+          if (gd && w && w !== width && gd._responsiveChartHandler) {
+            width = w;
+            gd._responsiveChartHandler();
+          }
+        });
+        observer.observe(ctx.el);
+      }
       return () => {
-        observer.disconnect();
+        for (const [name, callback, context] of subscribed) model.off(name, callback, context);
+        if (observer) observer.disconnect();
         if (typeof cleanup === "function") cleanup();
       };
     },
@@ -98,6 +125,16 @@ def _ensure_carrier() -> None:
     global _carrier
     if _carrier is None or getattr(_carrier, "comm", None) is None:
         _carrier = _classes["carrier"](bundle=_classes["bundle"])
+
+
+def send_bundle() -> None:
+    """Send plotly's bundle to the page now (once per kernel), before any figure exists.
+
+    Called first thing when an Explorer is made: the page loads and evaluates the 5 MB
+    module (about as long as the kernel's filtering and tree building for a 1 M-sample
+    profile) while the kernel computes the first view, instead of after it."""
+    figure_widget_class()
+    _ensure_carrier()
 
 
 def figure_widget_class():

@@ -52,7 +52,8 @@ class SandwichPanel:
                                   tooltip="hide the callers and callees of the selected function")
         self.close_btn.on_click(lambda _: self.hide())
         self.callers = self.callees = None
-        self.box = W.VBox([W.HBox([self.header, self.close_btn])], layout=W.Layout(display="none", width="100%"))
+        self._head = W.HBox([self.header, self.close_btn])
+        self.box = W.VBox([self._head], layout=W.Layout(display="none", width="100%"))
         self.box.add_class("ddprof-sandwich")
 
     def show(self, data: SandwichData) -> None:
@@ -61,7 +62,6 @@ class SandwichPanel:
         where = f" ({f.filename}:{f.first_line})" if f.filename else ""
         self.header.value = (f"<b>{F.esc(f.name)}</b>{F.esc(where)} — self {F.esc(F.format_value(data.self, data.unit))}"
                              f", total {F.esc(F.format_value(data.total, data.unit))}: callers above, callees below")
-        figs = []
         for name, fd in (("callers", data.callers), ("callees", data.callees)):
             layout = F.flame_layout(fd)
             layout["height"] = min(layout["height"], 420)
@@ -73,13 +73,19 @@ class SandwichPanel:
             else:
                 send_update(fig, [F.flame_trace_props(fd)], layout)
                 remember_state(fig)
-            figs.append(fig)
-        self.box.children = [W.HBox([self.header, self.close_btn]), *figs]
+        # a closed panel holds no chart views (see hide): they are made now, drawn at the
+        # width they are shown at; an open one updates its views in place
+        if len(self.box.children) == 1:
+            self.box.children = [self._head, self.callers, self.callees]
         self.box.layout.display = ""
 
     def hide(self) -> None:
+        """Close the panel and drop its charts' views: with the views kept, plotly updated
+        the hidden charts and laid them out again once shown (1 M samples, load average 2,
+        one run each: 0.74 s to open the sandwich, against 0.42 s with new views)."""
         self.data = None
         self.box.layout.display = "none"
+        self.box.children = [self._head]
 
     def _click(self, name: str, points) -> None:
         inds = list(getattr(points, "point_inds", []) or [])

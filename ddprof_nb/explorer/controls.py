@@ -1,0 +1,215 @@
+"""The Explorer's controls: made, laid out in rows, and described (banner, tooltips,
+thread list, label placeholder).  A mixin of ``Explorer``: the controls are its
+attributes, read by the pipeline (``pipeline.py``) and wired in ``widget.py``."""
+
+from __future__ import annotations
+
+import re
+
+import ipywidgets as W
+import numpy as np
+
+from .. import render as F
+from ..events import EventType
+from .threads import user_first
+from .top_rows import GROUPS
+from .top_table import TopTable
+
+__all__ = ["ControlsMixin", "parse_label_filter"]
+
+_CSS = """<style>
+.ddprof-msg { color: #d33; font-size: 12px; }
+.ddprof-status { font-size: 12px; opacity: .85; }
+.ddprof-legend { font-size: 12px; opacity: .85; }
+.ddprof-banner { font-size: 12px; }
+.jp-OutputArea:has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback),
+.output:has(.ddprof-explorer) .output_area:has(.ddprof-static-fallback) { display: none; }
+.ddprof-banner summary { cursor: pointer; }
+.ddprof-banner div { margin-left: 1.2em; opacity: .85; }
+</style>"""
+
+
+
+
+def parse_label_filter(text: str) -> dict[str, list[str]]:
+    """``"k=v, k=w; k2=x"`` -> {"k": ["v", "w"], "k2": ["x"]}: one key OR-ed, keys AND-ed."""
+    out: dict[str, list[str]] = {}
+    for part in re.split(r"[,;]", text or ""):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"invalid label filter {part!r}: expected key=value")
+        k, v = (s.strip() for s in part.split("=", 1))
+        if not k:
+            raise ValueError(f"invalid label filter {part!r}: empty key")
+        out.setdefault(k, []).append(v)
+    return out
+
+
+
+class ControlsMixin:
+    """Making and laying out the controls; the banner and the kernel-threads toggle."""
+
+    def _make_controls(self, events: list[EventType], first: EventType, min_pct: float) -> None:
+        self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
+                                   description="event", layout=W.Layout(width="210px"))
+        self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
+                                        style={"button_width": "78px"})
+        self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
+                                        tooltips=["root at the bottom", "root at the top"],
+                                        style={"button_width": "62px"})
+        self.inverted_tb = W.ToggleButton(value=False, description="inverted", layout=W.Layout(width="80px"))
+        self.only_mine_cb = W.Checkbox(value=False, description="only my code", indent=False,
+                                       layout=W.Layout(width="115px"))
+        self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
+                                        continuous_update=False, readout_format=".1f",
+                                        layout=W.Layout(width="260px"))
+        # a narrow label column leaves the box room for its whole placeholder
+        text = dict(continuous_update=False, layout=W.Layout(width="250px"), style={"description_width": "52px"})
+        self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
+        self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
+        self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
+        self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
+                                           layout=W.Layout(width="auto", display="" if self._hidden else "none"))
+        threads = self._thread_options()
+        self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
+                                            description="threads", layout=W.Layout(width="300px"))
+        self.threads_sel.tooltip = "none selected = all threads"
+        self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
+        self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
+        self.message = W.HTML(value="")
+        self.message.add_class("ddprof-msg")
+        self.status = W.HTML(value="")
+        self.status.add_class("ddprof-status")
+        self.banner = W.HTML(value=self._banner_html())
+        self.diff_view_tb = W.ToggleButtons(options=[("diff", "diff"), ("before", "before"), ("after", "after")],
+                                            value="diff", style={"button_width": "60px"})
+        self.diff_norm_tb = W.ToggleButtons(options=[("normalised", True), ("absolute", False)], value=True,
+                                            tooltips=["before scaled to after's total", "raw values"],
+                                            style={"button_width": "80px"})
+        self.top_group_tb = W.ToggleButtons(options=list(GROUPS), value="function", description="group by",
+                                            style={"button_width": "80px"})
+        self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
+        self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
+        self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+        # every labelled control says on hover what it does (with no tooltip, ipywidgets
+        # writes title="null" on its label)
+        for widget, tip in (
+            (self.event_dd, "the event every view shows"),
+            (self.value_tb, "what the charts measure: the count, or the time or bytes"),
+            (self.inverted_tb, "bottom-up: the roots are the leaves (self time first)"),
+            (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
+            (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
+            (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
+            (self.ignore_txt, "regex: drop the stacks through a matching function or file"),
+            (self.hide_txt, "regex: remove matching frames from every stack"),
+            (self.search_txt, "highlight matching functions and files"),
+            (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
+            (self.clear_btn, "back to the whole profile"),
+            (self.diff_view_tb, "the difference, or either profile alone"),
+            (self.top_group_tb, "one row per function, per line or per file"),
+            (self.range_btn, "show the whole time axis again"),
+            (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
+        ):
+            widget.tooltip = tip
+
+    def _rows(self) -> list:
+        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.inverted_tb, self.only_mine_cb, self.min_pct_sl]
+        rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        if self.diff:
+            rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
+                               layout=W.Layout(flex_flow="row wrap")))
+        rows += [
+            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
+                   layout=W.Layout(flex_flow="row wrap")),
+            W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
+                   layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            self.transform_bar.box,
+            self.message,
+            self.status,
+            self.flame,
+            self.legend,
+            self.sandwich.box,
+            self.timeline,
+            # side by side where the pane is wide enough for every column of the table
+            # (in halves, the function names came last and out of sight); else stacked
+            W.HBox(
+                [W.VBox([self.top_group_tb, self.top_table], layout=W.Layout(flex="1 1 760px", min_width="0")),
+                 W.VBox([self.source], layout=W.Layout(flex="1 1 420px", min_width="0"))],
+                layout=W.Layout(flex_flow="row wrap"),
+            ),
+            W.HTML(_CSS),
+        ]
+        return rows
+
+
+    @staticmethod
+    def _value_options(e: EventType):
+        return [(F.value_label(e, 0), 0), (F.value_label(e, 1), 1)]
+
+
+    def _machinery_text(self) -> str:
+        h = self._hidden
+        n = len(h.threads)
+        return (f"show {n} kernel thread{'s' if n != 1 else ''}" if n else "show the profiler's work")
+
+    def _thread_options(self):
+        seen: dict[int, object] = {}
+        for p in ([self._base_before, self._base] if self.diff else [self._base]):
+            busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
+            for i, t in enumerate(p.threads):
+                if busy[i]:
+                    seen.setdefault(t.tid, t)
+        return [(f"{t.name} ({t.tid})", t.tid) for t in user_first(seen.values())]
+
+    def _banner_html(self) -> str:
+        """One line (engine, duration, samples, what is hidden or dropped); the details
+        (notes, hidden threads, dropped samples explained) one click away."""
+        meta = self.profile.metadata
+        n = int(self.profile.values[:, 0].sum()) if len(self.profile) else 0
+        line = [meta.engine or "unknown engine", F.format_duration(meta.duration_ns), f"{n:,} samples"]
+        details = []
+        if self._hidden:
+            line.append(self._hidden.describe())
+            if self._hidden.threads:
+                details.append("Hidden in every view (the button beside the thread list shows them): "
+                               + ", ".join(sorted(set(self._hidden.threads))) + ".")
+            if self._hidden.own_samples:
+                details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
+        dropped = sum(int(v) for v in dict(meta.dropped).values())
+        if dropped:
+            line.append(f"{dropped:,} samples lost")
+            per = ", ".join(f"{EventType.parse(e).label} {int(v):,}" for e, v in dict(meta.dropped).items() if int(v))
+            details.append(
+                f"{dropped:,} samples were lost while recording ({per}): the sampler's buffer was full, or a stack "
+                "changed while it was being read.  The totals shown are that much lower than what ran.")
+        details += [f"Note: {note}" for note in meta.notes]
+        if meta.python_version or meta.host:
+            details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
+        summary = F.esc(" · ".join(line))
+        body = "".join(f"<div>{F.esc(d)}</div>" for d in details)
+        return (f"<details class='ddprof-banner'><summary>{summary}</summary>{body}</details>" if body
+                else f"<div class='ddprof-banner'>{summary}</div>")
+
+    def _on_machinery(self, change) -> None:
+        """Show or hide the kernel's threads and the profiler's work in every view."""
+        self._show_machinery = bool(change["new"])
+        self._make_bases()
+        self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
+        busy, self._busy = self._busy, True
+        try:
+            kept = set(self.threads_sel.value)
+            opts = self._thread_options()
+            self.threads_sel.options = opts
+            self.threads_sel.value = tuple(tid for _, tid in opts if tid in kept)
+        finally:
+            self._busy = busy
+        self._update("filter", timeline=True, top=True)
+
+    def _label_placeholder(self) -> str:
+        for ls in self.profile.labelsets:
+            for k, v in ls.items:
+                return f"e.g. {k}={v}"
+        return "key=value, ..."
