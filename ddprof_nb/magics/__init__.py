@@ -66,7 +66,7 @@ from ..render.format import format_bytes, format_duration
 from ..sampler import Sampler
 from . import other_kernels, stored
 from .display import fallback_bundle  # noqa: F401 - ddprof_nb.magics.fallback_bundle: the static view's bundle
-from .display import mode_for, show_as
+from .display import mode_for, prepare, show_as
 from .options import CELL_PARSER, START_PARSER, STMT_PARSER, SUBCOMMANDS, USAGE, help_text, sampler_config
 from .options import split_statement
 from .session import Session, busy_message, current_count, dask_client, default_name, save, stop_facts
@@ -121,6 +121,8 @@ def _start(shell, args, kind: str, count: int | None, *, root_files=None, frame=
                           getattr(args, "all_threads", False))
         if live:
             session.live = _live_sink(shell, session)
+        elif not args.no_show:
+            prepare(shell, display_mode)  # before the sampler starts: its work stays out of the profile
         try:
             sampler.start(trim="none", live=session.live)
         except ProfilerBusyError:

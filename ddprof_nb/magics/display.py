@@ -48,6 +48,19 @@ def fallback_bundle(profile: Profile, name: str | None = None, other: Profile | 
     return bundle
 
 
+def prepare(shell, display_mode: str) -> None:
+    """Before a session that will be shown as the explorer: send plotly's bundle to the page
+    now, so the browser loads and evaluates it (seconds, once per kernel) while the cell runs
+    instead of after it ends.  Outside a kernel, or without the explorer, nothing happens."""
+    if mode_for(shell, display_mode) != "widget":
+        return
+    try:
+        from ..explorer.figure_widget import send_bundle
+        send_bundle()
+    except Exception:  # noqa: BLE001 - the explorer is optional; its own error shows at display
+        pass
+
+
 def _explorer(profile: Profile, other: Profile | None = None):
     """The explorer widget, or None when it is missing or fails (we fall back)."""
     try:

@@ -66,6 +66,7 @@ INNER_IMPORTS = {
     ("", "history"): "``ddprof_nb.history`` is the History object, not the module",
     ("explorer", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("magics.display", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
+    ("magics.display", "explorer.figure_widget"): "plotly and anywidget load when a session will be shown as the explorer",
     ("explorer.live_view", "explorer.widget"): "ipywidgets and plotly load when an Explorer is made",
     ("live_display", "explorer.live_view"): "ipywidgets load when a live view is shown",
     # profile(live=True) picks where to show the samples so far: a front end's choice
