@@ -1,5 +1,5 @@
 /* waits.c — lock-contention and park events: the interpreter's blocking waits, hooked by
- * patching GOT entries (DESIGN §3 option (a)).
+ * patching GOT entries.
  *
  * Why the GOT: CPython's lock waits (PyThread_acquire_lock_timed on 3.11/3.12, the parking
  * lot's _PySemaphore on 3.13) end in sem_clockwait/sem_wait, time.sleep in clock_nanosleep,
