@@ -211,9 +211,12 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     uint64_t label = label_of(s);
     uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     ddp_record *last = s->wlast;
-    /* Not run since its last sample: same frames, state and GC flag. */
+    /* Not run since its last sample: same frames, state and GC flag.  Not when that sample said
+     * "cpu": a thread whose clock stood still for a whole tick is not running, and a state judged
+     * over a short first interval (registered and sampled in one tick, the thread still starting)
+     * would otherwise stick to every sample of a long sleep. */
     int unchanged = s->wfresh && cpu_now >= 0 && cpu_now == s->last_cpu_ns && last->label_id == label &&
-                    s->wlast_tstate == tstate;
+                    s->wlast_tstate == tstate && last->state != DDP_STATE_CPU;
     ddp_record *rec = last;
     if (unchanged) {
         atomic_fetch_add_explicit(&sess_stats.wall_unchanged, 1, memory_order_relaxed);
