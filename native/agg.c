@@ -159,6 +159,65 @@ int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucke
     return 0;
 }
 
+/* Entries of one key whose times share a bucket of a coarser tick become one, before any is
+ * read: `bucket_under(e, last)` is entry e's bucket under the tick at `last`, the latest entry's
+ * time, or -1 to keep e as it is (a Profile's final tick is at least the tick at its last record's time, a power-of-two
+ * multiple of every finer one, aligned at 0: entries merged here share one final tick).  A
+ * drain that comes seconds after the records were added converts one record per key and
+ * coarse bucket instead of one per fine bucket (an idle thread's stack: one per tick of the
+ * session's first second, 1 ms, where the Profile keeps one per 32 ms after 6 s).  Merged
+ * entries move to the first of them, in place (kept in first-seen order, compacted); the
+ * index and last slots are rebuilt.  Returns how many entries were merged away. */
+uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_under)(const ddp_record *e, int64_t last))
+{
+    if (a->read || a->keys < 2)
+        return 0;
+    int64_t last = INT64_MIN;
+    for (size_t off = 0; off < a->used; off += entry_bytes((const ddp_record *)(a->arena + off)))
+        if (((const ddp_record *)(a->arena + off))->ts_ns > last)
+            last = ((const ddp_record *)(a->arena + off))->ts_ns;
+    if (a->keys <= a->slots / 64)
+        for (uint32_t k = 0; k < a->keys; k++)
+            a->index[a->filled[k]] = 0;
+    else
+        memset(a->index, 0, a->slots * sizeof *a->index);
+    memset(a->last, 0, sizeof a->last);
+    uint32_t mask = a->slots - 1, keys = 0, merged = 0;
+    size_t w = 0;
+    for (size_t off = 0; off < a->used;) {
+        ddp_record *r = (ddp_record *)(a->arena + off);
+        size_t len = entry_bytes(r);
+        int64_t bucket = bucket_under(r, last);
+        uint32_t i = (uint32_t)key_hash(r, bucket) & mask;
+        ddp_record *into = NULL;
+        for (uint32_t v; (v = a->index[i]) != 0; i = (i + 1) & mask) {
+            ddp_record *e = (ddp_record *)(a->arena + (size_t)(v - 1) * 8);
+            if (bucket >= 0 && same_key(e, r) && bucket_under(e, last) == bucket) {
+                into = e;
+                break;
+            }
+        }
+        if (into) {
+            into->count += r->count;
+            into->value += r->value;
+            if (r->ts_ns > into->ts_ns)
+                into->ts_ns = r->ts_ns; /* (the same coarse bucket: its slot stays right) */
+            merged++;
+        } else {
+            uint32_t ls = last_slot(r);
+            if (w != off)
+                memmove(a->arena + w, r, len);
+            a->index[i] = a->last[ls] = (uint32_t)(w / 8) + 1;
+            a->filled[keys++] = i;
+            w += len;
+        }
+        off += len;
+    }
+    a->used = w;
+    a->keys = keys;
+    return merged;
+}
+
 uint64_t ddp_agg_folded(const ddp_agg *a) { return a->folded; }
 
 int ddp_agg_take(ddp_agg *a, void *buf, int max, size_t stride)

@@ -64,6 +64,7 @@ typedef struct {
     _Atomic uint64_t carried_full[8]; /* samples whose weight went to their thread's next one: buffers full */
     uint64_t agg_in, agg_out;         /* records into the aggregates, aggregated records out */
     uint64_t agg_full;                /* times the active aggregate was full when records waited */
+    uint64_t agg_coarsened;           /* aggregated records merged under a coarser tick as the drain took them */
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
     _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
@@ -138,6 +139,9 @@ enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
 int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */
+/* r's bucket under the tick at last_ts (>= r's own): the Profile's final tick is at least
+ * that of its last record, so records merged in it share one final tick too; -1 for none. */
+int64_t bucket_under(const ddp_record *r, int64_t last_ts);
 void records_reset(void);
 
 /* ---- the wall thread (wall.c) --------------------------------------------------------- */

@@ -140,6 +140,7 @@ typedef struct {
     uint64_t agg_full;           /* times records waited in the ring for a full aggregate */
     uint64_t agg_bytes;          /* the aggregates' fixed size (keys and arena, both of them) */
     uint64_t agg_folded;         /* records folded into their thread's last record: the aggregate was full */
+    uint64_t agg_coarsened;      /* aggregated records merged at drain time, under a coarser time tick */
 } ddp_stats;
 
 typedef struct {

@@ -203,6 +203,7 @@ int ddp_drain(void *buf, int max_records)
     agg_fill_locked();
     while (n < max_records) {
         ddp_agg *r = aggs[1 - agg_active];
+        sess_stats.agg_coarsened += ddp_agg_coarsen(r, bucket_under); /* (once: before its first take) */
         n += ddp_agg_take(r, (char *)buf + (size_t)n * sess_rec_size, max_records - n, sess_rec_size);
         if (n == max_records)
             break;

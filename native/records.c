@@ -180,21 +180,40 @@ int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t 
  * merged in: model.tick_for's rule, min_tick * 2**k with at most max_ticks ticks over the
  * elapsed time.  A profile's final tick is tick_for(its duration) >= this, a power-of-two
  * multiple aligned at 0, so samples merged here share one tick of the final Profile. */
+static int64_t merge_tick(int64_t elapsed, int64_t min_tick, int32_t max_ticks)
+{
+    int64_t tick = min_tick;
+    while (tick < INT64_MAX / 2 / max_ticks && elapsed > tick * max_ticks)
+        tick <<= 1;
+    return tick;
+}
+
 int64_t ddp_merge_bucket(int64_t elapsed, int64_t min_tick, int32_t max_ticks)
 {
     if (min_tick <= 0 || max_ticks <= 0)
         return -1;
     if (elapsed < 0)
         elapsed = 0;
-    int64_t tick = min_tick;
-    while (tick < INT64_MAX / 2 / max_ticks && elapsed > tick * max_ticks)
-        tick <<= 1;
+    int64_t tick = merge_tick(elapsed, min_tick, max_ticks);
     return elapsed / tick * tick;
 }
 
 int64_t bucket_of(int64_t ts)
 {
     return ddp_merge_bucket(ts - sess_stats.start_mono_ns, sess_cfg.merge_tick_ns, sess_cfg.merge_max_ticks);
+}
+
+int64_t bucket_under(const ddp_record *r, int64_t last_ts)
+{
+    int64_t min_tick = sess_cfg.merge_tick_ns, elapsed = r->ts_ns - sess_stats.start_mono_ns;
+    int32_t max_ticks = sess_cfg.merge_max_ticks;
+    if (min_tick <= 0 || max_ticks <= 0 || (sess_cfg.merge_shadow && r->aux == 1 && r->event == DDP_EVENT_WALL))
+        return -1; /* merging off; the merge test's shadow records stay one per sample */
+    if (elapsed < 0)
+        elapsed = 0;
+    int64_t last = last_ts - sess_stats.start_mono_ns;
+    int64_t tick = merge_tick(last > elapsed ? last : elapsed, min_tick, max_ticks);
+    return elapsed / tick * tick;
 }
 
 void records_reset(void) { atomic_store(&own_segv_checked_ns, INT64_MIN / 2); }

@@ -7,9 +7,14 @@ never appear in samples.  It sleeps in C, without the GIL, and converts records 
 there is work: the buffer a quarter full, a new thread to name while it lives, samples
 naming code it has not resolved yet (0.1 s after its last wake at the earliest: code can
 die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL`` (1 s)
-elapsed.  Each wake takes the GIL from the profiled code (with ~3 context switches of a
-busy thread), so code already resolved waits: a loop of known code wakes it once a second,
-not ten times.  Wall samples carry
+elapsed: ``QUIET_DRAIN_INTERVAL`` (30 s) in a CPU/wall session without a live view, whose
+records nothing reads before stop.  Each wake takes the GIL from the profiled code (with
+~3 context switches of a busy thread), so code already resolved waits: a loop of known code
+wakes it once a second at most, not ten times.  Records that wait are merged in the native
+aggregate, and when the drain takes them, again under the time tick of the latest one
+(native/agg.c: ddp_agg_coarsen), so a later drain converts fewer records for the same
+Profile: an idle thread's stack once per tick of the Profile, not once per 10 ms of the
+session's first seconds.  Wall samples carry
 ``state=cpu|off-cpu|gil`` in their labels (see ``decode.STATE_LABELS``).
 """
 
@@ -37,6 +42,7 @@ from .session import Session, after_fork_child, cpu_thread_totals
 
 _active: "NativeEngine | None" = None
 DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
+QUIET_DRAIN_INTERVAL = 30.0  # the same for CPU/wall sessions without a live view (module docstring)
 
 
 def _after_fork_child() -> None:
@@ -110,9 +116,7 @@ class NativeEngine(Engine):
         super().__init__(config)
         self._ring_records = ring_records
         self._agg_keys = agg_keys
-        if drain_interval is None:
-            drain_interval = DRAIN_INTERVAL
-        self._drain_interval = drain_interval
+        self._drain_interval = drain_interval  # None: chosen at start (_default_drain_interval)
         self._session_knobs = {"merge_wall": merge_wall, "drain_early": drain_early,
                                "drain_new_code": drain_new_code}
         self._read_mode = read_mode
@@ -206,11 +210,20 @@ class NativeEngine(Engine):
         if self.live is not None:  # the live view reads what was drained so far
             self._converter.builder.flush()
 
+    def _default_drain_interval(self) -> float:
+        """A live view shows what was drained, and allocation and lock/park records are
+        followed on the Python side as they come: a drain a second.  Otherwise records
+        wait in the native aggregate, merged there, until there is work (module docstring)."""
+        if self.live is not None or not set(self.config.events) <= {EventType.CPU, EventType.WALL}:
+            return DRAIN_INTERVAL
+        return QUIET_DRAIN_INTERVAL
+
     def _drain_loop(self) -> None:
         self._go.wait()
         session = self._session
+        interval = self._drain_interval if self._drain_interval is not None else self._default_drain_interval()
         while session is not None and not self._stop_event.is_set():
-            if session.wait(self._drain_interval) < 0 or self._stop_event.is_set():
+            if session.wait(interval) < 0 or self._stop_event.is_set():
                 break  # stopped: stop() drains the rest
             try:
                 self._drain_once()

@@ -177,7 +177,7 @@ class Session:
             "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
             "parked_at_start", "leaked_bytes", "agg_in", "agg_out", "agg_full", "agg_bytes",
-            "agg_folded")}
+            "agg_folded", "agg_coarsened")}
         for name in ("samples", "dropped_full", "dropped_torn", "carried_full"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
