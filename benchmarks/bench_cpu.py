@@ -580,7 +580,9 @@ def profiler_threads_rows(engine: str, check: str, work, units: int, seconds: fl
         stats = {k: (st1[k] - st0[k]) for k in ("wall_ticks", "handler_ns", "handler_calls", "wall_records",
                                                  "wall_unchanged") if k in st1}
         stats["samples"] = {e: st1["samples"][e] - st0["samples"][e] for e in st1["samples"]}
+    t_stop = time.perf_counter()
     prof = sampler.stop()
+    stop_s = time.perf_counter() - t_stop
     stop.set()
     tag = f"{check}, {idle} idle threads, {seconds:.0f} s"
     rows = []
@@ -601,6 +603,9 @@ def profiler_threads_rows(engine: str, check: str, work, units: int, seconds: fl
         wall_samples = stats["samples"][ddprof_nb.EventType.WALL]
         rows.append(Row("ddprof_nb", f"{tag}: wall samples → records", f"{wall_samples} → {stats.get('wall_records', wall_samples)}",
                         "—", f"{stats.get('wall_unchanged', 0)} reused an idle thread's last stack", "—", None))
+        drained = st1.get("agg_out", 0) - st0.get("agg_out", 0)
+        rows.append(Row("ddprof_nb", f"{tag}: stop() (converts what the drain left)", f"{1e3 * stop_s:.0f} ms", "—",
+                        f"{drained} records drained during the session", "—", None))
     del prof
     return rows
 

@@ -7,8 +7,8 @@ never appear in samples.  It sleeps in C, without the GIL, and converts records 
 there is work: the buffer a quarter full, a new thread to name while it lives, samples
 naming code it has not resolved yet (0.1 s after its last wake at the earliest: code can
 die, and 3.11 has no code watcher to resolve it as it dies), or ``DRAIN_INTERVAL`` (1 s)
-elapsed: ``QUIET_DRAIN_INTERVAL`` (30 s) in a CPU/wall session without a live view, whose
-records nothing reads before stop.  Each wake takes the GIL from the profiled code (with
+elapsed: ``QUIET_DRAIN_INTERVAL`` (10 s) in a CPU/wall session without a live view, whose
+records nothing reads before stop (stop converts what waited: at most ~10 s of records).  Each wake takes the GIL from the profiled code (with
 ~3 context switches of a busy thread), so code already resolved waits: a loop of known code
 wakes it once a second at most, not ten times.  Records that wait are merged in the native
 aggregate, and when the drain takes them, again under the time tick of the latest one
@@ -42,7 +42,7 @@ from .session import Session, after_fork_child, cpu_thread_totals
 
 _active: "NativeEngine | None" = None
 DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
-QUIET_DRAIN_INTERVAL = 30.0  # the same for CPU/wall sessions without a live view (module docstring)
+QUIET_DRAIN_INTERVAL = 10.0  # the same for CPU/wall sessions without a live view (module docstring)
 
 
 def _after_fork_child() -> None:
