@@ -151,7 +151,8 @@ def test_numpy_arrays_split_and_live_match_nbytes():
 
 def test_freed_arrays_reach_the_drain_merged_and_held_ones_stay_live():
     # GIVEN 3,000 arrays of 1 MiB made and dropped at one line (p ~ 0.86 each: ~2,600 samples),
-    #   then 40 more kept, with the drain run by hand
+    #   then 40 arrays of 4 MiB kept (p ~ 0.9997: LIVE is then exact, not an estimate), with the
+    #   drain run by hand
     # WHEN the drain converts their records
     # THEN the freed arrays' samples arrive as far fewer records than samples (merged in native
     #   code once freed), their ALLOC bytes still sum to the truth, and LIVE holds exactly the
@@ -169,7 +170,7 @@ def test_freed_arrays_reach_the_drain_merged_and_held_ones_stay_live():
         def churn():
             for _ in range(3000): a = np.empty(131072)
         def held():
-            return [np.empty(131072) for _ in range(40)]
+            return [np.empty(524288) for _ in range(40)]
         e = engine(events=("alloc", "live"), drain_interval=1e6)
         e.start()
         churn()
