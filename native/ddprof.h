@@ -267,7 +267,12 @@ int ddp_wait_inject(int kind, int64_t d_ns);
 
 /* ---- allocations: PyMem hooks on the MEM and OBJ domains, live-heap table (alloc.c) --------
  * ALLOC records carry a per-session sample id in aux; LIVE is computed at stop from the
- * sampled blocks still allocated then.  Type names are "" when unknown. */
+ * sampled blocks still allocated then.  Type names are "" when unknown.
+ * A C allocation's leaf rides in aux's top byte (aux >> DDP_ALLOC_KIND_SHIFT, named by
+ * ddp_nalloc_kind_name; 0: a Python object or a traced domain, named by a type note).  Its
+ * samples whose block was freed before they left the ring keep the kind with id 0: no LIVE
+ * can refer to them, so one record of a stack, leaf and time tick adds their weights. */
+#define DDP_ALLOC_KIND_SHIFT 56
 typedef struct {
     uint64_t id;                 /* the ALLOC record's aux */
     uint64_t size;               /* requested bytes of the sampled block (what is left of it: a mapping partly unmapped) */
@@ -328,6 +333,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out);
  * interpreter's own object is not listed), and the wrapper of a DDP_NALLOC_* kind. */
 int ddp_nalloc_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
 uint64_t ddp_nalloc_wrapper(int kind);
+const char *ddp_nalloc_kind_name(int kind); /* the leaf of an ALLOC aux's kind byte, NULL for none */
 /* ---- end allocations ---- */
 /* ---- asyncio task stepper (aiostep.c) ----------------------------------------------------------
  * Builds the C types SlotBase and StepBase and sets them as attributes of ddprof_nb._native

@@ -48,6 +48,8 @@ static void agg_fill_locked(void)
                 break;
             if (agg_held->flags & DDP_REC_INVALID)
                 continue; /* a torn read, counted as dropped when it was taken */
+            if (agg_held->event == DDP_EVENT_ALLOC)
+                ddp_nalloc_settle(agg_held); /* freed C blocks' samples merge (nalloc.c) */
             agg_has_held = 1;
         }
         /* (the merge test's shadow records stay one per sample: no time bucket) */

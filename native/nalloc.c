@@ -24,7 +24,17 @@
  *
  * Sampling: the Poisson process over bytes of alloc.c, at the same mean gap R, with one
  * countdown per thread (these calls run without the GIL); weights from ddp_alloc_weigh.
- * Sample ids come from alloc.c's sequence, the leaf as a note (ddp_alloc_note).
+ * Sample ids come from alloc.c's sequence; the leaf rides in the record's aux, as a kind
+ * in its top byte (ddprof.h; a traced domain's number does not fit: that leaf is a note,
+ * ddp_alloc_note).
+ *
+ * Merging.  Most sampled C blocks are short-lived (array churn): by the time their record
+ * leaves the ring (the wall thread's tick, or a drain) the block is often freed.  A free
+ * notes the sample's aux in a small direct-mapped table (nfreed); ddp_nalloc_settle, called
+ * on every ALLOC record leaving the ring, then clears its id, so the aggregate adds the
+ * weights of one stack's, leaf's and time tick's freed samples into one record and the
+ * Python drain converts one record instead of hundreds.  No LIVE can need an id whose block
+ * is gone; a block still allocated keeps its id (LIVE at stop finds its record by it).
  *
  * Live: sampled blocks go into one table (a mutex: any thread, no GIL), keyed by address
  * whatever object allocates or frees them: a block malloc'd in one library and freed in
@@ -68,6 +78,8 @@
 #define NFILTER_SHIFT 12      /* 4 KiB granules: sampled C blocks are mostly large */
 #define NFILTER_STICKY 255
 #define NMAPS_MAX 1024        /* sampled mappings tracked by range (more: sampled, not tracked for LIVE) */
+#define NFREED_CAP (1u << 12) /* recently freed samples, by id: a record waits in the ring a tick at most */
+#define NID_MASK ((UINT64_C(1) << DDP_ALLOC_KIND_SHIFT) - 1)
 
 enum { SRC_NUMPY, SRC_PANDAS, SRC_TRACED, SRC_MALLOC, SRC_CALLOC, SRC_REALLOC, SRC_POSIX_MEMALIGN, SRC_ALIGNED_ALLOC,
        SRC_MEMALIGN, SRC_MMAP };
@@ -86,6 +98,9 @@ static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static nlive_t *nlive;       /* NLIVE_CAP cells, allocated once */
 static uint32_t nlive_n;
 static _Atomic uint8_t nfilter[NFILTER_SIZE];
+/* The aux of samples whose block is gone, direct-mapped by id (an overwritten cell only
+ * leaves that sample's record unmerged): read by ddp_nalloc_settle without a lock. */
+static _Atomic uint64_t nfreed[NFREED_CAP];
 static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page ranges */
 static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
 static uintptr_t page_mask;  /* page size - 1 */
@@ -204,6 +219,11 @@ static int nput(const nlive_t *v)
     return rc;
 }
 
+static inline void nmark_freed(uint64_t aux)
+{
+    atomic_store_explicit(&nfreed[aux & (NFREED_CAP - 1)], aux, memory_order_relaxed);
+}
+
 /* ---- sampled mappings by range (live_lock) ------------------------------------------------------ */
 static int nmap_put(const nlive_t *v)
 {
@@ -249,6 +269,8 @@ static void nmap_cut(uintptr_t a, size_t len)
                 continue;
             }
         }
+        if (had)
+            nmark_freed(e.id);
         nmaps[i] = nmaps[--n]; /* gone: the last entry moves here and is looked at next */
         i--;
     }
@@ -258,8 +280,9 @@ static void nmap_cut(uintptr_t a, size_t len)
 
 static inline void nforget(uintptr_t p)
 {
-    if (p && nfilter_hit(p))
-        ntake(p, NULL);
+    nlive_t e;
+    if (p && nfilter_hit(p) && ntake(p, &e))
+        nmark_freed(e.id);
 }
 
 /* ---- sampling ------------------------------------------------------------------------------- */
@@ -304,7 +327,9 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
     int64_t count, bytes;
     if (ddp_alloc_weigh(n, nuniform01(), &count, &bytes) != 0)
         return;
-    uint64_t id = ddp_alloc_new_id();
+    /* the leaf rides in the record (ddprof.h): no type note, and the record can merge once freed */
+    uint64_t kind = src_name[src] ? (uint64_t)src + 1 : 0;
+    uint64_t id = ddp_alloc_new_id() | kind << DDP_ALLOC_KIND_SHIFT;
     atomic_fetch_add_explicit(&ns.sampled, 1, memory_order_relaxed);
     int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
     if (rc == DDP_EINVAL) {
@@ -315,13 +340,11 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
         atomic_fetch_add_explicit(&ns.emit_failed, 1, memory_order_relaxed);
         return;
     }
-    char name[48];
-    const char *leaf = src_name[src];
-    if (!leaf) {
+    if (!kind) { /* a traced domain: its number is in the name */
+        char name[48];
         snprintf(name, sizeof name, "traced domain %u", domain);
-        leaf = name;
+        ddp_alloc_note(id, n, name);
     }
-    ddp_alloc_note(id, n, leaf);
     nlive_t e = { .ptr = p, .size = n, .id = id, .sampled_size = n, .src = (uint32_t)src, .domain = domain };
     if ((src == SRC_MMAP ? nmap_put(&e) : nput(&e)) != 0)
         atomic_fetch_add_explicit(&ns.live_overflow, 1, memory_order_relaxed);
@@ -379,10 +402,12 @@ static void *n_realloc(void *old, size_t n)
     nlive_t was;
     int had = old && nfilter_hit((uintptr_t)old) && ntake((uintptr_t)old, &was);
     void *p = realloc(old, n);
-    if (!p && n && had) {
+    if (had && !p && n) {
         int e = errno;
         nput(&was); /* failed: the old block is still allocated (and still sampled) */
         errno = e;
+    } else if (had) {
+        nmark_freed(was.id); /* moved or resized: the old sample ends (only now: realloc may fail) */
     }
     if (__builtin_expect(!nskip(n), 0))
         nsample((uintptr_t)p, n, SRC_REALLOC, 0);
@@ -539,6 +564,7 @@ static void atfork_child(void)
     if (nlive)
         memset(nlive, 0, NLIVE_CAP * sizeof *nlive);
     memset((void *)nfilter, 0, sizeof nfilter);
+    memset((void *)nfreed, 0, sizeof nfreed);
 }
 
 /* ---- the engine (engine.h) ---------------------------------------------------------------------- */
@@ -564,6 +590,7 @@ static int nalloc_start(const ddp_config *cfg)
         page_mask = (uintptr_t)(ps > 0 ? ps : 4096) - 1;
     }
     memset((void *)nfilter, 0, sizeof nfilter);
+    memset((void *)nfreed, 0, sizeof nfreed); /* ids start again at 1 each session */
     pthread_mutex_unlock(&live_lock);
     int rc = !want ? DDP_OK : !nlive ? DDP_ENOMEM : DDP_EUNSUPPORTED;
 #ifndef GP_NO_ARCH
@@ -716,4 +743,19 @@ uint64_t ddp_nalloc_wrapper(int kind)
         if (hooks[i].kind == kind)
             return (uint64_t)(uintptr_t)hooks[i].wrapper;
     return 0;
+}
+
+const char *ddp_nalloc_kind_name(int kind)
+{
+    return kind >= 1 && kind <= (int)(sizeof src_name / sizeof src_name[0]) ? src_name[kind - 1] : NULL;
+}
+
+/* Called by whoever moves records out of the ring (drain.c), any thread, no lock: the
+ * freed cell holds exactly this aux only if this very sample's block was freed. */
+void ddp_nalloc_settle(ddp_record *r)
+{
+    uint64_t a = r->aux;
+    if ((a >> DDP_ALLOC_KIND_SHIFT) && (a & NID_MASK) &&
+        atomic_load_explicit(&nfreed[a & (NFREED_CAP - 1)], memory_order_relaxed) == a)
+        r->aux = a & ~NID_MASK;
 }

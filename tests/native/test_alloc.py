@@ -468,3 +468,33 @@ def test_a_fork_child_forgets_the_parents_threads():
         '''
     )
     assert res["status"] == 0, res
+
+
+def test_a_stack_seen_again_is_decoded_once():
+    # GIVEN one line allocating ~1,500 sampled blocks, drained in two batches
+    # WHEN the drain converts the ALLOC records
+    # THEN each distinct stack is decoded from its frames once (later records find it by their
+    #      stack's bytes), and every sample is still in the profile
+    res = run(
+        '''
+        from ddprof_nb.engines.native import decode
+        calls = collections.Counter()
+        real = decode.RecordConverter._stack_id
+        def counted(self, flags, raw):
+            calls[(flags, bytes(raw))] += 1
+            return real(self, flags, raw)
+        decode.RecordConverter._stack_id = counted
+        def churn():
+            for _ in range(20000): x = b"a" * 20000
+        e = engine(events=("alloc",), drain_interval=1e6)
+        e.start()
+        churn()
+        e._drain_once()
+        churn()
+        p = e.stop()
+        total = sum(s.values[1] for s in p.samples() if s.event is EventType.ALLOC and py_leaf(s) == "churn")
+        emit(max_calls=max(calls.values()), stacks=len(calls), total=total)
+        '''
+    )
+    assert res["max_calls"] == 1, res
+    assert abs(res["total"] / (2 * 20000 * 20000) - 1) <= 0.12, res  # ~1,500 samples: 4 SD ~ 10 %

@@ -52,6 +52,15 @@ class AllocTracker:
         self._info_struct = struct.Struct(f"<{id_off}xQ{name_off - id_off - 8}x{name_len}s"
                                           f"{self._info_size - name_off - name_len}x")
         self._names: dict[bytes, str] = {}
+        # C allocations name their leaf in the sample id's top byte (ddprof.h): no note to wait for
+        lib = _binding.lib
+        self._kind_shift = lib.DDP_ALLOC_KIND_SHIFT
+        self._id_mask = (1 << self._kind_shift) - 1
+        self._kinds: dict[int, str] = {}
+        for k in range(1, 1 << (64 - self._kind_shift)):
+            name = lib.ddp_nalloc_kind_name(k)
+            if name != ffi.NULL:
+                self._kinds[k] = ffi.string(name).decode()
         self._ids_cap = 4096
         self._ids = _binding.ffi.new("uint64_t[]", self._ids_cap)
         self._prune_at = 8192
@@ -70,16 +79,27 @@ class AllocTracker:
         """Add held ALLOC rows to the builder: typed ones now, the rest after one more drain.
 
         One tight loop per row (no method call, no per-row numpy): it runs under the GIL for
-        every sample, ~170 per 100 ms at the default rate."""
+        every sample, ~170 per 100 ms at the default rate.  A C allocation's row names its
+        leaf itself (kind byte); one whose id is 0 stands for samples freed before they
+        left the native ring (merged there): nothing of it can be LIVE, so it is not kept."""
         self._absorb_notes()
         pop, remember = self._types.pop, self._rows.__setitem__
         typed_get, typed_stack = self._typed.get, self._typed_stack
         out, keep = [], []  # out: add_rows' tuples (numpy's fixed costs, cold on a drain wake, exceed a few dozen rows')
         add, ev = out.append, EventType.ALLOC.value
         typed = untyped = 0
+        shift, id_mask, kinds = self._kind_shift, self._id_mask, self._kinds
         for rows, last_chance in ((self._held_prev, True), (self._held, final)):
             for row in rows:
                 aid, sid, th, lb, t, c, v = row
+                if aid >> shift:
+                    name = kinds.get(aid >> shift)
+                    st = typed_get((sid, name))
+                    add((ev, typed_stack(sid, name) if st is None else st, th, lb, t, c, v))
+                    typed += 1
+                    if aid & id_mask:
+                        remember(aid, row)
+                    continue
                 name = pop(aid, None)
                 if name is None:
                     if not last_chance:

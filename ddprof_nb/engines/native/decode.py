@@ -127,10 +127,10 @@ class RecordConverter:
         # a new stack is mostly known frames (a busy recursive loop makes a new stack nearly
         # every sample): their ids straight from the session's dict, without numpy or a call
         known = self._frames.get
-        for key in _FRAME_KEY.iter_unpack(raw):
-            fid = known(key)
+        for fkey in _FRAME_KEY.iter_unpack(raw):  # (not `key`: the stack's key is pinned below)
+            fid = known(fkey)
             if fid is None:
-                fid = self._frame_id(*key)
+                fid = self._frame_id(*fkey)
                 if fid is None:
                     complete = False
                     self.unknown_frames += 1
