@@ -113,9 +113,4 @@ extern _Atomic int ddp_session_active;     /* watcher callback and handlers chec
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);
 
-/* ---- C allocations (nalloc.c) ------------------------------------------------------------
- * An ALLOC record leaving the ring: a C allocation's sample whose block is freed already loses
- * its id (DDP_ALLOC_KIND_SHIFT), so the aggregate merges it with its stack's others. */
-void ddp_nalloc_settle(ddp_record *r);
-
 #endif /* DDP_INTERNAL_H */

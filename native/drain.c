@@ -48,8 +48,9 @@ static void agg_fill_locked(void)
                 break;
             if (agg_held->flags & DDP_REC_INVALID)
                 continue; /* a torn read, counted as dropped when it was taken */
-            if (agg_held->event == DDP_EVENT_ALLOC)
-                ddp_nalloc_settle(agg_held); /* freed C blocks' samples merge (nalloc.c) */
+            for (int i = 0; ddp_engines[i]; i++) /* (C allocations freed already: nalloc.c) */
+                if (ddp_engines[i]->settle && (ddp_engines[i]->events >> agg_held->event & 1u))
+                    ddp_engines[i]->settle(agg_held);
             agg_has_held = 1;
         }
         /* (the merge test's shadow records stay one per sample: no time bucket) */

@@ -24,6 +24,9 @@ typedef struct {
     void (*tick)(int64_t now, int final);
     int (*emitting)(void);               /* 1: a producer of its is inside ddp_emit_* now; NULL none */
     void (*after_fork)(void);            /* fork child of a process with a session; NULL none */
+    /* A record of its events leaving the ring, before an aggregate takes it: it may clear an id
+     * no later record needs, so the record merges with its stack's others; NULL none. */
+    void (*settle)(ddp_record *r);
 } ddp_engine;
 
 extern const ddp_engine *const ddp_engines[]; /* NULL-terminated, in start order */

@@ -30,8 +30,8 @@
  *
  * Merging.  Most sampled C blocks are short-lived (array churn): by the time their record
  * leaves the ring (the wall thread's tick, or a drain) the block is often freed.  A free
- * notes the sample's aux in a small direct-mapped table (nfreed); ddp_nalloc_settle, called
- * on every ALLOC record leaving the ring, then clears its id, so the aggregate adds the
+ * notes the sample's aux in a small direct-mapped table (nfreed); nalloc_settle (the
+ * engine's settle), called on every ALLOC record leaving the ring, then clears its id, so the aggregate adds the
  * weights of one stack's, leaf's and time tick's freed samples into one record and the
  * Python drain converts one record instead of hundreds.  No LIVE can need an id whose block
  * is gone; a block still allocated keeps its id (LIVE at stop finds its record by it).
@@ -99,7 +99,7 @@ static nlive_t *nlive;       /* NLIVE_CAP cells, allocated once */
 static uint32_t nlive_n;
 static _Atomic uint8_t nfilter[NFILTER_SIZE];
 /* The aux of samples whose block is gone, direct-mapped by id (an overwritten cell only
- * leaves that sample's record unmerged): read by ddp_nalloc_settle without a lock. */
+ * leaves that sample's record unmerged): read by nalloc_settle without a lock. */
 static _Atomic uint64_t nfreed[NFREED_CAP];
 static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page ranges */
 static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
@@ -636,6 +636,7 @@ static void nalloc_stop(void)
 
 /* Not with the GIL: patching takes loader locks a GIL holder may wait on (as lock/park);
  * started after alloc's PyMem hooks, stopped before alloc freezes LIVE (engine.h's order). */
+static void nalloc_settle(ddp_record *r);
 const ddp_engine ddp_nalloc_engine = {
     .name = "nalloc",
     .events = 1u << DDP_EVENT_ALLOC,
@@ -645,6 +646,7 @@ const ddp_engine ddp_nalloc_engine = {
     .tick = nalloc_tick,
     .emitting = NULL,
     .after_fork = NULL, /* its own pthread_atfork handlers */
+    .settle = nalloc_settle,
 };
 
 int ddp_nalloc_live_count(void)
@@ -752,7 +754,7 @@ const char *ddp_nalloc_kind_name(int kind)
 
 /* Called by whoever moves records out of the ring (drain.c), any thread, no lock: the
  * freed cell holds exactly this aux only if this very sample's block was freed. */
-void ddp_nalloc_settle(ddp_record *r)
+static void nalloc_settle(ddp_record *r)
 {
     uint64_t a = r->aux;
     if ((a >> DDP_ALLOC_KIND_SHIFT) && (a & NID_MASK) &&
