@@ -118,6 +118,8 @@ static void check_rebound(gp_set *s, const gp_obj *o)
         gp_patch *p = &s->patches[i];
         if (p->restored || p->rebound || p->obj_base != o->base || p->obj_dyn != o->dyn)
             continue;
+        if (p->slot < o->lo || p->slot + sizeof(uintptr_t) > o->hi)
+            continue; /* another object at the same address, laid out otherwise: never read outside it */
         uintptr_t v = __atomic_load_n((uintptr_t *)p->slot, __ATOMIC_SEQ_CST);
         if (v == p->wrapper)
             continue;
@@ -355,12 +357,14 @@ static void visit_rela(gp_obj *o, const ElfW(Rela) *rel, size_t n, scan_ctx *c)
     }
 }
 
-static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn)
+static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn, uintptr_t lo, uintptr_t hi)
 {
     for (int i = 0; i < s->npatches; i++) {
         gp_patch *p = &s->patches[i];
         if (p->restored || p->rebound || p->obj_base != base || p->obj_dyn != dyn)
             continue;
+        if (p->slot < lo || p->slot + sizeof(uintptr_t) > hi)
+            continue; /* not inside the object now at that address: counted as unloaded */
         p->restored = 1;
         /* only a slot still holding our wrapper: one someone re-patched since stays theirs */
         int rc = write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
@@ -402,7 +406,7 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
     if (!o.dyn)
         return 0;
     if (c->mode == SCAN_RESTORE) {
-        restore_object(s, base, o.dyn);
+        restore_object(s, base, o.dyn, o.lo, o.hi);
         return 0;
     }
     if (c->mode == SCAN_PATCH && (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs ||
