@@ -251,6 +251,8 @@ typedef struct {
     uint64_t edge_records;       /* waits recorded for their part inside the session (blocked at start, or at stop) */
     uint32_t kinds_patched;      /* bit per DDP_WAIT_* kind with a slot hooked ... */
     uint32_t kinds_foreign;      /* ... and with a slot left alone: it resolves to another library's function */
+    uint64_t passes_deferred;    /* passes that met objects still being loaded every try: retried at the next tick */
+    uint64_t slots_rebound;      /* hooked slots the loader wrote again (lazy binding, a reload): hooked anew */
 } ddp_wait_stats;
 int ddp_wait_get_stats(ddp_wait_stats *out);
 /* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,

@@ -23,6 +23,17 @@
  * gp_loaded_since says the loader's load counter moved: dlopen itself is not wrapped,
  * because glibc's dlopen resolves relative names and $ORIGIN against its caller's address,
  * which a wrapper would change for every caller.
+ *
+ * Objects still being loaded (see pass_once) never stop a pass: another thread that loads
+ * and unloads libraries nonstop would otherwise defer every pass of a whole session.
+ *
+ * Slots the loader writes again.  Lazy binding stores the resolved function into a slot
+ * after looking it up: a thread inside that lookup when the slot's stub is hooked puts the
+ * plain function back over the hook.  A library unloaded and loaded again at the same
+ * address looks like the object scanned before, with fresh slots.  Each pass's collect
+ * therefore checks the patched slots of objects already scanned: one holding what the loader
+ * writes there (the stub, the function, the original value) is forgotten and its object
+ * scanned again; one holding anything else is someone else's and stays theirs.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -53,7 +64,8 @@ typedef struct {
     uintptr_t self_base, libpython_base;
     want_t *wants;
     int nwants;
-    int aborted;                /* SCAN_PATCH: the list changed since the collect */
+    unsigned long long settled_adds; /* SCAN_PATCH: every object loaded by this count is complete */
+    int unsettled;              /* SCAN_PATCH: objects were added since settled_adds (maybe half loaded) */
     /* SCAN_LIST */
     uint64_t *addr, *val;
     int32_t *kind;
@@ -82,6 +94,8 @@ static void drop_unloaded(gp_set *s)
 {
     int k = 0;
     for (int i = 0; i < s->npatches; i++) {
+        if (s->patches[i].rebound)
+            continue; /* the loader's value now (check_rebound) */
         if (s->patches[i].seen == s->pass_no)
             s->patches[k++] = s->patches[i];
         else
@@ -93,6 +107,35 @@ static void drop_unloaded(gp_set *s)
         if (s->done[i].seen == s->pass_no)
             s->done[k++] = s->done[i];
     s->ndone = k;
+}
+
+/* Inside the collect, for an object scanned before: its patched slots that the loader wrote
+ * again since (see the top of the file) are forgotten, and the object is scanned afresh. */
+static void check_rebound(gp_set *s, const gp_obj *o)
+{
+    int lost = 0;
+    for (int i = 0; i < s->npatches; i++) {
+        gp_patch *p = &s->patches[i];
+        if (p->restored || p->rebound || p->obj_base != o->base || p->obj_dyn != o->dyn)
+            continue;
+        if (p->slot < o->lo || p->slot + sizeof(uintptr_t) > o->hi)
+            continue; /* another object at the same address, laid out otherwise: never read outside it */
+        uintptr_t v = __atomic_load_n((uintptr_t *)p->slot, __ATOMIC_SEQ_CST);
+        if (v == p->wrapper)
+            continue;
+        if (v == p->original || v == p->target || (p->jump && v >= o->lo && v < o->hi)) {
+            p->rebound = 1;
+            s->st.slots_rebound++;
+            lost = 1;
+        }
+    }
+    if (!lost)
+        return;
+    for (int i = 0; i < s->ndone; i++)
+        if (s->done[i].base == o->base && s->done[i].dyn == o->dyn) {
+            s->done[i] = s->done[--s->ndone];
+            break;
+        }
 }
 
 static int is_done(const gp_set *s, uintptr_t base, uintptr_t dyn)
@@ -153,13 +196,20 @@ static const gp_hook *hook_by_name(const gp_set *s, const char *name)
  * of the object loaded again at the same address and still being relocated, whose RELRO
  * pages are writable until the loader is done (making one read-only would fault the
  * loader's next relocation there). */
+static int in_relro(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t page = slot & ~(pg - 1);
+    return relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
+}
+
 static int write_slot(uintptr_t slot, uintptr_t relro_lo, uintptr_t relro_hi, uintptr_t expect, uintptr_t val)
 {
     if (__atomic_load_n((uintptr_t *)slot, __ATOMIC_SEQ_CST) != expect)
         return 1;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t page = slot & ~(pg - 1);
-    int ro = relro_lo < relro_hi && page >= (relro_lo & ~(pg - 1)) && page < (relro_hi & ~(pg - 1));
+    int ro = in_relro(slot, relro_lo, relro_hi);
     if (ro && mprotect((void *)page, pg, PROT_READ | PROT_WRITE) != 0)
         return -1;
     int ok = __atomic_compare_exchange_n((uintptr_t *)slot, &expect, val, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -178,6 +228,7 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
     want_t *w = want_find(c, (int)(h - s->hooks), ver ? ver : "");
     if (!w || !w->resolved) {
         o->incomplete = 1; /* loaded between the passes with a new version: next pass */
+        s->pending = 1;
         return;
     }
     /* Patch only slots that resolve (by their symbol version) to the very function this
@@ -189,12 +240,25 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
     int canonical = type == GP_R_JUMP_SLOT && w->definition && w->definition != w->target &&
                     cur == (uintptr_t)w->definition;
     if (w->target != h->real || (cur != (uintptr_t)h->real && !lazy && !canonical)) {
+        if (c->unsettled) { /* perhaps not relocated yet: judged when the object is complete */
+            o->incomplete = 1;
+            s->pending = 1;
+            return;
+        }
         s->st.slots_foreign++;
         s->st.kinds_foreign |= 1u << kind;
         return;
     }
     if (s->npatches >= GP_MAX_PATCHES) {
         o->incomplete = 1;
+        return;
+    }
+    /* In an object perhaps still being relocated a RELRO page is not touched (the loader
+     * would fault on a page made read-only under it); any other slot is written with a
+     * compare-and-swap, and a loader's later store over it is found by the next pass. */
+    if (c->unsettled && in_relro(slot, o->relro_lo, o->relro_hi)) {
+        o->incomplete = 1;
+        s->pending = 1;
         return;
     }
     int rc = write_slot(slot, o->relro_lo, o->relro_hi, cur, (uintptr_t)wrapper);
@@ -204,14 +268,19 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
     }
     if (rc > 0) { /* changed under us (lazy binding resolved it just now): next pass */
         o->incomplete = 1;
+        s->pending = 1;
         return;
     }
+    if (lazy || c->unsettled)
+        s->pending = 1; /* a store of the loader may still land on it: the next pass checks */
     gp_patch *p = &s->patches[s->npatches++];
     memset(p, 0, sizeof *p);
     p->seen = s->pass_no;
     p->slot = slot;
     p->original = cur;
     p->wrapper = (uintptr_t)wrapper;
+    p->target = (uintptr_t)w->target;
+    p->jump = type == GP_R_JUMP_SLOT;
     p->obj_base = o->base;
     p->obj_dyn = o->dyn;
     p->relro_lo = o->relro_lo;
@@ -288,12 +357,14 @@ static void visit_rela(gp_obj *o, const ElfW(Rela) *rel, size_t n, scan_ctx *c)
     }
 }
 
-static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn)
+static void restore_object(gp_set *s, uintptr_t base, uintptr_t dyn, uintptr_t lo, uintptr_t hi)
 {
     for (int i = 0; i < s->npatches; i++) {
         gp_patch *p = &s->patches[i];
-        if (p->restored || p->obj_base != base || p->obj_dyn != dyn)
+        if (p->restored || p->rebound || p->obj_base != base || p->obj_dyn != dyn)
             continue;
+        if (p->slot < lo || p->slot + sizeof(uintptr_t) > hi)
+            continue; /* not inside the object now at that address: counted as unloaded */
         p->restored = 1;
         /* only a slot still holding our wrapper: one someone re-patched since stays theirs */
         int rc = write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
@@ -335,21 +406,21 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
     if (!o.dyn)
         return 0;
     if (c->mode == SCAN_RESTORE) {
-        restore_object(s, base, o.dyn);
+        restore_object(s, base, o.dyn, o.lo, o.hi);
         return 0;
     }
     if (c->mode == SCAN_PATCH && (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs ||
-                                  info->dlpi_adds != s->seen_adds)) {
-        c->aborted = 1; /* an object was added since the collect: it may still be relocating */
-        return 1;
-    }
+                                  info->dlpi_adds != c->settled_adds))
+        c->unsettled = 1; /* an object was added since: it may still be relocating (patch_one) */
     if (base == c->self_base && base)
         return 0;
     if (strstr(name, "linux-vdso") || strstr(name, "/libc.so") || strstr(name, "/ld-linux") ||
         strstr(name, "libpthread.so") || strstr(name, "/libdl.so"))
         return 0;
-    if (c->mode == SCAN_COLLECT) /* still loaded: its patches and done entry stay (drop_unloaded) */
+    if (c->mode == SCAN_COLLECT) { /* still loaded: its patches and done entry stay (drop_unloaded) */
         mark_present(s, base, o.dyn);
+        check_rebound(s, &o);
+    }
     if ((c->mode == SCAN_COLLECT || c->mode == SCAN_PATCH) && is_done(s, base, o.dyn))
         return 0;
     size_t pltrelsz = 0, relasz = 0;
@@ -448,14 +519,23 @@ static unsigned long long loader_adds(void)
     return adds;
 }
 
-int gp_loaded_since(const gp_set *s) { return loader_adds() != s->seen_adds; }
-
 /* Objects half loaded.  dl_iterate_phdr also lists an object that dlopen is still
- * relocating (its RELRO still writable, its GOT half filled), so the patching step only
- * runs when no object was added since the collect began (the load counter is unchanged):
- * every object then listed was there at the collect, and the dlsym calls in between waited
- * for the loader's main lock, which dlopen holds until the object is relocated and
- * protected.  Otherwise the pass is tried again (a few times, then at the next call). */
+ * relocating (its RELRO still writable, its GOT half filled).  dlopen holds the loader's main
+ * lock from before it lists an object until the object is relocated and protected, and
+ * dladdr takes that lock: so once the load counter has been read and a dladdr has returned,
+ * every object loaded by that count is complete.  A patching iteration that finds the count
+ * unchanged patches everything; one that finds it moved (a load came in between: another
+ * thread loading libraries nonstop makes that common) still patches the slots that need no
+ * page protection change and leaves the rest to a retry, a few times, then to the next call. */
+static void settle(scan_ctx *c)
+{
+    Dl_info di;
+    c->settled_adds = loader_adds();
+    dladdr((void *)gp_pass, &di);
+    c->unsettled = 0;
+}
+
+/* 1 when every object was patched in a settled iteration. */
 static int pass_once(gp_set *s)
 {
     want_t wants[GP_MAX_WANTS];
@@ -475,18 +555,25 @@ static int pass_once(gp_set *s)
         wants[i].resolved = 1;
     }
     c.mode = SCAN_PATCH;
-    dl_iterate_phdr(visit_object, &c);
-    return !c.aborted;
+    for (int tries = 0; tries < 4; tries++) {
+        settle(&c);
+        dl_iterate_phdr(visit_object, &c); /* objects patched by an earlier try are done: skipped */
+        if (!c.unsettled)
+            return 1;
+    }
+    return 0;
 }
 
 void gp_pass(gp_set *s)
 {
-    for (int tries = 0; tries < 4; tries++)
-        if (pass_once(s))
-            return;
-    s->st.passes_deferred++;
-    s->seen_adds = 0; /* gp_loaded_since says yes: the next call tries again */
+    s->pending = 0;
+    if (!pass_once(s)) {
+        s->st.passes_deferred++;
+        s->pending = 1;
+    }
 }
+
+int gp_loaded_since(const gp_set *s) { return s->pending || loader_adds() != s->seen_adds; }
 
 void gp_restore_all(gp_set *s, int check_loaded)
 {
@@ -506,6 +593,7 @@ void gp_restore_all(gp_set *s, int check_loaded)
     }
     s->npatches = 0;
     s->ndone = 0;
+    s->pending = 0;
 }
 
 int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap)

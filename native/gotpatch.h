@@ -49,16 +49,21 @@ typedef struct {
 
 typedef struct {
     uintptr_t slot, original, wrapper;
+    uintptr_t target;            /* what the loader binds the slot to (lazy binding writes it) */
     uintptr_t obj_base, obj_dyn; /* the object it belongs to */
     uintptr_t relro_lo, relro_hi;
     int kind;
+    int jump;                    /* a JUMP_SLOT: may hold the object's own lazy PLT stub */
     int seen;                    /* the last scan that found its object loaded */
     int restored;
+    int rebound;                 /* the loader wrote the slot since: no longer ours to restore */
 } gp_patch;
 
 typedef struct {
     uint64_t objects, slots_patched, slots_foreign, restore_mismatch, restore_unloaded, protect_failed;
     uint64_t passes_deferred;   /* passes that found objects still being loaded every time: retried later */
+    uint64_t slots_rebound;     /* hooked slots the loader wrote again (lazy binding in flight, or the
+                                 * object unloaded and loaded again at the same address): hooked anew */
     uint32_t kinds_patched, kinds_foreign; /* bit per kind: some slot hooked / left as someone else's */
 } gp_stats;
 
@@ -78,12 +83,15 @@ typedef struct gp_set {
     int ndone;
     int pass_no;
     unsigned long long seen_adds; /* the loader's load counter when the last pass began */
+    int pending;                /* the last pass left work to retry or to check: the next call runs one */
     gp_stats st;
 } gp_set;
 
 /* All with the user's lock held, none from inside dl_iterate_phdr. */
 void gp_pass(gp_set *s);                       /* hook every loaded object not scanned yet */
-int gp_loaded_since(const gp_set *s);          /* 1: objects were loaded since the last pass */
+/* 1: a pass is due: objects were loaded since the last pass, or it left slots to retry (an
+ * object still being loaded, a slot that changed under it) or to check (a lazy stub it hooked). */
+int gp_loaded_since(const gp_set *s);
 void gp_restore_all(gp_set *s, int check_loaded); /* 0: a fork child (one thread, all objects as in the parent) */
 /* The slots of s's hooks in loaded objects now (patched or not): addresses, values, kinds. */
 int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap);

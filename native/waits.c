@@ -621,6 +621,8 @@ int ddp_wait_get_stats(ddp_wait_stats *out)
     out->edge_records = atomic_load(&ws.edge_records);
     out->kinds_patched = gp.st.kinds_patched;
     out->kinds_foreign = gp.st.kinds_foreign;
+    out->passes_deferred = gp.st.passes_deferred;
+    out->slots_rebound = gp.st.slots_rebound;
     return DDP_OK;
 }
 

@@ -190,7 +190,8 @@ def wait_stats() -> dict:
     return {name: int(getattr(s, name)) for name in (
         "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
         "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns",
-        "protect_failed", "passes", "edge_records", "kinds_patched", "kinds_foreign")}
+        "protect_failed", "passes", "edge_records", "kinds_patched", "kinds_foreign", "passes_deferred",
+        "slots_rebound")}
 
 
 def cpu_thread_totals() -> dict[int, tuple[int, int]]:
