@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from nhelpers import run_script
-
-# every tick of 64 GIL-bound threads kept: the test itself is the load, nothing else beside it
-pytestmark = pytest.mark.alone
 
 
 def test_64_gil_bound_threads_at_100hz_lose_no_sample_and_every_thread_is_there():
