@@ -105,12 +105,13 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     fi
     t=$(now)
     # tests/unit is pure Python and keeps no time: both cores at once (pytest-xdist); the
-    # rest samples and keeps time, one test at a time
+    # rest samples: one test at a time (all, alone) or both cores for those not marked alone
+    local which="pytest ${select[*]} ${spread[*]} ${targets[*]}"
     if (( unit )); then
-        echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
+        echo "--- tests: pytest -n 2 tests/unit, then $which"
         python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
     else
-        echo "--- tests: pytest ${targets[*]} (tests/unit: on the newest version only)"
+        echo "--- tests: $which$([[ $part == alone ]] || echo " (tests/unit: on the newest version only)")"
     fi
     python -m pytest -q -p no:cacheprovider "${select[@]}" "${spread[@]}" "${targets[@]}" \
         --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
