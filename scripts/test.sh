@@ -31,8 +31,8 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 
 # The tests run in two blocks.  Beside: every phase's tests not marked `alone` (their counts
 # and presence checks hold at load 10 on 2 cores), at most $SLOTS phases at once, each on
-# both cores (pytest-xdist), and the notebook and browser tests (downloads, builds, Chromium:
-# presence checks, their times printed).  Alone: the `alone` tests (shares, rates, per-tick
+# both cores (pytest-xdist), and the notebook and browser tests as two more phases (downloads,
+# builds, Chromium: presence checks, their times printed).  Alone: the `alone` tests (shares, rates, per-tick
 # counts, the overhead and accuracy figures), one phase and one test at a time, nothing beside.
 SLOTS=${SLOTS:-3}
 PYTEST=(-q -p no:cacheprovider)
@@ -56,11 +56,11 @@ beside_part() {  # version $1: its tests not marked alone, both cores
     "$py" -m pytest "${PYTEST[@]}" -n 2 $(host_tests "$v") -m "$(host_marks "$v")not alone" || rc=$?
     return $rc
 }
-notebooks_part() {  # 3.11: every notebook run headless, the quick start, the browser tests
-    local py="$ROOT/.venvs/3.11/bin/python" rc=0
-    "$py" -m pytest "${PYTEST[@]}" "${LANE[@]}" || rc=$?
-    "$py" -m pytest "${PYTEST[@]}" "$BROWSER" || rc=$?
-    return $rc
+notebooks_part() {  # 3.11: every notebook run headless, in the binder venv and the quick start's
+    "$ROOT/.venvs/3.11/bin/python" -m pytest "${PYTEST[@]}" "${LANE[@]}"
+}
+browser_part() {  # 3.11: JupyterLab and Chromium (one server and one browser for the module)
+    "$ROOT/.venvs/3.11/bin/python" -m pytest "${PYTEST[@]}" "$BROWSER"
 }
 alone_part() {  # version $1: its `alone` tests, one at a time
     local v=$1
@@ -119,6 +119,7 @@ run_tests() {  # one run of every test phase: $1 = its number, $2 = 1 to include
     step "run $run: the tests beside each other (at most $SLOTS phases at once, each on both cores)"
     [[ " ${ready[*]-} " == *" 3.11 "* ]] && enqueue notebooks-3.11 notebooks_part
     for v in ${ready[@]+"${ready[@]}"}; do enqueue "tests-$v" beside_part "$v"; done
+    [[ " ${ready[*]-} " == *" 3.11 "* ]] && enqueue browser-3.11 browser_part
     [ "$once" = 1 ] && [ $sanitize = 1 ] && enqueue sanitizers sanitize_beside
     [ "$once" = 1 ] && [ -n "$chroot" ] && enqueue chroot-3.14-3.15 chroot_part beside
     run_queue "run$run"
