@@ -31,9 +31,10 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 
 # The tests run in two blocks.  Beside: every phase's tests not marked `alone` (their counts
 # and presence checks hold at load 10 on 2 cores), at most $SLOTS phases at once, each on
-# both cores (pytest-xdist), and the notebook and browser tests as two more phases (downloads,
-# builds, Chromium: presence checks, their times printed).  Alone: the `alone` tests (shares, rates, per-tick
-# counts, the overhead and accuracy figures), one phase and one test at a time, nothing beside.
+# both cores (pytest-xdist), and the notebook and browser tests as two more phases
+# (downloads, builds, Chromium: presence checks, their times printed).  Alone: the `alone`
+# tests (shares, rates, per-tick counts, the overhead and accuracy figures), one phase and
+# one test at a time, nothing beside.
 SLOTS=${SLOTS:-3}
 PYTEST=(-q -p no:cacheprovider)
 LANE=(tests/integration/test_binder.py tests/integration/test_notebooks.py)
