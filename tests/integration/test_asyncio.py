@@ -505,6 +505,7 @@ def test_runnable_time_is_ready_not_park():
     assert not [k for k in park if k[1] == name], park
 
 
+@pytest.mark.alone  # (the park total within -30/+15 % of the measured waits: 1.19x beside other tests at load 10)
 def test_many_tasks_are_subsampled_within_budget_and_stay_unbiased():
     # GIVEN 2000 tasks (more than a tick describes), half of them named, each burning
     # 100 us in its first step (so the last starts >= 0.2 s after it was created: that

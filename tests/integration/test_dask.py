@@ -91,6 +91,7 @@ def dask_nap(seconds: float) -> int:
     return os.getpid()
 
 
+@pytest.mark.alone  # (beside other tests at load 10 a worker's machinery thread was wall-sampled once)
 def test_idle_machinery_threads_are_not_sampled_but_task_threads_are(client):
     # per-second sampling costs grow with each sampled thread: the workers' forever-blocked
     # machinery threads are left out, the threads running tasks are still wall-sampled

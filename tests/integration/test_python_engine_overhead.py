@@ -101,6 +101,7 @@ def sampled(result) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # (its printed overhead means something only on CPUs nothing else uses)
 def test_overhead_at_100hz_on_a_call_heavy_loop():
     result = measure()
     print("\n" + report(result))

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nhelpers import run_script
+
+# shares within 6 points of the truth: other processes on the CPUs move them
+pytestmark = pytest.mark.alone
 
 
 def test_cpu_split_between_three_functions_by_caller():
