@@ -509,8 +509,14 @@ def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
     # it until that holds an explorer: no "Error displaying widget: model not found"
     assert ("<style>\n.jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child"
             ":not(:has(.ddprof-explorer))") in static["text/html"]
-    # then the widget, whose style sheet hides that static output while it is drawn
+    # ... and keeps an explorer whose flame plotly has not drawn yet (its bundle still
+    # loading in a new page) laid out but unseen, the static chart standing in for it ...
+    drawn = ".ddprof-explorer .ddprof-flame .main-svg"
+    assert (".jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child:has(.ddprof-explorer)"
+            f":not(:has({drawn}))") in static["text/html"]
+    assert "visibility: hidden" in static["text/html"]
+    # ... and hides itself once that flame is drawn
+    assert f".jp-OutputArea:has({drawn}) .jp-OutputArea-child:has(.ddprof-static-fallback)" in static["text/html"]
+    # then the widget
     assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
     assert "text/html" not in widget and widget["text/plain"]
-    css = next(c.value for c in ex.children if isinstance(c, type(ex.banner)) and "<style>" in c.value)
-    assert ":has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback)" in css
