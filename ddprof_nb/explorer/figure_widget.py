@@ -19,20 +19,19 @@ plotly never picks up the old page's module.
 Evaluating the bundle is one task of seconds of CPU (plotly.js sets itself up: not its
 download or compilation), during which the page draws nothing.  The explorer's static
 flame graph, shown while plotly loads (``static_view``), must be on screen before that
-task starts, so the carrier starts it ``start_after_ms`` after it arrives or after that
-trait changes (and a frame is painted), or never while it is -1.  The magic sends the
-bundle when a recording starts with a delay (a longer cell hides plotly's set-up), holds it
-when the cell ends (``hold_bundle``: a short cell's static chart comes first), and the
-Explorer starts it once its static chart is displayed (``start_bundle``).  The trait is
-widget state: a page reloaded with the kernel alive starts at once.
+task starts.  It starts when a figure's view is first rendered (after a paint: the static
+output is displayed before the widget), or ``start_after_ms`` after the carrier arrives
+(-1: never).  The magic sends the bundle when a recording starts with a delay (a longer
+cell hides plotly's set-up) and holds it when the cell ends (``hold_bundle``), so a short
+cell's static chart comes first.  A figure's model no longer waits for plotly in
+``initialize`` (anywidget fails a model not initialized within 2 s); its view's render does.
 """
 
 from __future__ import annotations
 
 import json
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle",
-           "start_bundle"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -42,7 +41,7 @@ function shared() {
   if (!s) {
     let resolve;
     const promise = new Promise((r) => { resolve = r; });
-    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false, timer: null, late: null };
+    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false };
   }
   return s;
 }
@@ -95,9 +94,6 @@ export default () => {
     // background, and render awaits it
     initialize(ctx) {
       const s = shared();
-      // the kernel starts plotly's set-up once the static chart is shown (start_bundle);
-      // a figure shown some other way (inside another widget) starts it itself, later
-      setTimeout(() => { s.wanted = true; if (s.start) s.start(); }, 3000);
       model = ctx.model;
       const proxy = new Proxy(model, {
         get(target, prop) {
@@ -116,6 +112,12 @@ export default () => {
     // plotly.js re-measures on a window resize only ("responsive"); the output area
     // also changes width when a side panel opens or the pane is dragged: watch it.
     async render(ctx) {
+      // a view is wanted: plotly's set-up may start, after a paint (the static chart
+      // displayed before this view shows first); a hidden tab runs no animation frames
+      const s = shared();
+      const start = () => { s.wanted = true; if (s.start) s.start(); };
+      requestAnimationFrame(() => setTimeout(start, 0));
+      setTimeout(start, 500);
       await ready;
       const subscribed = listening = [];
       let cleanup;
@@ -177,7 +179,7 @@ def _ensure_carrier(start_after_s: float | None = None) -> None:
 def send_bundle(start_after_s: float | None = START_AFTER_S) -> None:
     """Send plotly's bundle to the page now (once per kernel), before any figure exists;
     the page evaluates it ``start_after_s`` later (unless ``hold_bundle`` comes first) or
-    at ``start_bundle`` (``None``: only then).
+    when a figure is first shown (``None``: only then).
 
     The magic calls it when a recording starts, so the page evaluates the 5 MB module
     while the cell runs; an Explorer calls it with ``None`` when it is made, so the
@@ -188,16 +190,10 @@ def send_bundle(start_after_s: float | None = START_AFTER_S) -> None:
 
 
 def hold_bundle() -> None:
-    """The recording ended: the page leaves the bundle unevaluated until ``start_bundle``
+    """The recording ended: the page leaves the bundle unevaluated until a figure is shown
     (a no-op once it started), so the static chart comes first."""
     if _carrier_open():
         _carrier.start_after_ms = -1
-
-
-def start_bundle() -> None:
-    """The static chart is displayed: the page evaluates the bundle after its next paint."""
-    if _carrier_open():
-        _carrier.start_after_ms = 0
 
 
 def figure_widget_class():
@@ -216,7 +212,7 @@ def figure_widget_class():
     class _PlotlyBundle(anywidget.AnyWidget):
         _esm = _CARRIER_ESM % key
         bundle = traitlets.Bytes().tag(sync=True)
-        start_after_ms = traitlets.Int(-1).tag(sync=True)  # -1: when a figure asks
+        start_after_ms = traitlets.Int(-1).tag(sync=True)  # -1: when a figure is shown
 
     class FigureWidget(go.FigureWidget):
         """plotly's FigureWidget with the shared bundle, whose comm opens only once its

@@ -113,9 +113,6 @@ class LiveView(W.VBox):
                              f"{esc(exc)}); a static view</div>")
         self.final = final
         self.children = (final,)
-        from .figure_widget import start_bundle
-
-        start_bundle()  # the explorer's charts wait for plotly's set-up
 
 
 def _event(view: Profile) -> EventType | None:

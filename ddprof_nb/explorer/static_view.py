@@ -11,7 +11,6 @@ from .. import aggregate
 from .. import render as F
 from ..exporters import write_atomic
 from ..render.figures import report as interactive_report
-from .figure_widget import start_bundle
 
 __all__ = ["StaticMixin"]
 
@@ -72,7 +71,6 @@ class StaticMixin:
         static = bundle.pop("text/html")
         display({"text/html": f"{_FALLBACK_CSS}<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
         display(bundle, raw=True)
-        start_bundle()  # plotly's set-up blocks the page for seconds: after the static chart
 
     def to_html(self, path) -> Path:
         """Write a self-contained HTML report (plotly.js inlined: opens offline) with the
