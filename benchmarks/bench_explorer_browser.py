@@ -4,14 +4,18 @@
 
 Needs the ``browser`` extra (``pip install -e ".[browser]"``) and ``/usr/bin/chromium``.
 
-Starts a private JupyterLab server on 127.0.0.1 and a fresh kernel, builds the synthetic
-profile of bench_explorer.py (1 M samples, 50 k stacks, 8 threads, CPU + wall) in the
-first cell, and then times, in headless Chromium driven by Playwright:
+Starts a private JupyterLab server on 127.0.0.1 and times, in headless Chromium driven by
+Playwright:
 
-- first chart, new kernel: from the end of the profile cell to the flame chart drawn,
-  when the next cell builds ``Explorer(profile)`` in a kernel that has not drawn a chart
-  yet (plotly's bundle is sent and loaded: what a user sees after the first ``%%ddprof``);
-- first chart, warm: the same for a second Explorer in that kernel;
+- the first chart in a new kernel, each case in a new browser context (nothing cached) on
+  its own notebook and kernel, as a user meets it: a ``%%ddprof`` cell of 0.3 s and one of
+  3 s (the magic sends plotly's bundle when the recording starts), ``Explorer(load(path))``
+  of a folded file of the synthetic profile's CPU samples, and ``Explorer(profile)`` of the
+  synthetic profile of bench_explorer.py (1 M samples, 50 k stacks, 8 threads, CPU + wall)
+  built in a first cell.  Two rows each: the first chart on screen (the static flame graph
+  shown while plotly sets itself up, or plotly's chart), and plotly's interactive chart
+  drawn; from the cell's run, less the cell's own work (the busy loop, the load);
+- first chart, warm: a second Explorer in the last kernel;
 - each interaction, from the input event (mouseup or keydown, page clock) to the chart
   showing its result (sampled every animation frame): event switch, flame -> icicle,
   focus regex, sandwich open (a top-table row click), inverted, a transform added (drop
