@@ -176,13 +176,15 @@ def _run_cell(page, index: int) -> None:
                   " return window.jupyterapp.commands.execute('notebook:run-cell'); }", index)
 
 
+_OUTPUTS = "document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')"
+
+
 def _output_text(page, needle: str, timeout=600_000) -> str:
+    """The text of the first output of the notebook in front that contains ``needle``."""
     page.wait_for_function(
-        "(n) => Array.from(document.querySelectorAll('.jp-OutputArea-output')).some(e => e.innerText.includes(n))",
+        f"(n) => Array.from({_OUTPUTS}).some(e => e.innerText.includes(n))",
         arg=needle, timeout=timeout, polling=20)
-    return page.evaluate(
-        "(n) => Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText)"
-        ".find(t => t.includes(n))", needle)
+    return page.evaluate(f"(n) => Array.from({_OUTPUTS}).map(e => e.innerText).find(t => t.includes(n))", needle)
 
 
 def _drawn(n_explorers: int, min_slices: int = 50) -> str:
@@ -327,7 +329,8 @@ def _open_notebook(browser, url: str, token: str, name: str):
     """A new browser context (nothing cached) on notebook ``name``, its kernel idle."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
     page = ctx.new_page()
-    page.goto(f"{url}/lab/tree/{name}?token={token}", wait_until="domcontentloaded")
+    # reset: the server's workspace would reopen the earlier cases' notebooks beside it
+    page.goto(f"{url}/lab/tree/{name}?token={token}&reset", wait_until="domcontentloaded")
     page.wait_for_function(
         "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
         " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
