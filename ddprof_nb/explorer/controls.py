@@ -22,8 +22,6 @@ _CSS = """<style>
 .ddprof-status { font-size: 12px; opacity: .85; }
 .ddprof-legend { font-size: 12px; opacity: .85; }
 .ddprof-banner { font-size: 12px; }
-.jp-OutputArea:has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback),
-.output:has(.ddprof-explorer) .output_area:has(.ddprof-static-fallback) { display: none; }
 .ddprof-banner summary { cursor: pointer; }
 .ddprof-banner div { margin-left: 1.2em; opacity: .85; }
 </style>"""

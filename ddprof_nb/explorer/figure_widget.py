@@ -15,13 +15,23 @@ runs plotly's own widget code unchanged.  Models may arrive in any order (page r
 restores them from the kernel in parallel), so whichever runs first creates the
 shared promise.  The key carries plotly's version: a kernel restarted on another
 plotly never picks up the old page's module.
+
+Importing the bundle is one main-thread task of seconds of Chromium CPU (2-3.5 s in a page
+with nothing else, at load average 7), during which the page draws nothing.  The explorer's static
+flame graph, shown while plotly loads (``static_view``), must be on screen before that
+task starts.  It starts when a figure's view is first rendered (after a paint: the static
+output is displayed before the widget), or ``start_after_ms`` after the carrier arrives
+(-1: never).  The magic sends the bundle when a recording starts with a delay (a longer
+cell hides plotly's set-up) and holds it when the cell ends (``hold_bundle``), so a short
+cell's static chart comes first.  A figure's model does not wait for plotly in
+``initialize`` (anywidget fails a model not initialized within 2 s); its view's render does.
 """
 
 from __future__ import annotations
 
 import json
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -31,7 +41,7 @@ function shared() {
   if (!s) {
     let resolve;
     const promise = new Promise((r) => { resolve = r; });
-    s = globalThis[KEY] = { promise, resolve, loading: false };
+    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false };
   }
   return s;
 }
@@ -41,17 +51,35 @@ _CARRIER_ESM = _SHARED_JS + """
 export default {
   initialize({ model }) {
     const s = shared();
-    if (s.loading) return;  // another carrier (an older kernel, a restored model) won
-    s.loading = true;
-    const blob = new Blob([model.get("bundle")], { type: "text/javascript" });
-    s.resolve(import(URL.createObjectURL(blob)));
+    if (s.start) return;  // another carrier (an older kernel, a restored model) came first
+    s.start = () => {
+      if (s.loading) return;
+      s.loading = true;
+      clearTimeout(s.timer);
+      clearTimeout(s.late);
+      const blob = new Blob([model.get("bundle")], { type: "text/javascript" });
+      s.resolve(import(URL.createObjectURL(blob)));
+    };
+    const schedule = () => {
+      clearTimeout(s.timer);
+      clearTimeout(s.late);
+      const after = model.get("start_after_ms");
+      if (after < 0 || s.loading) return;
+      // after a paint: the static chart displayed just before this message shows first;
+      // a hidden tab runs no animation frames, hence the later timeout
+      s.timer = setTimeout(() => requestAnimationFrame(() => setTimeout(s.start, 0)), after);
+      s.late = setTimeout(s.start, after + 500);
+    };
+    model.on("change:start_after_ms", schedule);
+    if (s.wanted) s.start();
+    else schedule();
   },
 };
 """
 
 _FIGURE_ESM = _SHARED_JS + """
 export default () => {
-  let inner, model, listening = null;
+  let inner, model, ready, listening = null;
   // plotly's view subscribes to the model's "change:_py2js_*" events with handlers it
   // never removes, and purges its plot when removed: a view removed while its model
   // lives on (a Box's children replaced, an output cleared) threw on every later update
@@ -63,8 +91,10 @@ export default () => {
     return model.on(name, callback, context);
   }
   return {
-    async initialize(ctx) {
-      const mod = await shared().promise;
+    // anywidget fails a model whose initialize takes over 2 s: plotly's waits in the
+    // background, and render awaits it
+    initialize(ctx) {
+      const s = shared();
       model = ctx.model;
       const proxy = new Proxy(model, {
         get(target, prop) {
@@ -73,13 +103,23 @@ export default () => {
           return typeof value === "function" ? value.bind(target) : value;
         },
       });
-      // anywidget's contract: a default export that is the widget or makes it
-      inner = typeof mod.default === "function" ? await mod.default() : mod.default;
-      return inner.initialize({ ...ctx, model: proxy });
+      ready = s.promise.then(async (mod) => {
+        // anywidget's contract: a default export that is the widget or makes it
+        inner = typeof mod.default === "function" ? await mod.default() : mod.default;
+        return inner.initialize({ ...ctx, model: proxy });
+      });
+      return () => ready.then((cleanup) => { if (typeof cleanup === "function") cleanup(); });
     },
     // plotly.js re-measures on a window resize only ("responsive"); the output area
     // also changes width when a side panel opens or the pane is dragged: watch it.
     async render(ctx) {
+      // a view is wanted: plotly's set-up may start, after a paint (the static chart
+      // displayed before this view shows first); a hidden tab runs no animation frames
+      const s = shared();
+      const start = () => { s.wanted = true; if (s.start) s.start(); };
+      requestAnimationFrame(() => setTimeout(start, 0));
+      setTimeout(start, 500);
+      await ready;
       const subscribed = listening = [];
       let cleanup;
       try {
@@ -120,21 +160,41 @@ def _bundle_key() -> str:
     return json.dumps(f"ddprof_nb.plotly-widget-bundle@{plotly.__version__}")
 
 
-def _ensure_carrier() -> None:
-    """Open the bundle carrier's comm unless one is open (closed widgets have no comm)."""
+# A recording's bundle starts evaluating this long after it reaches the page: a cell
+# shorter than that shows its static chart first (see the module's docstring).
+START_AFTER_S = 1.0
+
+
+def _carrier_open() -> bool:
+    return _carrier is not None and getattr(_carrier, "comm", None) is not None  # closed: no comm
+
+
+def _ensure_carrier(start_after_s: float | None = None) -> None:
+    """Open the bundle carrier's comm unless one is open."""
     global _carrier
-    if _carrier is None or getattr(_carrier, "comm", None) is None:
-        _carrier = _classes["carrier"](bundle=_classes["bundle"])
+    if not _carrier_open():
+        after = -1 if start_after_s is None else round(start_after_s * 1000)
+        _carrier = _classes["carrier"](bundle=_classes["bundle"], start_after_ms=after)
 
 
-def send_bundle() -> None:
-    """Send plotly's bundle to the page now (once per kernel), before any figure exists.
+def send_bundle(start_after_s: float | None = START_AFTER_S) -> None:
+    """Send plotly's bundle to the page now (once per kernel), before any figure exists;
+    the page evaluates it ``start_after_s`` later (unless ``hold_bundle`` comes first) or
+    when a figure is first shown (``None``: only then).
 
-    Called first thing when an Explorer is made: the page loads and evaluates the 5 MB
-    module (about as long as the kernel's filtering and tree building for a 1 M-sample
-    profile) while the kernel computes the first view, instead of after it."""
+    The magic calls it when a recording starts, so the page evaluates the 5 MB module
+    while the cell runs; an Explorer calls it with ``None`` when it is made, so the
+    bundle's transfer overlaps the kernel's first view and its evaluation waits for the
+    static chart to be on screen."""
     figure_widget_class()
-    _ensure_carrier()
+    _ensure_carrier(start_after_s)
+
+
+def hold_bundle() -> None:
+    """The recording ended: the page leaves the bundle unevaluated until a figure is shown
+    (a no-op once it started), so the static chart comes first."""
+    if _carrier_open():
+        _carrier.start_after_ms = -1
 
 
 def figure_widget_class():
@@ -153,6 +213,7 @@ def figure_widget_class():
     class _PlotlyBundle(anywidget.AnyWidget):
         _esm = _CARRIER_ESM % key
         bundle = traitlets.Bytes().tag(sync=True)
+        start_after_ms = traitlets.Int(-1).tag(sync=True)  # -1: when a figure is shown
 
     class FigureWidget(go.FigureWidget):
         """plotly's FigureWidget with the shared bundle, whose comm opens only once its

@@ -62,8 +62,9 @@ class StaticMixin:
     def _ipython_display_(self) -> None:
         """Two outputs: the static flame graph, then the widget.  A notebook saved with
         them and reopened without its kernel (or on GitHub, nbviewer) shows the static
-        chart where the widget cannot be drawn; while the widget is drawn, its style
-        sheet (``_CSS``) hides the static output of its own output area."""
+        chart where the widget cannot be drawn, and a new page shows it while plotly's
+        bundle loads; once the explorer's flame chart is drawn, the static output's own
+        style sheet (``_FALLBACK_CSS``) hides it and shows the explorer in its place."""
         from IPython.display import display
 
         bundle = self._repr_mimebundle_()
@@ -81,9 +82,20 @@ class StaticMixin:
         return path
 
 
-# right after it (ipywidgets' "Error displaying widget: model not found", or "Loading
-# widget...") is hidden until it holds a drawn explorer.
-_FALLBACK_CSS = """<style>
+# The static flame graph output stands in for the widget output right after it until that
+# holds an explorer whose flame chart plotly has drawn.  Before that the widget output shows
+# ipywidgets' "Error displaying widget: model not found" (no kernel) or "Loading widget...":
+# hidden outright; or an explorer waiting for plotly's bundle, which the browser evaluates
+# once per page (seconds of CPU the first time in a new kernel): kept in the layout at its
+# full width but with no height and unseen, so plotly draws it at the right size and the
+# swap costs no second drawing.
+_DRAWN = ".ddprof-explorer .ddprof-flame .main-svg"
+_FALLBACK_CSS = f"""<style>
 .jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child:not(:has(.ddprof-explorer)),
-.output_area:has(.ddprof-static-fallback) + .output_area:not(:has(.ddprof-explorer)) { display: none; }
+.output_area:has(.ddprof-static-fallback) + .output_area:not(:has(.ddprof-explorer)) {{ display: none; }}
+.jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child:has(.ddprof-explorer):not(:has({_DRAWN})),
+.output_area:has(.ddprof-static-fallback) + .output_area:has(.ddprof-explorer):not(:has({_DRAWN})) {{
+  height: 0; min-height: 0; overflow: hidden; visibility: hidden; }}
+.jp-OutputArea:has({_DRAWN}) .jp-OutputArea-child:has(.ddprof-static-fallback),
+.output:has({_DRAWN}) .output_area:has(.ddprof-static-fallback) {{ display: none; }}
 </style>"""

@@ -61,7 +61,7 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         max_nodes: int = F.DEFAULT_MAX_NODES,
         top_n: int = 40,
     ):
-        send_bundle()  # the page evaluates plotly while the first view is computed
+        send_bundle(None)  # sent while the first view is computed, evaluated after the static chart
         self.diff = other is not None
         self.before = profile if self.diff else None
         self.profile = other if self.diff else profile  # the primary ("after") profile

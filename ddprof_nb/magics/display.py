@@ -50,8 +50,9 @@ def fallback_bundle(profile: Profile, name: str | None = None, other: Profile | 
 
 def prepare(shell, display_mode: str) -> None:
     """Before a session that will be shown as the explorer: send plotly's bundle to the page
-    now, so the browser loads and evaluates it (seconds, once per kernel) while the cell runs
-    instead of after it ends.  Outside a kernel, or without the explorer, nothing happens."""
+    now, so the browser evaluates it (seconds, once per kernel) while the cell runs instead
+    of after it ends (from a second in: see ``figure_widget.send_bundle``).  Outside a
+    kernel, or without the explorer, nothing happens."""
     if mode_for(shell, display_mode) != "widget":
         return
     try:
@@ -64,9 +65,14 @@ def prepare(shell, display_mode: str) -> None:
 def _explorer(profile: Profile, other: Profile | None = None):
     """The explorer widget, or None when it is missing or fails (we fall back)."""
     try:
+        from ..explorer.figure_widget import hold_bundle
         from ..explorer.widget import Explorer
     except Exception:  # noqa: BLE001 - explorer not installed or broken: static fallback
         return None
+    try:
+        hold_bundle()  # the static chart is drawn before plotly's set-up blocks the page
+    except Exception:  # noqa: BLE001 - a closed comm: the chart comes after plotly's set-up
+        pass
     try:
         return Explorer(profile, other) if other is not None else Explorer(profile)
     except Exception as exc:  # noqa: BLE001

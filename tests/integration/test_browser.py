@@ -218,6 +218,17 @@ def test_explorer_in_jupyterlab(lab, browser):
         _run_explorer_notebook(page, url, token)
 
 
+# "static first" once a frame shows the static flame graph while no explorer chart exists;
+# "chart first" if plotly's chart came before any such frame.
+STATIC_FIRST = """() => { window._ddstatic = '';
+  (function tick() {
+    const s = document.querySelector('.ddprof-static-fallback');
+    const chart = document.querySelector('.ddprof-explorer .ddprof-flame .main-svg');
+    if (chart) { window._ddstatic = window._ddstatic || 'chart first'; return; }
+    if (s && s.offsetParent !== null && s.querySelector('svg rect')) window._ddstatic = 'static first';
+    requestAnimationFrame(tick); })(); }"""
+
+
 INSTRUMENT = """() => {
   const gd = document.querySelector('.ddprof-explorer .js-plotly-plot');
   const d = window._ddp = {input: 0, plots: [], frame: 0, animEnd: 0};
@@ -250,6 +261,8 @@ def _run_explorer_notebook(page, url, token):
         " && w.sessionContext.session.kernel.status === 'idle'; }",
         timeout=60_000,
     )
+    # notes whether a frame showed the static flame graph before plotly's chart existed
+    page.evaluate(STATIC_FIRST)
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
     # GIVEN the Explorer was built in the kernel (READY printed) ...
@@ -272,6 +285,8 @@ def _run_explorer_notebook(page, url, token):
     # the widget view is drawn, and the static flame output beside it is hidden
     assert page.locator(".ddprof-static-fallback").count() == 1
     assert page.locator(".ddprof-static-fallback").is_hidden()
+    # ... which was on screen while plotly set itself up (a new page: seconds of CPU)
+    assert page.evaluate("() => window._ddstatic") == "static first"
 
     # Times below are read from the page's own clock: from the input event (mouseup or
     # keydown) to the flame chart's next plotly_afterplot, i.e. kernel round trip + redraw.

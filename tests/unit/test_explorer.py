@@ -346,6 +346,35 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
     assert sum(1 for kw in sent if kw.get("buffers") and bytes(kw["buffers"][0]) == bundle) == 2
 
 
+def test_plotly_set_up_waits_for_a_shown_figure_or_the_recordings_delay(monkeypatch):
+    # plotly's set-up blocks the page for seconds: it must not start before the static
+    # chart is on screen (a figure's view starts it), except during a recording (from 1 s in)
+    from ddprof_nb.explorer import figure_widget
+    from ddprof_nb.magics import display
+
+    monkeypatch.setattr(figure_widget, "_carrier", None)
+    Explorer(sample_profile())
+    assert figure_widget._carrier.start_after_ms == -1  # an Explorer's: when a figure is shown
+    carrier_esm = figure_widget._classes["carrier"]._esm
+    assert 'model.on("change:start_after_ms"' in carrier_esm
+    fig_esm = figure_widget.figure_widget_class()._esm
+    # the figure's model never waits for plotly (anywidget fails it after 2 s); its view does
+    init = fig_esm[fig_esm.index("initialize(ctx)"):fig_esm.index("async render(ctx)")]
+    assert "await" not in init.split("s.promise.then")[0]
+    render = fig_esm[fig_esm.index("async render(ctx)"):]
+    assert render.index("s.start()") < render.index("await ready")
+
+    figure_widget._carrier.close()
+    monkeypatch.setattr(display, "mode_for", lambda shell, mode: "widget")
+    display.prepare(object(), "auto")  # a recording starts
+    assert figure_widget._carrier.start_after_ms == round(figure_widget.START_AFTER_S * 1000) > 0
+    held = []
+    figure_widget._carrier.observe(lambda ch: held.append(ch["new"]), names="start_after_ms")
+    assert display._explorer(sample_profile()) is not None  # the cell ended: held, then built
+    assert held == [-1] and figure_widget._carrier.start_after_ms == -1
+    figure_widget._carrier.close()
+
+
 def test_first_draw_fills_the_width(ex):
     # WHEN the page reports its first draw THEN autosize is sent once (plotly then measures)
     ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}
@@ -509,8 +538,14 @@ def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
     # it until that holds an explorer: no "Error displaying widget: model not found"
     assert ("<style>\n.jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child"
             ":not(:has(.ddprof-explorer))") in static["text/html"]
-    # then the widget, whose style sheet hides that static output while it is drawn
+    # ... and keeps an explorer whose flame plotly has not drawn yet (its bundle still
+    # loading in a new page) laid out but unseen, the static chart standing in for it ...
+    drawn = ".ddprof-explorer .ddprof-flame .main-svg"
+    assert (".jp-OutputArea-child:has(.ddprof-static-fallback) + .jp-OutputArea-child:has(.ddprof-explorer)"
+            f":not(:has({drawn}))") in static["text/html"]
+    assert "visibility: hidden" in static["text/html"]
+    # ... and hides itself once that flame is drawn
+    assert f".jp-OutputArea:has({drawn}) .jp-OutputArea-child:has(.ddprof-static-fallback)" in static["text/html"]
+    # then the widget
     assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
     assert "text/html" not in widget and widget["text/plain"]
-    css = next(c.value for c in ex.children if isinstance(c, type(ex.banner)) and "<style>" in c.value)
-    assert ":has(.ddprof-explorer) .jp-OutputArea-child:has(.ddprof-static-fallback)" in css
