@@ -112,6 +112,10 @@ def lockpark_notes(events) -> list[str]:
     if w["edge_records"]:
         notes.append(f"lock/park: {w['edge_records']} wait(s) that began before the start or were still going on "
                      "at stop counted for their part inside the session")
+    if w["passes_deferred"] or w["slots_rebound"]:
+        notes.append(f"lock/park: the dynamic loader was busy during {w['passes_deferred']} patch pass(es) (their "
+                     f"read-only slots waited for a later tick) and bound {w['slots_rebound']} hooked slot(s) again "
+                     "(hooked again at the next pass): waits in between were not seen")
     if w["protect_failed"]:
         notes.append(f"lock/park: {w['protect_failed']} slot(s) left unhooked: their page's protection could not "
                      "be changed")
