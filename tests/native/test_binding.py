@@ -328,6 +328,8 @@ RECORD_WAKES = """
     """
 
 
+# alone: it bounds how soon the drain wakes, which other work on the CPUs delays
+@pytest.mark.alone
 def test_the_drain_comes_soon_for_new_code_and_once_a_second_for_known_code():
     # GIVEN a session that burns CPU in one function for 1.6 s, then runs code made on the spot
     r = run_script(
@@ -357,6 +359,8 @@ def test_the_drain_comes_soon_for_new_code_and_once_a_second_for_known_code():
     assert r["fresh"] == 1, r
 
 
+# alone: it bounds how soon the drain wakes, which other work on the CPUs delays
+@pytest.mark.alone
 def test_code_resolved_in_one_session_does_not_bring_the_next_sessions_drain_early():
     # GIVEN a session that burned CPU in one function, then a second session running it again
     #       (a notebook's next cell), with a new function at the end of the second

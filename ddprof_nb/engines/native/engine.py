@@ -126,6 +126,9 @@ class NativeEngine(Engine):
         self._converter = None
         self._thread = None
         self._stop_event = threading.Event()
+        # one drain at a time: the converter and the allocation tracker are not thread-safe, and a
+        # drain forced from another thread (tests do) beside the drain thread's counted rows twice
+        self._drain_lock = threading.Lock()
         self._go = threading.Event()
         self._drain_tid = 0
         self._names: dict[int, str] = {}
@@ -200,15 +203,16 @@ class NativeEngine(Engine):
                 self._names[t.native_id] = t.name
 
     def _drain_once(self) -> None:
-        session = self._session  # stop() clears it before joining this thread
-        if session is None:
-            return
-        self._refresh_names()
-        session.drain(self._converter)
-        if self._converter.alloc is not None:  # allocations
-            self._converter.alloc.flush()
-        if self.live is not None:  # the live view reads what was drained so far
-            self._converter.builder.flush()
+        with self._drain_lock:
+            session = self._session  # stop() clears it before joining this thread
+            if session is None:
+                return
+            self._refresh_names()
+            session.drain(self._converter)
+            if self._converter.alloc is not None:  # allocations
+                self._converter.alloc.flush()
+            if self.live is not None:  # the live view reads what was drained so far
+                self._converter.builder.flush()
 
     def _default_drain_interval(self) -> float:
         """A live view shows what was drained, and allocation and lock/park records are
