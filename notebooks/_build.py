@@ -542,7 +542,7 @@ notebook("03-memory", [
         vectors = embed(features)
     """, events="alloc", name="arrays", expect=("load_features",)),
     code("""
-        %ddprof top 5 arrays -e live
+        %ddprof top 10 arrays -e live
         arrays = ddprof_nb.history["arrays"]
         held = features.nbytes + vectors.nbytes
         print(f"live: {arrays.total('live') / 2**20:.0f} MiB for {held / 2**20:.0f} MiB of arrays held")

@@ -34,8 +34,10 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 # both cores (pytest-xdist), and the notebook and browser tests as two more phases
 # (downloads, builds, Chromium: presence checks, their times printed).  Alone: the `alone`
 # tests (shares, rates, per-tick counts, the overhead and accuracy figures), one phase and
-# one test at a time, nothing beside.
-SLOTS=${SLOTS:-3}
+# one test at a time, nothing beside.  Two phases at once, not three: with three (six pytest
+# workers and the notebooks' kernels on 2 cores, load 10-18) threads went unscheduled long
+# enough for sessions of a few hundred ms to keep no CPU sample.
+SLOTS=${SLOTS:-2}
 PYTEST=(-q -p no:cacheprovider)
 LANE=(tests/integration/test_binder.py tests/integration/test_notebooks.py)
 BROWSER=tests/integration/test_browser.py
