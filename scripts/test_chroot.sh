@@ -4,10 +4,6 @@
 #
 #   bash scripts/test_chroot.sh                 # 3.14 and 3.15
 #   CHROOT_PYTHONS=3.15 bash scripts/test_chroot.sh
-#   CHROOT_PART=beside bash scripts/test_chroot.sh   # the tests not marked `alone`, both cores
-#   CHROOT_PART=alone bash scripts/test_chroot.sh    # the `alone` tests, overhead and accuracy
-#       (scripts/test.sh runs the first beside other phases, the second with nothing beside it;
-#       the default, all, is both parts' tests in one pytest run, one test at a time)
 #
 # Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
 # compile: the install must still succeed, and the native engine must then say it is
@@ -87,13 +83,6 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         native_rc=4
     fi
 
-    # which tests (pytest -m) and how many at once; the overhead and accuracy figures only
-    # where nothing else runs
-    local select=() spread=() figures=1
-    case $part in
-        beside) select=(-m "not alone"); spread=(-n 2); figures=0 ;;
-        alone) select=(-m alone); unit=0 ;;
-    esac
     local targets=(tests/integration/test_api_python_engine.py)
     local f
     for f in tests/integration/test_python_engine*.py tests/integration/test_engine_choice.py; do
@@ -105,15 +94,14 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     fi
     t=$(now)
     # tests/unit is pure Python and keeps no time: both cores at once (pytest-xdist); the
-    # rest samples: one test at a time (all, alone) or both cores for those not marked alone
-    local which="pytest ${select[*]} ${spread[*]} ${targets[*]}"
+    # rest samples and keeps time, one test at a time
     if (( unit )); then
-        echo "--- tests: pytest -n 2 tests/unit, then $which"
+        echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
         python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
     else
-        echo "--- tests: $which$([[ $part == alone ]] || echo " (tests/unit: on the newest version only)")"
+        echo "--- tests: pytest ${targets[*]} (tests/unit: on the newest version only)"
     fi
-    python -m pytest -q -p no:cacheprovider "${select[@]}" "${spread[@]}" "${targets[@]}" \
+    python -m pytest -q -p no:cacheprovider "${targets[@]}" \
         --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
         || rc=$?
     local tests_s
@@ -122,7 +110,7 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     [[ $rc -eq 5 ]] && echo "pytest ran no test: counted as a failure"
 
     local overhead="-" sampler="-" ov_rc=0
-    if (( figures )) && [[ -e tests/integration/test_python_engine_overhead.py ]]; then
+    if [[ -e tests/integration/test_python_engine_overhead.py ]]; then
         t=$(now)
         echo "--- overhead: python engine at 100 Hz, 30 alternating pairs of 0.2 s slices"
         local out
@@ -135,7 +123,7 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     fi
     # the strict accuracy goals (+-3 points: cpu 60/30/10, thread split, wall per thread)
     local accuracy="-" acc_rc=0
-    if (( figures && native_ok )) && [[ -e benchmarks/bench_cpu.py ]]; then
+    if (( native_ok )) && [[ -e benchmarks/bench_cpu.py ]]; then
         t=$(now)
         echo "--- accuracy: native engine, benchmarks/bench_cpu.py --sections accuracy --strict"
         local acc_out
@@ -154,8 +142,8 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
 }
 
 if [[ ${1:-} == --inside ]]; then
-    unit=0 part=${2:-all}
-    [[ ${3:-} == --unit ]] && unit=1
+    unit=0
+    [[ ${2:-} == --unit ]] && unit=1
     inside
     exit $?
 fi
@@ -163,8 +151,6 @@ fi
 # ------------------------------------------------------------------ on the host
 cd "$(dirname "$0")/.." || exit 2
 PYTHONS=${CHROOT_PYTHONS:-"3.14 3.15"}
-PART=${CHROOT_PART:-all}
-case $PART in all|beside|alone) ;; *) echo "CHROOT_PART must be all, beside or alone (got '$PART')"; exit 2 ;; esac
 status=0
 summaries=()
 t_all=$(now)
@@ -184,11 +170,11 @@ last=${PYTHONS##* }
 for v in $PYTHONS; do
     t=$(now)
     echo
-    echo "=== python $v in the chroot, tests: $PART ($(date +%T))"
+    echo "=== python $v in the chroot ($(date +%T))"
     out=$(mktemp)
     unit_arg=()
     [[ $v == "$last" ]] && unit_arg=(--unit)
-    bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside "$PART" "${unit_arg[@]}" 2>&1 | tee "$out"
+    bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside "${unit_arg[@]}" 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
     line=$(grep -E "^@@summary " "$out" | tail -n1)
     rm -f "$out"
