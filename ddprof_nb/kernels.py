@@ -147,9 +147,9 @@ def list_kernels(look_s: float = 0.2) -> list[KernelInfo]:
 def find_kernel(spec: str) -> int:
     """The PID of a kernel named by PID or kernel id prefix (ValueError naming the problem)."""
     spec = spec.strip()
-    if spec.isdigit():
-        return int(spec)
     matches = [k for k in list_kernels(look_s=0) if k.kernel_id.startswith(spec)]
+    if spec.isdigit() and not matches:  # digits are a PID unless a kernel id starts with them (1 in 40 do)
+        return int(spec)
     if not matches:
         raise ValueError(f"no running kernel has an id starting with {spec!r} (see %ddprof kernels)")
     if len(matches) > 1:
