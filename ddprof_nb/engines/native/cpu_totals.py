@@ -141,15 +141,14 @@ def _notes(factors: list[float], from_wall: list[int], unsampled: list[int], int
             "timer signals come at clock ticks the thread runs for, and the last period before stop never signals)")
     if from_wall:
         notes.append(
-            f"cpu: {len(from_wall)} thread(s) got no CPU timer signal for the {format_duration(sum(from_wall))} of CPU "
-            "their clocks say they used: it is split over their wall samples taken while they were on CPU "
-            "(state=cpu), in proportion to their wall time")
+            f"cpu: {len(from_wall)} thread(s) used {format_duration(sum(from_wall))} of CPU (their clocks) that their "
+            "timers never signalled: it is split over their wall samples taken while they were on CPU (state=cpu), "
+            "in proportion to their wall time")
     if unsampled:
         small = sum(1 for u in unsampled if u < interval_ns)
         notes.append(
-            f"cpu: {len(unsampled)} thread(s) got no CPU timer signal and no on-CPU wall sample for the "
-            f"{format_duration(sum(unsampled))} of CPU their clocks say they used"
+            f"cpu: {len(unsampled)} thread(s) used {format_duration(sum(unsampled))} of CPU (their clocks) that their "
+            "timers never signalled, with no on-CPU wall sample either"
             + (f" ({small} of them less than one interval each, which a timer need not signal)" if small else "")
-            + f": it is under '{UNSAMPLED.name}' beneath each such thread (the CPU total is the clocks'; where it "
-            "went is unknown)")
+            + f": it is under '{UNSAMPLED.name}' beneath each such thread (the total is right; where it went is unknown)")
     return notes
