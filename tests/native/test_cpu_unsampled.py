@@ -108,3 +108,39 @@ def test_starting_thread_stopped_from_another_thread_right_after_an_unsignalled_
     # THEN every round has the main thread's burst in its CPU (at least what the burst used)
     for used, cpu in r["rounds"]:
         assert cpu >= used > 0, r["rounds"]
+
+
+def test_calibration_counts_each_thread_once_and_leaves_no_clock_cpu_out():
+    from ddprof_nb.engines.native.cpu_totals import calibrate_cpu
+    from ddprof_nb.events import EventType
+    from ddprof_nb.model import Frame, Metadata, ProfileBuilder
+
+    ms = 1_000_000
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=100 * ms, interval_ns=10 * ms))
+    work, wait = b.stack_of([Frame("work", "w.py", 1)]), b.stack_of([Frame("wait", "w.py", 9)])
+    plain, on_cpu, off_cpu = b.labels_id({"k": "v"}), b.labels_id({"k": "v", "state": "cpu"}), b.labels_id({"state": "off-cpu"})
+    # GIVEN tid 7 under two names (renamed mid-session), with CPU samples under both
+    for name in ("old", "new"):
+        b.add(EventType.CPU, work, b.thread_id(7, name), plain, 0, 1, 10 * ms)
+    # AND tid 9 with no CPU sample, on CPU in 3 wall samples of one stack and 1 of another
+    t9 = b.thread_id(9, "w9")
+    b.add(EventType.WALL, work, t9, on_cpu, 0, 3, 30 * ms)
+    b.add(EventType.WALL, wait, t9, on_cpu, 0, 1, 10 * ms)
+    b.add(EventType.WALL, wait, t9, off_cpu, 0, 5, 50 * ms)
+    profile = b.build()
+    # WHEN calibrated against clocks that include tid 11, never seen in any row
+    totals = {7: (40 * ms, 20 * ms), 9: (8 * ms, 0), 11: (5 * ms, 0)}
+    out, notes = calibrate_cpu(profile, totals, names={11: "ghost"}, base_labels={"k": "v"})
+    by = {}
+    for s in out.samples():
+        if s.event is EventType.CPU:
+            key = (s.thread.tid, s.stack[-1].name, tuple(sorted(s.labels.as_dict().items())))
+            by[key] = by.get(key, 0) + s.values[1]
+    # THEN every thread's CPU is its clock's: tid 7 once (not once per name), tid 9 split 3:1
+    # over its on-CPU wall stacks without the state label, tid 11 under the pseudo-frame
+    assert sum(v for (tid, _, _), v in by.items() if tid == 7) == 40 * ms, by
+    assert by[(9, "work", (("k", "v"),))] == 6 * ms and by[(9, "wait", (("k", "v"),))] == 2 * ms, by
+    assert by[(11, "[cpu not sampled]", (("k", "v"),))] == 5 * ms, by
+    assert {t.name for t in out.threads if t.tid == 11} == {"ghost"}
+    assert out.total("cpu") == sum(u for u, _ in totals.values())
+    assert len(notes) == 3, notes
