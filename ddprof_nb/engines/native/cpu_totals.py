@@ -31,11 +31,11 @@ _CPU, _WALL = EventType.CPU.value, EventType.WALL.value
 
 
 def calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]], names: dict[int, str] | None = None,
-                  base_labels: dict | None = None) -> tuple[Profile, list[str]]:
+                  base_labels=None) -> tuple[Profile, list[str]]:
     """The profile with each thread's CPU total set to its clock's (``totals``: {tid: (clock
     CPU used in the session, CPU its samples carried)}), and the notes that say how.
     ``names``: thread names by tid, for a thread that has no row at all yet; ``base_labels``:
-    the session's labels, for the ``[cpu not sampled]`` rows."""
+    the session's labels (a mapping or (key, value) pairs), for the ``[cpu not sampled]`` rows."""
     if not totals:
         return profile, []
     values = profile.values.copy()
