@@ -129,7 +129,7 @@ def test_calibration_counts_each_thread_once_and_leaves_no_clock_cpu_out():
     b.add(EventType.WALL, wait, t9, off_cpu, 0, 5, 50 * ms)
     profile = b.build()
     # WHEN calibrated against clocks that include tid 11, never seen in any row
-    totals = {7: (40 * ms, 20 * ms), 9: (8 * ms, 0), 11: (5 * ms, 0)}
+    totals = {7: (40 * ms, 20 * ms), 9: (8 * ms, 0), 11: (15 * ms, 0), 12: (1 * ms, 0)}
     out, notes = calibrate_cpu(profile, totals, names={11: "ghost"}, base_labels={"k": "v"})
     by = {}
     for s in out.samples():
@@ -140,7 +140,9 @@ def test_calibration_counts_each_thread_once_and_leaves_no_clock_cpu_out():
     # over its on-CPU wall stacks without the state label, tid 11 under the pseudo-frame
     assert sum(v for (tid, _, _), v in by.items() if tid == 7) == 40 * ms, by
     assert by[(9, "work", (("k", "v"),))] == 6 * ms and by[(9, "wait", (("k", "v"),))] == 2 * ms, by
-    assert by[(11, "[cpu not sampled]", (("k", "v"),))] == 5 * ms, by
+    assert by[(11, "[cpu not sampled]", (("k", "v"),))] == 15 * ms, by
+    assert by[(12, "[cpu not sampled]", (("k", "v"),))] == 1 * ms, by
     assert {t.name for t in out.threads if t.tid == 11} == {"ghost"}
     assert out.total("cpu") == sum(u for u, _ in totals.values())
     assert len(notes) == 3, notes
+    assert "1 thread(s) used 15.0 ms of CPU" in notes[2], notes  # (tid 12's 1 ms: under one interval, not noted)

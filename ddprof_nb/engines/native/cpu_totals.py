@@ -12,8 +12,10 @@ last period before stop never signals.  So, per thread with clock CPU in the ses
 - it has none, but wall samples taken while it was on CPU (``state=cpu``): its clock's CPU
   is split over those stacks in proportion to their wall time (the wall sampler found it
   running there; noted);
-- neither: its clock's CPU goes to one ``[cpu not sampled]`` frame beneath the thread (noted),
-  so that the CPU total stays right even though nothing says where it went.
+- neither: its clock's CPU goes to one ``[cpu not sampled]`` frame beneath the thread, so that
+  the CPU total stays right even though nothing says where it went (noted when a thread's is
+  at least one interval: less, a timer need not signal, and idle threads, a session's stopper,
+  would add the note to every profile).
 """
 
 from __future__ import annotations
@@ -144,11 +146,10 @@ def _notes(factors: list[float], from_wall: list[int], unsampled: list[int], int
             f"cpu: {len(from_wall)} thread(s) used {format_duration(sum(from_wall))} of CPU (their clocks) that their "
             "timers never signalled: it is split over their wall samples taken while they were on CPU (state=cpu), "
             "in proportion to their wall time")
-    if unsampled:
-        small = sum(1 for u in unsampled if u < interval_ns)
+    big = [u for u in unsampled if u >= interval_ns]
+    if big:  # (less than one interval each: a timer need not signal it, the frame's name says enough)
         notes.append(
-            f"cpu: {len(unsampled)} thread(s) used {format_duration(sum(unsampled))} of CPU (their clocks) that their "
-            "timers never signalled, with no on-CPU wall sample either"
-            + (f" ({small} of them less than one interval each, which a timer need not signal)" if small else "")
-            + f": it is under '{UNSAMPLED.name}' beneath each such thread (the total is right; where it went is unknown)")
+            f"cpu: {len(big)} thread(s) used {format_duration(sum(big))} of CPU (their clocks) that their "
+            "timers never signalled, with no on-CPU wall sample either: it is under "
+            f"'{UNSAMPLED.name}' beneath each such thread (the total is right; where it went is unknown)")
     return notes
