@@ -24,17 +24,15 @@ import os
 import threading
 import time
 
-import numpy as np
-
 from ... import labeling as _labels
 from ...config import SamplerConfig
 from ...errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ...events import EventType
 from ...model import Metadata, Profile, ProfileBuilder
-from ...render.format import format_count
 from ..base import Engine
 from . import binding
 from .alloc import AllocTracker
+from .cpu_totals import calibrate_cpu
 from .decode import RecordConverter
 from .lockpark import WaitClassifier
 from .notes import session_notes
@@ -294,34 +292,5 @@ class NativeEngine(Engine):
         builder = conv.builder
         builder.metadata = meta
         profile = builder.build(end_ns=meta.end_ns)
-        note = _calibrate_cpu(profile, stats.get("cpu_threads") or {})
-        return profile.with_metadata(notes=meta.notes + (note,)) if note else profile
-
-def _calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]]) -> str | None:
-    """Scale each thread's CPU samples so that they add up to what its own CPU clock says it
-    used during the session (in place; returns a note, or None when nothing was scaled).
-
-    A thread's CPU timer signals when the kernel finds its period used up, at a clock tick
-    the thread is running for: a thread that runs in short bursts between ticks (a worker
-    waking every few ms, a busy machine) is signalled late, and the CPU it used since its
-    last signal is never signalled at all at stop.  Its samples still say where its CPU
-    went; its clock says how much: the total comes from the clock, the split from the
-    samples (every sample of the thread weighted alike)."""
-    rows = profile.event == EventType.CPU.value
-    if not totals or not rows.any():
-        return None
-    factors = []
-    for index, thread in enumerate(profile.threads):
-        used = totals.get(thread.tid, (0, 0))[0]
-        sel = rows & (profile.thread == index)
-        recorded = int(profile.values[sel, 1].sum()) if used else 0
-        if recorded <= 0:
-            continue
-        k = used / recorded
-        profile.values[sel, 1] = np.rint(profile.values[sel, 1] * k).astype(np.int64)
-        factors.append(k)
-    if not factors:
-        return None
-    return (f"cpu: each thread's CPU total is its own CPU clock's ({len(factors)} thread(s); its samples, which "
-            f"split it between stacks, had accounted x{format_count(1 / max(factors))} to x{format_count(1 / min(factors))} of it: "
-            "timer signals come at clock ticks the thread runs for, and the last period before stop never signals)")
+        profile, cpu_notes = calibrate_cpu(profile, stats.get("cpu_threads") or {}, self._names, self.config.labels)
+        return profile.with_metadata(notes=meta.notes + tuple(cpu_notes)) if cpu_notes else profile

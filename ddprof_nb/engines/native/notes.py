@@ -145,7 +145,7 @@ def late_signals_note(used_ns: int, sampled_ns: int, interval_ns: int) -> str | 
         return None
     return (f"degraded: the CPU timers' signals accounted {format_duration(sampled_ns)} of the "
             f"{format_duration(used_ns)} of CPU the sampled threads used: the kernel delivered them late or not at all (an overloaded machine or "
-            "VM?); the CPU view misses the rest, other events are unaffected")
+            "VM?); each thread's CPU total is still its clock's, but its split between stacks rests on fewer samples")
 
 
 def timer_note(failures: int, err: int) -> str:
