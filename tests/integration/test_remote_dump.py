@@ -182,21 +182,31 @@ def test_dump_of_another_version_is_refused_by_name_without_its_interpreter(tmp_
         stop(proc)
 
 
-def test_dump_of_another_version_runs_with_its_interpreter(tmp_path):
+def other_version_with_native():
+    """(version, interpreter) of the first other version whose ddprof_nb native module is
+    usable, or None.  One is enough: the hand-over to the target's interpreter is the same
+    code whichever version it is, and each version's own reading of its frames is tested in
+    that version's phase (test_dump_names_every_thread_stack)."""
     probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
-    usable = {v: p for v, p in _other_versions().items()
-              if subprocess.run([p, "-c", probe], env=_env(), capture_output=True).returncode == 0}
-    if not usable:
+    for ver, python in _other_versions().items():
+        if subprocess.run([python, "-c", probe], env=_env(), capture_output=True).returncode == 0:
+            return ver, python
+    return None
+
+
+def test_dump_of_another_version_runs_with_its_interpreter(tmp_path):
+    other = other_version_with_native()
+    if other is None:
         pytest.skip("no interpreter of another Python version with ddprof_nb's native module built")
-    for ver, python in usable.items():
-        proc = start_target(tmp_path, python=python)
-        try:
-            result = run_dump(proc.pid)
-            assert result.returncode == 0, result.stderr
-            assert f"Python {ver}." in result.stdout
-            assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
-        finally:
-            stop(proc)
+    ver, python = other
+    proc = start_target(tmp_path, python=python)
+    try:
+        result = run_dump(proc.pid)
+        assert result.returncode == 0, result.stderr
+        assert f"Python {ver}." in result.stdout
+        assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
+    finally:
+        stop(proc)
 
 
 def test_dump_of_a_process_that_is_not_python():
