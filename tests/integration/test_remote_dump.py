@@ -309,7 +309,7 @@ CHURN = textwrap.dedent("""\
 def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_path):
     proc = start_target(tmp_path, source=CHURN)
     try:
-        for _ in range(15):
+        for _ in range(3):  # the command line, as a user runs it
             result = run_dump(proc.pid)
             assert result.returncode in (0, 2), result.stderr
             assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
@@ -317,6 +317,26 @@ def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_pat
                 assert "Thread " in result.stdout
             else:  # a stack that kept changing is said, never guessed
                 assert result.stderr.startswith("python -m ddprof_nb"), result.stderr
+        # many more reads in one reading process (one interpreter start-up instead of one a
+        # read): it must end normally, each read a dump or the error that says the stack changed
+        reads = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            from ddprof_nb import remote
+            done = changed = 0
+            for _ in range(30):
+                try:
+                    text = remote.dump_text({proc.pid})
+                except remote.RemoteError as exc:  # said, never guessed
+                    assert isinstance(exc, remote.TornRead) or "kept changing" in str(exc), exc
+                    changed += 1
+                else:
+                    assert "Thread " in text, text
+                    done += 1
+            print("reads", done, changed)
+            """)], capture_output=True, text=True, timeout=120, env=_env())
+        assert reads.returncode == 0 and "Traceback" not in reads.stderr, reads.stderr
+        print(reads.stdout.strip(), "(dumps, stacks that kept changing)")
+        done, changed = map(int, reads.stdout.split()[1:3])
+        assert done + changed == 30 and done > 0, reads.stdout
         out = tmp_path / "churn.pprof"
         rec = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration", "1",
                               "-o", str(out)], capture_output=True, text=True, timeout=120, env=_env())
