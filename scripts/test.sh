@@ -6,8 +6,9 @@
 #       sanitizer and chroot phases once), then every test that failed in any run, with its run
 # Each interpreter gets its own venv under .venvs/ with ddprof_nb installed (native
 # part compiled for that version).  3.11 runs everything; 3.12 and 3.13 run the parts
-# that depend on the interpreter (native, integration without the browser); the
-# pure-Python unit tests run on 3.11 and, in the chroot, on 3.14 and 3.15.
+# that depend on the interpreter (native, integration without the browser and without the
+# tests marked pure_python); the pure-Python unit tests run on 3.11 and, in the chroot, on
+# 3.14 and 3.15.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
