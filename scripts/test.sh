@@ -6,8 +6,9 @@
 #       sanitizer and chroot phases once), then every test that failed in any run, with its run
 # Each interpreter gets its own venv under .venvs/ with ddprof_nb installed (native
 # part compiled for that version).  3.11 runs everything; 3.12 and 3.13 run the parts
-# that depend on the interpreter (native, integration without the browser); the
-# pure-Python unit tests run on 3.11 and, in the chroot, on 3.14 and 3.15.
+# that depend on the interpreter (native, integration without the browser and without the
+# tests marked pure_python); the pure-Python unit tests run on 3.11 and, in the chroot, on
+# 3.14 and 3.15.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,10 +45,11 @@ run_pytest() {  # the pytest phase of version $1 (its venv is ready)
         cat "$lane_log"; rm -f "$lane_log"
         "$py" -m pytest -q -p no:cacheprovider tests --ignore=tests/unit "${lane[@]/#/--ignore=}" || rc=$?
     else
-        # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; the
-        # coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
+        # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; so are
+        # the tests marked pure_python, which read no interpreter internals and sample nothing;
+        # the coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
         "$py" -m pytest -q -p no:cacheprovider tests/native tests/integration tests/coexist/test_coexist_repros.py \
-            tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow" || rc=$?
+            tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow and not pure_python" || rc=$?
     fi
     return $rc
 }

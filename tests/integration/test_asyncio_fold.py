@@ -16,6 +16,9 @@ ASYNCIO = LIB + "/asyncio/"
 ME = S.__file__  # the task proxy's send (the profiler's own asyncio module)
 SAMPLER = ME.replace("stepper.py", "tasks.py")  # the task sampler's ticks
 
+# the folding is pure Python on hand-built profiles: nothing here reads interpreter internals
+pytestmark = pytest.mark.pure_python
+
 
 def F(name, file="app.py", line=1):
     return Frame(name, file, line, 1)

@@ -61,6 +61,7 @@ def _runtime_python() -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+@pytest.mark.pure_python  # (the binder's files and what repo2docker reads: nothing is sampled)
 def test_binder_files_say_what_repo2docker_needs():
     assert _runtime_python() == (3, 11)
     assert "build-essential" in (BINDER / "apt.txt").read_text(encoding="utf-8").split()
@@ -75,6 +76,7 @@ def test_binder_files_say_what_repo2docker_needs():
     assert '".[notebooks]"' in demo, "the quick start's extra changed: update binder/postBuild"
 
 
+@pytest.mark.pure_python  # (the binder's files and what repo2docker reads: nothing is sampled)
 def test_binder_installs_what_the_quick_start_installs():
     # GIVEN pyproject's dependencies + the notebooks extra (what `pip install -e .[notebooks]`
     # brings in) THEN binder/requirements.txt lists exactly those, with the same bounds
@@ -100,6 +102,7 @@ def _repo2docker() -> list[str]:
     return [sys.executable, "-m", "repo2docker"]
 
 
+@pytest.mark.pure_python  # (the binder's files and what repo2docker reads: nothing is sampled)
 def test_repo2docker_builds_a_dockerfile_that_runs_our_postbuild():
     # WHEN repo2docker plans the image without Docker (--no-build prints the Dockerfile)
     r = subprocess.run(_repo2docker() + ["--no-run", "--no-build", str(ROOT)],
@@ -118,6 +121,7 @@ def test_repo2docker_builds_a_dockerfile_that_runs_our_postbuild():
 BADGE_PLACEHOLDER = "REPLACE-WITH-GITHUB-OWNER"
 
 
+@pytest.mark.pure_python  # (the binder's files and what repo2docker reads: nothing is sampled)
 def test_readme_binder_badge_opens_the_quickstart_of_this_repository():
     # GIVEN the README's Binder badge
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

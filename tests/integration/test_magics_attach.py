@@ -145,19 +145,17 @@ def test_attach_samples_another_kernel_into_the_history(shell, kernel_like, caps
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
 def test_dump_and_attach_of_a_kernel_of_another_python_version(shell, tmp_path, monkeypatch, capsys):
-    from test_remote_dump import _other_versions
+    from test_remote_dump import other_version_with_native
 
     from ddprof_nb.history import history
 
-    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
-    usable = [p for p in _other_versions().values()
-              if subprocess.run([p, "-c", probe], env=dict(os.environ, PYTHONPATH=REPO)).returncode == 0]
-    if not usable:
+    other = other_version_with_native()
+    if other is None:
         pytest.skip("no interpreter of another Python version with ddprof_nb's native module built")
     monkeypatch.setenv("PYTHONPATH", REPO)  # the hand-over to the target's interpreter finds this ddprof_nb
     script = tmp_path / "kernel_like.py"
     script.write_text(KERNEL_LIKE)
-    proc = subprocess.Popen([usable[0], str(script)], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([other[1], str(script)], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=REPO))
     try:
         assert proc.stdout.readline().strip() == "ready"

@@ -206,6 +206,7 @@ def test_widget_display_uses_the_explorer_mimebundle(shell):
     assert "busy" in data["text/plain"]
 
 
+@pytest.mark.pure_python  # (a loaded or hand-built profile through the magic: no sampling)
 @pytest.mark.parametrize("mode", ["widget", "static", "text"])
 def test_show_opens_a_loaded_profile_without_timestamps(shell, capsys, tmp_path, mode):
     # GIVEN a folded file (no threads, no timestamps, no counts) loaded into the history
@@ -245,6 +246,7 @@ def test_terminal_display_prints_the_text_table(shell, capsys):
     assert "busy" in table[2] and "Cell In[2]:2" in table[2]
 
 
+@pytest.mark.pure_python  # (a loaded or hand-built profile through the magic: no sampling)
 def test_static_html_escapes_every_name_label_and_path(tmp_path):
     # GIVEN a profile (as if loaded from an untrusted file) whose names, files, labels,
     # notes and thread names carry markup
@@ -271,6 +273,7 @@ def test_static_html_escapes_every_name_label_and_path(tmp_path):
     assert "&lt;title&gt;" in doc
 
 
+@pytest.mark.pure_python  # (a loaded or hand-built profile through the magic: no sampling)
 def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(shell, capsys, tmp_path):
     # GIVEN one profile file with values at the formatter's edges (999.6 µs, 3 s, 620 ms)
     pytest.importorskip("ipywidgets")
@@ -300,6 +303,7 @@ def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(s
     assert "1.00 ms" in widget_text and "3.00 s" in widget_text and "620 ms" in widget_text
 
 
+@pytest.mark.pure_python  # (a loaded or hand-built profile through the magic: no sampling)
 def test_load_takes_the_event_and_interval_of_a_sample_count_file(shell, capsys, tmp_path):
     from pathlib import Path
 

@@ -25,6 +25,7 @@ def hand_profile(rows, event="cpu") -> Profile:
     return b.build()
 
 
+@pytest.mark.pure_python  # (a hand-built profile through the magic: no sampling)
 def test_sandwich_prints_callers_and_callees_tables(shell, capsys):
     # GIVEN a helper called from three places, stored in the history
     history.add(hand_profile([("main;a;helper;leaf", 10_000_000), ("main;b;helper", 20_000_000),
@@ -65,6 +66,7 @@ def test_sandwich_of_the_latest_real_profile(shell, capsys):
     assert history["real"].sandwich("busy")[1].total("cpu") >= 0.1e9
 
 
+@pytest.mark.pure_python  # (a hand-built profile through the magic: no sampling)
 def test_sandwich_errors_are_one_line(shell, capsys):
     history.add(hand_profile([("main;a;helper", 5)]), "hand")
     capsys.readouterr()

@@ -28,10 +28,12 @@ EXPECTED = NOTEBOOKS
 
 # -- the committed files ------------------------------------------------------------------
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 def test_the_eight_notebooks_are_there():
     assert sorted(p.stem for p in NB_DIR.glob("[0-9][0-9]-*.ipynb")) == EXPECTED
 
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 @pytest.mark.parametrize("name", EXPECTED)
 def test_committed_notebook_is_clean(name):
     # GIVEN a committed notebook THEN it has no outputs, counts or widget state (a saved
@@ -47,6 +49,7 @@ def test_committed_notebook_is_clean(name):
         assert "execution" not in cell.metadata, f"{name} cell {i}: execution timing metadata stored"
 
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 def test_notebooks_are_generated_by_the_build_script():
     # WHEN _build.py --check compares what it would write with the committed files
     r = subprocess.run([sys.executable, str(NB_DIR / "_build.py"), "--check"], capture_output=True, text=True)
@@ -54,6 +57,7 @@ def test_notebooks_are_generated_by_the_build_script():
     assert r.returncode == 0, r.stderr + r.stdout
 
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 @pytest.mark.parametrize("name", EXPECTED)
 def test_notebook_states_what_it_checks(name):
     # every profiled cell names the functions its summary must show; the first code cell
@@ -73,6 +77,7 @@ def test_notebook_states_what_it_checks(name):
 # as well, in the dev venv, doubled the minutes CI spends on notebooks for no new check.
 
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 def test_demo_names_the_failing_cell(tmp_path):
     # GIVEN a notebook whose second code cell raises
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# broken"),
@@ -91,6 +96,7 @@ def test_demo_names_the_failing_cell(tmp_path):
     assert executed.cells[2].outputs[-1].output_type == "error"
 
 
+@pytest.mark.pure_python  # (committed files and the demo runner's messages: nothing is sampled)
 def test_demo_says_when_no_profile_was_taken(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), tmp_path / "plain.ipynb")
     r = subprocess.run([sys.executable, "-m", "ddprof_nb.demo", str(tmp_path / "plain.ipynb"), "--out",

@@ -182,21 +182,31 @@ def test_dump_of_another_version_is_refused_by_name_without_its_interpreter(tmp_
         stop(proc)
 
 
-def test_dump_of_another_version_runs_with_its_interpreter(tmp_path):
+def other_version_with_native():
+    """(version, interpreter) of the first other version whose ddprof_nb native module is
+    usable, or None.  One is enough: the hand-over to the target's interpreter is the same
+    code whichever version it is, and each version's own reading of its frames is tested in
+    that version's phase (test_dump_names_every_thread_stack)."""
     probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
-    usable = {v: p for v, p in _other_versions().items()
-              if subprocess.run([p, "-c", probe], env=_env(), capture_output=True).returncode == 0}
-    if not usable:
+    for ver, python in _other_versions().items():
+        if subprocess.run([python, "-c", probe], env=_env(), capture_output=True).returncode == 0:
+            return ver, python
+    return None
+
+
+def test_dump_of_another_version_runs_with_its_interpreter(tmp_path):
+    other = other_version_with_native()
+    if other is None:
         pytest.skip("no interpreter of another Python version with ddprof_nb's native module built")
-    for ver, python in usable.items():
-        proc = start_target(tmp_path, python=python)
-        try:
-            result = run_dump(proc.pid)
-            assert result.returncode == 0, result.stderr
-            assert f"Python {ver}." in result.stdout
-            assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
-        finally:
-            stop(proc)
+    ver, python = other
+    proc = start_target(tmp_path, python=python)
+    try:
+        result = run_dump(proc.pid)
+        assert result.returncode == 0, result.stderr
+        assert f"Python {ver}." in result.stdout
+        assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
+    finally:
+        stop(proc)
 
 
 def test_dump_of_a_process_that_is_not_python():
@@ -299,7 +309,7 @@ CHURN = textwrap.dedent("""\
 def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_path):
     proc = start_target(tmp_path, source=CHURN)
     try:
-        for _ in range(15):
+        for _ in range(3):  # the command line, as a user runs it
             result = run_dump(proc.pid)
             assert result.returncode in (0, 2), result.stderr
             assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
@@ -307,6 +317,26 @@ def test_dumps_and_records_of_a_churning_process_never_crash_either_side(tmp_pat
                 assert "Thread " in result.stdout
             else:  # a stack that kept changing is said, never guessed
                 assert result.stderr.startswith("python -m ddprof_nb"), result.stderr
+        # many more reads in one reading process (one interpreter start-up instead of one a
+        # read): it must end normally, each read a dump or the error that says the stack changed
+        reads = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            from ddprof_nb import remote
+            done = changed = 0
+            for _ in range(30):
+                try:
+                    text = remote.dump_text({proc.pid})
+                except remote.RemoteError as exc:  # said, never guessed
+                    assert isinstance(exc, remote.TornRead) or "kept changing" in str(exc), exc
+                    changed += 1
+                else:
+                    assert "Thread " in text, text
+                    done += 1
+            print("reads", done, changed)
+            """)], capture_output=True, text=True, timeout=120, env=_env())
+        assert reads.returncode == 0 and "Traceback" not in reads.stderr, reads.stderr
+        print(reads.stdout.strip(), "(dumps, stacks that kept changing)")
+        done, changed = map(int, reads.stdout.split()[1:3])
+        assert done + changed == 30 and done > 0, reads.stdout
         out = tmp_path / "churn.pprof"
         rec = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(proc.pid), "--duration", "1",
                               "-o", str(out)], capture_output=True, text=True, timeout=120, env=_env())
