@@ -41,18 +41,7 @@ def calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]], names: d
     if not totals:
         return profile, []
     values = profile.values.copy()
-    add: list[tuple[int, int, int, int, int, int, int]] = []  # event, stack, thread, labels, time, count, ns
-    new = {"frames": [], "stacks": [], "threads": [], "labelsets": []}  # table entries added, after the profile's
-    extra: dict = {}  # added item -> its index
-
-    def index_of(table: str, item):
-        if table == "labelsets" and item not in extra and item in profile.labelsets:
-            return profile.labelsets.index(item)
-        if (table, item) not in extra:
-            extra[(table, item)] = len(getattr(profile, table)) + len(new[table])
-            new[table].append(item)
-        return extra[(table, item)]
-
+    added = _AddedRows(profile)
     by_tid: dict[int, list[int]] = {}
     for index, thread in enumerate(profile.threads):
         by_tid.setdefault(thread.tid, []).append(index)
@@ -81,8 +70,8 @@ def calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]], names: d
                     continue
                 ls = profile.labelsets[profile.labels[row]]
                 plain = LabelSet.of({k: v for k, v in ls if k != "state"})
-                lab = index_of("labelsets", plain)
-                add.append((_CPU, int(profile.stack[row]), int(profile.thread[row]), lab, int(profile.time_ns[row]),
+                lab = added.index_of("labelsets", plain)
+                added.rows.append((_CPU, int(profile.stack[row]), int(profile.thread[row]), lab, int(profile.time_ns[row]),
                             int(profile.values[row, 0]), ns))
             from_wall.append(used)
             continue
@@ -90,33 +79,52 @@ def calibrate_cpu(profile: Profile, totals: dict[int, tuple[int, int]], names: d
             thread = by_tid[tid][0]
         else:
             t = Thread(tid, (names or {}).get(tid) or f"Thread {tid}")
-            thread = index_of("threads", t)
-        frame = index_of("frames", UNSAMPLED)
-        stack = index_of("stacks", (frame,))
-        base = LabelSet.of(base_labels)
-        lab = index_of("labelsets", base)
-        add.append((_CPU, stack, thread, lab, end_tick, 0, used))
+            thread = added.index_of("threads", t)
+        stack = added.index_of("stacks", (added.index_of("frames", UNSAMPLED),))
+        lab = added.index_of("labelsets", LabelSet.of(base_labels))
+        added.rows.append((_CPU, stack, thread, lab, end_tick, 0, used))
         unsampled.append(used)
     notes = _notes(factors, from_wall, unsampled, profile.metadata.interval_ns)
-    if not add:
-        if not factors:
-            return profile, notes
-        return _rebuild(profile, values=values), notes
-    rows = np.array(add, dtype=np.int64)
-    tables = {}
-    for name, added in new.items():
-        if added:
-            old = getattr(profile, name)
-            tables[name] = [tuple(x) for x in old] + added if name == "stacks" else list(old) + added
-    return _rebuild(
-        profile, **tables,
-        event=np.concatenate([profile.event, rows[:, 0].astype(np.uint8)]),
-        stack=np.concatenate([profile.stack, rows[:, 1].astype(np.int32)]),
-        thread=np.concatenate([profile.thread, rows[:, 2].astype(np.int32)]),
-        labels=np.concatenate([profile.labels, rows[:, 3].astype(np.int32)]),
-        time_ns=np.concatenate([profile.time_ns, rows[:, 4]]),
-        values=np.concatenate([values, rows[:, 5:7]]),
-    ), notes
+    if not added.rows:
+        return (_rebuild(profile, values=values) if factors else profile), notes
+    return added.build(values), notes
+
+
+class _AddedRows:
+    """Rows added to a profile, with the table entries (frames, stacks, threads, label sets)
+    they need, indexed after the profile's own."""
+
+    def __init__(self, profile: Profile):
+        self.profile = profile
+        self.rows: list[tuple[int, int, int, int, int, int, int]] = []  # event, stack, thread, labels, time, count, ns
+        self.new: dict[str, list] = {"frames": [], "stacks": [], "threads": [], "labelsets": []}
+        self.known: dict = {}  # (table, item) -> its index
+
+    def index_of(self, table: str, item) -> int:
+        if table == "labelsets" and (table, item) not in self.known and item in self.profile.labelsets:
+            return self.profile.labelsets.index(item)
+        if (table, item) not in self.known:
+            self.known[(table, item)] = len(getattr(self.profile, table)) + len(self.new[table])
+            self.new[table].append(item)
+        return self.known[(table, item)]
+
+    def build(self, values: np.ndarray) -> Profile:
+        """The profile with ``values`` for its own rows and the added rows after them."""
+        p, rows = self.profile, np.array(self.rows, dtype=np.int64)
+        tables = {}
+        for name, items in self.new.items():
+            if items:
+                old = getattr(p, name)
+                tables[name] = [tuple(x) for x in old] + items if name == "stacks" else list(old) + items
+        return _rebuild(
+            p, **tables,
+            event=np.concatenate([p.event, rows[:, 0].astype(np.uint8)]),
+            stack=np.concatenate([p.stack, rows[:, 1].astype(np.int32)]),
+            thread=np.concatenate([p.thread, rows[:, 2].astype(np.int32)]),
+            labels=np.concatenate([p.labels, rows[:, 3].astype(np.int32)]),
+            time_ns=np.concatenate([p.time_ns, rows[:, 4]]),
+            values=np.concatenate([values, rows[:, 5:7]]),
+        )
 
 
 def _split(total: int, weights: np.ndarray) -> np.ndarray:
