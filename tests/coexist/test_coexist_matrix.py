@@ -23,7 +23,7 @@ import tempfile
 
 import pytest
 
-from coexist_helpers import installed, run_snippet
+from coexist_helpers import SANITIZED, installed, run_snippet
 
 # (lock/park cells accept "no wait function could be hooked" under ASan: coexist_tools.SANITIZED)
 EVENT_SETS = ["cpu_wall", "alloc_live", pytest.param("lock_park", marks=pytest.mark.lockpark),
@@ -91,7 +91,9 @@ def run_cells(tool, events, env):
         open(crash_file, "w").close()
         run = run_snippet(
             f"run_matrix({name!r}, {events!r}, cells={pending!r})",
-            timeout=45,
+            # (a hang detector: ASan slows every cell, and faulthandler's cells each wait for a
+            # crashing child's sanitizer report)
+            timeout=90 if SANITIZED else 45,
             # one dump_traceback_later timer per process: the tool's own would cancel the
             # watchdog (the hard timeout still applies)
             watchdog=name != "faulthandler",
