@@ -25,6 +25,7 @@ import traceback
 
 import ddprof_nb
 from ddprof_nb import ProfilerBusyError, ProfilerError
+from ddprof_nb.engines.native.session import Session
 from ddprof_nb.events import EventType
 
 # libasan interposes sem_wait & co: the lock/park GOT hooks are refused there (by design)
@@ -50,8 +51,35 @@ def burn(sec):
         pass
 
 
+# A WALL sample names cpu_workload only when a wall tick samples the thread while it is in
+# there.  On 2 cores at load 10-18 the wall thread's ticks come late and in bursts, and a
+# workload of 0.15 s of CPU can end between two of them.  So, in a running session, the
+# workload also goes on until the wall thread has finished WALL_TICKS_INSIDE ticks since it
+# began: the first may have sampled the thread before it entered, each later one started
+# after that and sampled it inside.  A wall thread that finishes fewer within WALL_WAIT_S is
+# stalled, and the cell fails saying so (profile_problems).
+WALL_TICKS_INSIDE = 3
+WALL_WAIT_S = 5.0
+MEASURED = {}  # the last cpu_workload's figures, for profile_problems' messages
+
+
+def session_wall_ticks():
+    """The running native session's count of finished wall-thread ticks; None when no
+    session runs."""
+    st = Session.stats()
+    return st["wall_ticks"] if st["start_mono_ns"] and not st["stop_mono_ns"] else None
+
+
 def cpu_workload(sec=0.15):
+    t0, k0 = time.monotonic(), session_wall_ticks()
     burn(sec)
+    MEASURED.clear()
+    if k0 is None:
+        return
+    # (polled between short burns: the thread stays on CPU, in this frame, all along)
+    while (session_wall_ticks() or k0) - k0 < WALL_TICKS_INSIDE and time.monotonic() - t0 < WALL_WAIT_S:
+        burn(0.002)
+    MEASURED.update(seconds=round(time.monotonic() - t0, 3), wall_ticks_inside=(session_wall_ticks() or k0) - k0)
 
 
 KEPT = []  # alloc_workload's kept half: alive at stop, so it is LIVE
@@ -157,7 +185,10 @@ def profile_problems(p, events, words=()):
         seen = functions(p, ev)
         if EXPECT[ev] not in seen:
             problems.append(f"{ev}: {EXPECT[ev]} not in the samples (frames: {sorted(seen)[:12]}; "
-                            f"notes: {list(p.metadata.notes)})")
+                            f"cpu_workload measured: {MEASURED}; notes: {list(p.metadata.notes)})")
+    if "wall" in events and MEASURED and MEASURED["wall_ticks_inside"] < WALL_TICKS_INSIDE:
+        problems.append(f"wall: the wall thread finished {MEASURED['wall_ticks_inside']} tick(s) in the "
+                        f"{MEASURED['seconds']} s cpu_workload ran (a stalled wall thread)")
     return problems
 
 
@@ -403,6 +434,11 @@ class Coverage(Tool):
         return out
 
 
+# How long a forked child that segfaults on purpose may take to die.  Under ASan it dies only
+# after ASan's symbolized report of the re-raised SIGSEGV: 2.4-3.6 s each at load 15 on 2 cores.
+CRASH_WAIT_S = 15 if SANITIZED else 5
+
+
 class Faulthandler(Tool):
     """faulthandler.enable() plus dump_traceback_later with a 20 ms repeat."""
 
@@ -455,11 +491,12 @@ class Faulthandler(Tool):
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             ctypes.string_at(0)
             os._exit(99)
-        status = wait_child(pid, 3)
+        status = wait_child(pid, CRASH_WAIT_S)
         self.crash.seek(0)
         report = self.crash.read()
         if status is None:
-            out.append("a segfaulting (forked) child never died: stuck in a SIGSEGV handler for 3 s")
+            out.append(f"a segfaulting (forked) child never died: stuck in a SIGSEGV handler for "
+                       f"{CRASH_WAIT_S} s")
         elif not (os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGSEGV, signal.SIGABRT)):
             out.append(f"the crashing child ended with status {status}")
         elif "Segmentation fault" not in report and not SANITIZED:

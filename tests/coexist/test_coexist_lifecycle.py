@@ -155,8 +155,8 @@ def test_a_crash_after_a_tool_put_our_segv_handler_back_still_dies():
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             ctypes.string_at(0)
             os._exit(99)
-        status = wait_child(pid, 5)
-        emit(status=status, signaled=status is not None and os.WIFSIGNALED(status),
+        status = wait_child(pid, CRASH_WAIT_S)
+        emit(crash_wait=CRASH_WAIT_S, status=status, signaled=status is not None and os.WIFSIGNALED(status),
              sig=status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status),
              problems=profile_problems(second.profile, ("cpu", "wall")))
         """,
@@ -164,8 +164,8 @@ def test_a_crash_after_a_tool_put_our_segv_handler_back_still_dies():
     )
     r = run.ok()
     # THEN the child dies of the SIGSEGV (SIGABRT under ASan) instead of spinning in a handler
-    # chain that leads back to itself (status None: still alive after 5 s, then killed)
-    assert r["status"] is not None, "the segfaulting child spun in a SIGSEGV handler for 5 s"
+    # chain that leads back to itself (status None: still alive after CRASH_WAIT_S, then killed)
+    assert r["status"] is not None, f"the segfaulting child spun in a SIGSEGV handler for {r['crash_wait']} s"
     assert r["signaled"] and r["sig"] in (11, 6), r
     # AND the second session sampled normally
     assert r["problems"] == [], r

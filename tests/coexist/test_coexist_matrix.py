@@ -23,7 +23,7 @@ import tempfile
 
 import pytest
 
-from coexist_helpers import installed, run_snippet
+from coexist_helpers import SANITIZED, installed, run_snippet
 
 # (lock/park cells accept "no wait function could be hooked" under ASan: coexist_tools.SANITIZED)
 EVENT_SETS = ["cpu_wall", "alloc_live", pytest.param("lock_park", marks=pytest.mark.lockpark),
@@ -91,7 +91,9 @@ def run_cells(tool, events, env):
         open(crash_file, "w").close()
         run = run_snippet(
             f"run_matrix({name!r}, {events!r}, cells={pending!r})",
-            timeout=45,
+            # (a hang detector: ASan slows every cell, and faulthandler's cells each wait for a
+            # crashing child's sanitizer report)
+            timeout=90 if SANITIZED else 45,
             # one dump_traceback_later timer per process: the tool's own would cancel the
             # watchdog (the hard timeout still applies)
             watchdog=name != "faulthandler",
@@ -136,3 +138,41 @@ def test_beside(tool, events):
     assert not failed, "\n".join(f"{c}: {p}" for c, p in failed.items())
     # AND a fresh session of ours alone started and sampled every event afterwards
     assert not fresh, fresh
+
+
+def test_cpu_workload_spans_wall_ticks_however_sparse():
+    # GIVEN a WALL session whose wall thread ticks once a second: as sparse, against the 0.15 s
+    # cpu_workload, as a loaded machine's wall ticks can be (its first tick comes a second
+    # after the start: on a quiet machine the workload's CPU alone is burnt before it, and
+    # WALL would not name the workload).  WALL only: a 1 s CPU period need not expire in the
+    # CPU a loaded machine gives the workload.
+    run = run_snippet(
+        """
+        import coexist_tools
+        with ddprof_nb.profile(events=("wall",), interval="1s") as h:
+            cpu_workload()
+        sparse = dict(coexist_tools.MEASURED)
+        emit(sparse=sparse, problems=profile_problems(h.profile, ("wall",)),
+             wall_count=sum(s.values[0] for s in h.profile.samples()
+                            if s.event is EventType.WALL and any(f.name == "cpu_workload" for f in s.stack)))
+        # and a wall thread that finishes fewer ticks than asked within the wait is reported
+        coexist_tools.WALL_WAIT_S = 0.3
+        with ddprof_nb.profile(events=("wall",), interval="1s") as h:
+            cpu_workload()
+        emit(stalled=profile_problems(h.profile, ("wall",)))
+        # and outside a session the workload is its CPU only
+        cpu_workload(0.01)
+        emit(outside=dict(coexist_tools.MEASURED))
+        """,
+        timeout=40,
+    )
+    r = run.ok()
+    # THEN the workload went on until the wall thread had finished its ticks inside it, and
+    # WALL names it in as many samples as complete ticks fell inside (the first may not)
+    assert r["sparse"]["wall_ticks_inside"] >= 3, r
+    assert not r["problems"], r
+    assert r["wall_count"] >= r["sparse"]["wall_ticks_inside"] - 1, r
+    # AND the stalled case fails with the count it measured
+    assert any("wall thread finished" in p and "stalled" in p for p in r["stalled"]), r
+    # AND outside a session nothing is waited for
+    assert r["outside"] == {}, r
