@@ -44,7 +44,7 @@ function shared() {
   if (!s) {
     let resolve;
     const promise = new Promise((r) => { resolve = r; });
-    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false };
+    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false, drawn: Promise.resolve() };
   }
   return s;
 }
@@ -132,12 +132,21 @@ export default () => {
       requestAnimationFrame(() => setTimeout(start, 0));
       setTimeout(start, 500);
       await ready;
+      // one chart drawn per task, in the order their views were rendered (the flame
+      // first), each painted before the next one is drawn: the flame does not wait for
+      // the timeline's drawing
+      const previous = s.drawn;
+      let next;
+      s.drawn = new Promise((resolve) => { next = resolve; });
+      await previous;
       const subscribed = listening = [];
       let cleanup;
       try {
         cleanup = await inner.render(ctx);
       } finally {
         listening = null;
+        requestAnimationFrame(() => setTimeout(next, 0));
+        setTimeout(next, 100);  // a hidden tab runs no animation frames
       }
       let observer = null;
       if (typeof ResizeObserver === "function") {
