@@ -17,10 +17,9 @@ shared promise.  The key carries plotly's version: a kernel restarted on another
 plotly never picks up the old page's module.
 
 Importing the bundle is one main-thread task of seconds of Chromium CPU (2-3.5 s in a page
-with nothing else, at load average 7), during which the page draws nothing.  Part of it,
-fetching and compiling the module, Chromium does off the main thread for a
-``<link rel="modulepreload">``: the carrier adds one as soon as the bundle arrives, so the
-import that follows only evaluates the module.  The explorer's static
+with nothing else, at load average 7), during which the page draws nothing.  That task is
+the module's evaluation: compiling it ahead (a ``<link rel="modulepreload">`` of the blob
+URL as the bundle arrives) leaves the import's main-thread CPU as it was.  The explorer's static
 flame graph, shown while plotly loads (``static_view``), must be on screen before that
 task starts.  It starts when a figure's view is first rendered (after a paint: the static
 output is displayed before the widget), or ``start_after_ms`` after the carrier arrives
@@ -55,22 +54,13 @@ export default {
   initialize({ model }) {
     const s = shared();
     if (s.start) return;  // another carrier (an older kernel, a restored model) came first
-    const url = URL.createObjectURL(new Blob([model.get("bundle")], { type: "text/javascript" }));
-    // Chromium fetches and compiles a preloaded module off the main thread and keeps it
-    // in the page's module map: the import below then only evaluates it, and the page
-    // keeps drawing meanwhile.  Where modulepreload is unknown the link does nothing.
-    try {
-      const link = document.createElement("link");
-      link.rel = "modulepreload";
-      link.href = url;
-      document.head.appendChild(link);
-    } catch (e) {}
     s.start = () => {
       if (s.loading) return;
       s.loading = true;
       clearTimeout(s.timer);
       clearTimeout(s.late);
-      s.resolve(import(url));
+      const blob = new Blob([model.get("bundle")], { type: "text/javascript" });
+      s.resolve(import(URL.createObjectURL(blob)));
     };
     const schedule = () => {
       clearTimeout(s.timer);
