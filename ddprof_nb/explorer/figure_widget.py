@@ -124,11 +124,12 @@ export default () => {
       await ready;
       // one chart drawn per task, in the order their views were rendered (the flame
       // first), each painted before the next one is drawn: the flame does not wait for
-      // the timeline's drawing
+      // the timeline's drawing.  A render that has not ended within 300 ms (a view of a
+      // restored page that never draws) holds the next one no longer.
       const previous = s.drawn;
       let next;
       s.drawn = new Promise((resolve) => { next = resolve; });
-      await previous;
+      await Promise.race([previous, new Promise((resolve) => setTimeout(resolve, 300))]);
       const subscribed = listening = [];
       let cleanup;
       try {
