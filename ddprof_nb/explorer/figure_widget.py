@@ -43,7 +43,7 @@ function shared() {
   if (!s) {
     let resolve;
     const promise = new Promise((r) => { resolve = r; });
-    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false, drawn: Promise.resolve() };
+    s = globalThis[KEY] = { promise, resolve, loading: false, start: null, wanted: false };
   }
   return s;
 }
@@ -122,22 +122,12 @@ export default () => {
       requestAnimationFrame(() => setTimeout(start, 0));
       setTimeout(start, 500);
       await ready;
-      // one chart drawn per task, in the order their views were rendered (the flame
-      // first), each painted before the next one is drawn: the flame does not wait for
-      // the timeline's drawing.  A render that has not ended within 300 ms (a view of a
-      // restored page that never draws) holds the next one no longer.
-      const previous = s.drawn;
-      let next;
-      s.drawn = new Promise((resolve) => { next = resolve; });
-      await Promise.race([previous, new Promise((resolve) => setTimeout(resolve, 300))]);
       const subscribed = listening = [];
       let cleanup;
       try {
         cleanup = await inner.render(ctx);
       } finally {
         listening = null;
-        requestAnimationFrame(() => setTimeout(next, 0));
-        setTimeout(next, 100);  // a hidden tab runs no animation frames
       }
       let observer = null;
       if (typeof ResizeObserver === "function") {
