@@ -36,6 +36,9 @@ only its quantity mapped gets count 0 (and vice versa).  Threads come from ``thr
 / ``thread name`` labels (else thread 0); other labels become LabelSet pairs (num labels
 as ``"<num>"`` or ``"<num> <unit>"``).  Comments become metadata notes.  Locations
 without lines become native frames named by address.
+
+Reading is columnar, for files of a million samples: ``pprof_samples`` decodes the samples
+into numpy columns, ``pprof_rows`` turns them into the Profile's rows.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ varints of at most 10 bytes that fit 64 bits).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,9 +174,11 @@ def _intern(data: bytes, a: np.ndarray, b: np.ndarray, loc_ids: set[int]) -> tup
     """The unique location-id lists (told apart by their bytes: stacks repeat) and each
     sample's index among them."""
     memo: dict[bytes, int] = {}
-    setdefault = memo.setdefault
-    idx = np.fromiter((setdefault(data[x:y], len(memo)) for x, y in zip(a.tolist(), b.tolist())),
-                      np.int64, len(a))
+    # each sample's list -> the index of the first sample with the same bytes (C-level loops)
+    first = np.fromiter(map(memo.setdefault, map(data.__getitem__, map(slice, a.tolist(), b.tolist())),
+                            itertools.count()), np.int64, len(a))
+    _, idx = np.unique(first, return_inverse=True)  # first indexes ascend as memo's keys do
+    idx = idx.reshape(-1)
     raw = np.frombuffer(b"".join(memo), np.uint8)
     ends = np.cumsum([len(k) for k in memo], dtype=np.int64)
     term = raw < 0x80
