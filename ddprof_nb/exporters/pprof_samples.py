@@ -44,14 +44,17 @@ class SampleTable:
 
 
 def _read_varints(buf: np.ndarray, pos: np.ndarray, lim: np.ndarray):
-    """The varints starting at ``pos`` (each before its ``lim``): (values as uint64, the
-    positions after them); None if any is truncated, longer than 10 bytes or over 64 bits."""
+    """The varints starting at ``pos`` (each before its ``lim``): (values as uint64, or
+    uint8 when all are one byte; the positions after them); None if any is truncated,
+    longer than 10 bytes or over 64 bits."""
     if (pos >= lim).any():
         return None
     b = buf[pos]
-    v = (b & 0x7F).astype(np.uint64)
     p = pos + 1
     more = np.flatnonzero(b >= 0x80)  # most varints here are one byte: the rest go round
+    if not more.size:
+        return b, p  # uint8: callers only compare, store or widen it
+    v = (b & 0x7F).astype(np.uint64)
     for k in range(1, 10):
         if not more.size:
             return v, p
@@ -220,7 +223,7 @@ def _values(buf: np.ndarray, a: np.ndarray, b: np.ndarray, nvalues: int) -> np.n
         r = _read_varints(buf, pos, b)
         if r is None:
             raise _Unusual
-        out[:, j] = r[0].view(np.int64)
+        out[:, j] = r[0].astype(np.uint64, copy=False).view(np.int64)
         pos = r[1]
     if (pos != b).any():
         raise _Unusual
