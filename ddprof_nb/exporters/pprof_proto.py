@@ -546,8 +546,9 @@ def _signed(v: int) -> int:
 def decode(data: bytes, *, name: str = "<bytes>", columns: bool = False) -> PprofProfile:
     """Parse an uncompressed ``Profile`` message.  Raises ValueError on bad input.
 
-    ``columns``: the samples as one SampleTable in ``sample_table`` (decoded in bulk: a
-    million samples in about a second), not as Sample objects in ``samples``."""
+    ``columns``: the samples as one SampleTable in ``sample_table`` (decoded in bulk with
+    numpy, for large files), not as Sample objects in ``samples``; ``encode`` writes only
+    ``samples``."""
     if not isinstance(data, bytes):
         if not isinstance(data, (bytearray, memoryview)):
             raise TypeError(f"decode() expects bytes, got {type(data).__name__}")
