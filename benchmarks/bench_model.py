@@ -1,9 +1,12 @@
 """Profile model benchmark: ingest 1,000,000 synthetic samples over 50,000 unique stacks,
-then time a focus filter, a top table and a pprof export.  Prints a table.
+then time a focus filter, a top table, a pprof export, and loading that profile back with
+``ddprof_nb.load`` from pprof, speedscope and folded files.  Prints a table.
 
-    python benchmarks/bench_model.py [--samples 1000000] [--stacks 50000]
+    python benchmarks/bench_model.py [--samples 1000000] [--stacks 50000] [--no-load]
 
-Goals (issue: foundation): ingest >= 1 M samples/s; filter + top < 0.5 s.
+Goals (issue: foundation): ingest >= 1 M samples/s; filter + top < 0.5 s.  Loading (issue
+"every profile opens"): a 1 M-sample pprof in <= 5 s.  Load rows give wall and process CPU
+time (on a shared machine CPU time is the steadier one).
 Peak memory is the process's peak RSS growth over the run (ru_maxrss).
 """
 
@@ -11,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import resource
+import tempfile
 import time
 
 import numpy as np
@@ -35,6 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--stacks", type=int, default=50_000)
+    ap.add_argument("--no-load", action="store_true", help="skip the load rows (writing the files takes ~30 s)")
     args = ap.parse_args()
     rng = np.random.default_rng(42)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -91,6 +97,35 @@ def main() -> None:
     print(f"{'pprof export (s)':<34}{t_pprof:>16.3f}")
     print(f"{'peak RSS growth (MiB)':<34}{peak_mb:>16.1f}")
     print(f"top function: {rows[0].name if rows else '-'}")
+    if not args.no_load:
+        load_rows(args.samples, args.stacks)
+
+
+def load_rows(n_samples: int, n_stacks: int) -> None:
+    """Save bench_explorer's profile (samples at distinct times, so a 1 M-sample file holds
+    ~0.93 M samples after aggregation, where the one above aggregates to ~0.38 M) in each
+    format, then time ``ddprof_nb.load`` of each file."""
+    from bench_explorer import synthetic_profile
+
+    from ddprof_nb import load
+    from ddprof_nb.exporters import folded, pprof, speedscope
+
+    profile = synthetic_profile(n_samples, n_stacks)
+    print(f"\n{'load of ' + format(len(profile), ',') + ' rows':<34}"
+          f"{'wall (s)':>10}{'CPU (s)':>10}{'MB':>8}   goal  (load average {os.getloadavg()[0]:.1f})")
+    with tempfile.TemporaryDirectory() as d:
+        for label, path, writer in (("pprof", os.path.join(d, "p.pprof"), pprof.write),
+                                    ("speedscope", os.path.join(d, "p.speedscope.json"), speedscope.write),
+                                    ("folded (directory)", os.path.join(d, "folded"), folded.write)):
+            writer(profile, path)
+            size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) \
+                if os.path.isdir(path) else os.path.getsize(path)
+            c0, t0 = time.process_time(), time.perf_counter()
+            back = load(path)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            assert int(back.values[:, 1].sum()) == int(profile.values[:, 1].sum())
+            goal = "<= 5" if label == "pprof" else ""
+            print(f"{'load ' + label:<34}{wall:>10.2f}{cpu:>10.2f}{size / 1e6:>8.1f}   {goal}")
 
 
 if __name__ == "__main__":

@@ -36,18 +36,22 @@ only its quantity mapped gets count 0 (and vice versa).  Threads come from ``thr
 / ``thread name`` labels (else thread 0); other labels become LabelSet pairs (num labels
 as ``"<num>"`` or ``"<num> <unit>"``).  Comments become metadata notes.  Locations
 without lines become native frames named by address.
+
+Reading is columnar, for files of a million samples: ``pprof_samples`` decodes the samples
+into numpy columns, ``pprof_rows`` turns them into the Profile's rows.
 """
 
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 
 import numpy as np
 
 from ..events import EventType, FrameKind
-from ..model import MIN_TICK_NS, Frame, LabelSet, Metadata, Profile, ProfileBuilder
+from ..model import MIN_TICK_NS, Frame, Metadata, Profile, ProfileBuilder
 from . import MAX_FILE_BYTES, finish_profile, gc_paused, pprof_proto as pb, read_source, write_atomic
+from .pprof_rows import add_rows
+from .pprof_samples import table_of_samples
 
 __all__ = ["write", "read", "dumps", "loads", "to_pprof", "from_pprof", "ALIASES", "FORMAT_VERSION"]
 
@@ -56,8 +60,6 @@ _P = "ddprof_nb."
 _MARKER = f"{_P}format="
 _KIND_PREFIX = "[kind:"
 _MAPPING_ID = 1
-_I64_MAX = (1 << 63) - 1
-_label_key = attrgetter("key", "str", "num", "num_unit")
 
 # Sample types other tools write, mapped to (event, value index: 0 count / 1 quantity).
 ALIASES: dict[tuple[str, str], tuple[EventType, int]] = {
@@ -223,7 +225,7 @@ def read(source, *, name: str | None = None, max_uncompressed: int = pb.MAX_UNCO
 def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = pb.MAX_UNCOMPRESSED) -> Profile:
     """The Profile in pprof bytes (gzipped or raw); see ``read``."""
     with gc_paused():
-        return from_pprof(pb.loads(data, name=name, max_uncompressed=max_uncompressed), name=name)
+        return from_pprof(pb.loads(data, name=name, max_uncompressed=max_uncompressed, columns=True), name=name)
 
 
 class _Meta:
@@ -282,28 +284,22 @@ def _frame_of_function(fn: pb.Function | None, line: int, name: str) -> Frame:
     return Frame(fn.name or sysname, fn.filename, line, fn.start_line, FrameKind.PYTHON)
 
 
-def _label_text(lab: pb.Label) -> str:
-    if lab.str or not (lab.num or lab.num_unit):
-        return lab.str
-    return f"{lab.num} {lab.num_unit}" if lab.num_unit else str(lab.num)
-
-
-def _event_columns(pp: pb.PprofProfile, name: str) -> tuple[list, list[str]]:
+def _event_columns(sample_types: list[pb.ValueType], nsamples: int, name: str) -> tuple[list, list[str]]:
     """[(event, count column, quantity column)] for the sample types that map to our events
     (None: the file has no such column), and the sample types that map to none."""
     # sample type index -> (event, value index); first mapping of each slot wins
     known = _sample_type_map()
     columns: dict[EventType, list[int | None]] = {}
     ignored: list[str] = []
-    for i, vt in enumerate(pp.sample_types):
+    for i, vt in enumerate(sample_types):
         hit = known.get((vt.type, vt.unit))
         if hit is None or (hit[0] in columns and columns[hit[0]][hit[1]] is not None):
             ignored.append(f"{vt.type}/{vt.unit}")
             continue
         columns.setdefault(hit[0], [None, None])[hit[1]] = i
     event_cols = [(e, c[0], c[1]) for e, c in sorted(columns.items(), key=lambda kv: kv[0].value)]
-    if pp.samples and not event_cols:
-        found = ", ".join(f"{vt.type}/{vt.unit}" for vt in pp.sample_types) or "none"
+    if nsamples and not event_cols:
+        found = ", ".join(f"{vt.type}/{vt.unit}" for vt in sample_types) or "none"
         raise ValueError(
             f"{name}: no pprof sample type maps to a ddprof_nb event (found: {found}; expected "
             f"e.g. {', '.join(f'{vt.type}/{vt.unit}' for e in EventType for vt in e.value_types)})"
@@ -363,105 +359,25 @@ def _location_frames(pp: pb.PprofProfile, builder: ProfileBuilder, name: str) ->
 
 
 def from_pprof(pp: pb.PprofProfile, *, name: str = "<pprof>") -> Profile:
-    """The Profile for a decoded pprof message; ``ValueError`` naming ``name`` when its
-    sample types cannot be mapped to events."""
+    """The Profile for a decoded pprof message (its ``sample_table``, else its ``samples``);
+    ``ValueError`` naming ``name`` when its sample types cannot be mapped to events."""
     ours, cm = _parse_comments(pp.comments, name)
-    event_cols, ignored = _event_columns(pp, name)
+    table = pp.sample_table
+    if table is None:
+        table = table_of_samples(pp.samples, ())
+    event_cols, ignored = _event_columns(pp.sample_types, len(table), name)
     meta, tick_ns = _metadata(pp, ours, cm, ignored, name)
     builder = ProfileBuilder(meta)
     loc_frames = _location_frames(pp, builder, name)
+    if all(len(ids) == 1 for ids in loc_frames.values()):  # the usual case: one frame per location
+        single = {lid: ids[0] for lid, ids in loc_frames.items()}.__getitem__
 
-    # the usual case, one frame per location, takes a faster path
-    single = {lid: ids[0] for lid, ids in loc_frames.items()} if all(
-        len(ids) == 1 for ids in loc_frames.values()) else None
-    stacks: dict[tuple[int, ...], int] = {}
-    label_cache: dict[tuple, tuple[int, int, int, int | None]] = {}
-    ev_col: list[int] = []
-    st_col: list[int] = []
-    th_col: list[int] = []
-    lb_col: list[int] = []
-    t_col: list[int] = []
-    v_col: list[tuple[int, int]] = []
-    start = pp.time_nanos
-    for s in pp.samples:
-        vals = s.values
-        rows = []
-        for e, ci, qi in event_cols:
-            c = vals[ci] if ci is not None else 0
-            q = vals[qi] if qi is not None else 0
-            if c or q:
-                rows.append((e.value, c, q))
-        zero_event = None
-        if not rows:
-            if not ours:
-                continue  # nothing an event of ours can hold
-        lkey = tuple(map(_label_key, s.labels))
-        lkey = (lkey, bool(rows))
-        parsed = label_cache.get(lkey)
-        if parsed is None:
-            parsed = label_cache[lkey] = _parse_labels(s.labels, ours, bool(rows), start, builder, name)
-        th, lb, t, zero_event = parsed
-        if not rows:
-            if zero_event is None:
-                continue
-            rows.append((zero_event, 0, 0))
-        key = tuple(s.location_ids)
-        sid = stacks.get(key)
-        if sid is None:
-            if single is not None:
-                frames = list(map(single.__getitem__, reversed(key)))  # root first
-            else:
-                frames = [f for lid in key for f in loc_frames[lid]]
-                frames.reverse()  # root first
-            sid = stacks[key] = builder.stack_id(frames)
-        for ev, c, q in rows:
-            ev_col.append(ev)
-            st_col.append(sid)
-            th_col.append(th)
-            lb_col.append(lb)
-            t_col.append(t)
-            v_col.append((c, q))
-    if ev_col:
-        builder.add_many(
-            np.asarray(ev_col, dtype=np.uint8), st_col, th_col, lb_col,
-            np.asarray(t_col, dtype=np.int64), np.asarray(v_col, dtype=np.int64).reshape(-1, 2),
-        )
-    return finish_profile(builder, meta, tick_ns)
-
-
-def _parse_labels(labels, ours: bool, nonzero: bool, start: int, builder: ProfileBuilder, name: str):
-    """(thread index, labelset index, time, zero-row event id or None) for one label list."""
-    tid, tname, t, zero_event = 0, "", 0, None
-    rest = labels
-    if ours:
-        if len(labels) < 3 or [lab.key for lab in labels[:3]] != ["thread id", "thread name", "time_ns"]:
-            raise ValueError(f"{name}: a sample lacks the thread id / thread name / time_ns labels "
-                             f"ddprof_nb writes first")
-        tid, tname, t = labels[0].num, labels[1].str, labels[2].num
-        rest = labels[3:]
-        if not nonzero and rest and rest[0].key == f"{_P}event":
-            try:
-                zero_event = EventType.parse(rest[0].str).value
-            except ValueError as e:
-                raise ValueError(f"{name}: {e}") from None
-            rest = rest[1:]
-        pairs = [(lab.key, lab.str) for lab in rest]
+        def frames_of_stack(key):
+            return list(map(single, reversed(key)))  # root first
     else:
-        seen = set()
-        pairs = []
-        for lab in labels:
-            k = lab.key
-            if k == "thread id" and k not in seen and (lab.num or lab.str.isdigit()):
-                tid = lab.num or int(lab.str)
-            elif k == "thread name" and k not in seen and lab.str:
-                tname = lab.str
-            elif k == "time_ns" and k not in seen and lab.num_unit == "nanoseconds":
-                t = lab.num
-            elif k == "end_timestamp_ns" and k not in seen and lab.num:
-                t = min(max(0, lab.num - start), _I64_MAX)  # Datadog: absolute sample end time
-            else:
-                pairs.append((k, _label_text(lab)))
-                continue
-            seen.add(k)
-    return builder.thread_id(tid, tname), builder.labels_id(LabelSet.of(pairs)), t, zero_event
-
+        def frames_of_stack(key):
+            frames = [f for lid in key for f in loc_frames[lid]]
+            frames.reverse()  # root first
+            return frames
+    add_rows(builder, table, event_cols, ours, pp.time_nanos, frames_of_stack, name)
+    return finish_profile(builder, meta, tick_ns)

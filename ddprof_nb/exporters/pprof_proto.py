@@ -29,6 +29,8 @@ import gzip
 import zlib
 from dataclasses import dataclass, field
 
+from .pprof_samples import SampleTable, bulk_samples, table_of_samples
+
 __all__ = [
     "ValueType", "Label", "Sample", "Line", "Location", "Function", "Mapping",
     "PprofProfile", "encode", "decode", "dumps", "loads", "MAX_UNCOMPRESSED",
@@ -118,6 +120,8 @@ class PprofProfile:
     default_sample_type: str | None = None
     drop_frames: str = ""
     keep_frames: str = ""
+    # decode(..., columns=True) leaves ``samples`` empty and puts them here as columns
+    sample_table: SampleTable | None = None
 
 
 # --------------------------------------------------------------------------- encoder
@@ -359,9 +363,10 @@ def dumps(p: PprofProfile) -> bytes:
 
 # --------------------------------------------------------------------------- decoder
 
-_SKIP, _INT, _INTS, _LEN = 0, 1, 2, 3  # per-field kinds, indexed by field number
+_SKIP, _INT, _INTS, _LEN, _RUN = 0, 1, 2, 3, 4  # per-field kinds, indexed by field number
 
-_K_PROFILE = (_SKIP, _LEN, _LEN, _LEN, _LEN, _LEN, _LEN, _INT, _INT, _INT, _INT, _LEN, _INT, _INTS, _INT)
+# _RUN: Profile.sample, a million of them back to back; read by _sample_run
+_K_PROFILE = (_SKIP, _LEN, _RUN, _LEN, _LEN, _LEN, _LEN, _INT, _INT, _INT, _INT, _LEN, _INT, _INTS, _INT)
 _K_VALUE_TYPE = (_SKIP, _INT, _INT)
 _K_SAMPLE = (_SKIP, _INTS, _INTS, _LEN)
 _K_LABEL = (_SKIP, _INT, _INT, _INT, _INT)
@@ -429,10 +434,38 @@ def _packed(data, pos: int, end: int, name: str) -> list[int]:
     return out
 
 
+def _sample_run(data, pos: int, stop: int, end: int, starts: list, stops: list) -> int:
+    """Add the Profile.sample field whose payload is ``data[pos:stop]``, then those that
+    follow it back to back (tag 0x12), to ``starts``/``stops``.  Returns where they end;
+    stops early at anything unusual (a long tag or length, a truncated field), which
+    _parse then reads or reports."""
+    starts.append(pos)
+    stops.append(stop)
+    pos = stop
+    append_start, append_stop = starts.append, stops.append
+    while pos < end - 1 and data[pos] == 0x12:
+        n = data[pos + 1]
+        p = pos + 2
+        if n >= 0x80:
+            if p < end and data[p] < 0x80:  # two-byte length: samples of 128 bytes to 16 KiB
+                n = (n & 0x7F) | (data[p] << 7)
+                p += 1
+            else:
+                break
+        stop = p + n
+        if stop > end:
+            break
+        append_start(p)
+        append_stop(stop)
+        pos = stop
+    return pos
+
+
 def _parse(data, pos: int, end: int, name: str, kinds: tuple) -> list:
     """Scan one message. Returns a list indexed by field number: the last value of
     ``_INT`` fields, a list of ints for ``_INTS`` (packed or not), a list of
-    ``(start, stop)`` spans for ``_LEN``; ``None`` where absent."""
+    ``(start, stop)`` spans for ``_LEN``, a pair of lists (starts, stops) for ``_RUN``;
+    ``None`` where absent."""
     nk = len(kinds)
     res = [None] * nk
     while pos < end:
@@ -460,7 +493,7 @@ def _parse(data, pos: int, end: int, name: str, kinds: tuple) -> list:
                     res[fno] = [v]
                 else:
                     res[fno].append(v)
-            elif kind == _LEN:
+            elif kind >= _LEN:
                 break  # wrong wire type, reported below
         elif wt == 2:
             if pos < end and data[pos] < 0x80:
@@ -477,6 +510,10 @@ def _parse(data, pos: int, end: int, name: str, kinds: tuple) -> list:
                     res[fno] = [(pos, stop)]
                 else:
                     res[fno].append((pos, stop))
+            elif kind == _RUN:
+                if res[fno] is None:
+                    res[fno] = ([], [])
+                stop = _sample_run(data, pos, stop, end, *res[fno])
             elif kind == _INTS:
                 if res[fno] is None:
                     res[fno] = _packed(data, pos, stop, name)
@@ -506,8 +543,12 @@ def _signed(v: int) -> int:
     return v - _U64 if v >= _I63 else v
 
 
-def decode(data: bytes, *, name: str = "<bytes>") -> PprofProfile:
-    """Parse an uncompressed ``Profile`` message.  Raises ValueError on bad input."""
+def decode(data: bytes, *, name: str = "<bytes>", columns: bool = False) -> PprofProfile:
+    """Parse an uncompressed ``Profile`` message.  Raises ValueError on bad input.
+
+    ``columns``: the samples as one SampleTable in ``sample_table`` (decoded in bulk with
+    numpy, for large files), not as Sample objects in ``samples``; ``encode`` writes only
+    ``samples``."""
     if not isinstance(data, bytes):
         if not isinstance(data, (bytearray, memoryview)):
             raise TypeError(f"decode() expects bytes, got {type(data).__name__}")
@@ -523,7 +564,15 @@ def decode(data: bytes, *, name: str = "<bytes>") -> PprofProfile:
     mappings = r.mappings(top[3] or ())
     functions = r.functions(top[5] or ())
     locations = r.locations(top[4] or ())
-    samples = r.samples(top[2] or (), len(sample_types))
+    table = None
+    starts, stops = top[2] or ((), ())
+    if columns:
+        samples = []
+        table = bulk_samples(data, starts, stops, len(sample_types), r.loc_ids, r.table)
+        if table is None:  # an unusual layout, or a check failed: the careful decoder says which
+            table = table_of_samples(r.samples(zip(starts, stops), len(sample_types)), r.table)
+    else:
+        samples = r.samples(zip(starts, stops), len(sample_types))
     period_type = r.value_type(top[11][-1], "period_type") if top[11] else None
     dst = top[14]
     return PprofProfile(
@@ -534,6 +583,7 @@ def decode(data: bytes, *, name: str = "<bytes>") -> PprofProfile:
         comments=[sx(i, "comment") for i in top[13] or ()],
         default_sample_type=sx(dst, "default_sample_type") if dst else None,
         drop_frames=sx(top[7], "drop_frames"), keep_frames=sx(top[8], "keep_frames"),
+        sample_table=table,
     )
 
 
@@ -695,11 +745,13 @@ def _looks_like_profile(data: bytes) -> bool:
     return bool(table) and table[0][0] == table[0][1]
 
 
-def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = MAX_UNCOMPRESSED) -> PprofProfile:
+def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = MAX_UNCOMPRESSED,
+          columns: bool = False) -> PprofProfile:
     """Parse a pprof file's contents, gzip-compressed or raw protobuf.
 
     ``name`` is used in error messages; ``max_uncompressed`` caps the protobuf
-    size (after decompression).  Malformed input raises ValueError.
+    size (after decompression).  Malformed input raises ValueError.  ``columns``: as
+    for ``decode``.
     """
     if not isinstance(data, bytes):
         if not isinstance(data, (bytearray, memoryview)):
@@ -718,7 +770,7 @@ def loads(data: bytes, *, name: str = "<bytes>", max_uncompressed: int = MAX_UNC
         payload = data
         what = "not a pprof profile (not gzip and not protobuf)"
     try:
-        return decode(payload, name=name)
+        return decode(payload, name=name, columns=columns)
     except ValueError as e:
         if _looks_like_profile(payload):
             raise

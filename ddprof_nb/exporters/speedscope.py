@@ -288,12 +288,59 @@ def from_json(doc, *, name: str = "<speedscope>", event=None, interval_ns: int =
 
 def _stack(raw, nframes: int, ids: list[int], what: str) -> tuple[int, ...]:
     raw = _list(raw, what)
+    if set(map(type, raw)) <= {int} and (not raw or (min(raw) >= 0 and max(raw) < nframes)):
+        return tuple(map(ids.__getitem__, raw))
     out = []
     for x in raw:
         _want(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < nframes,
               f"{what} has a frame index out of range: {x!r}")
         out.append(ids[x])
     return tuple(out)
+
+
+def _stack_memo(raw, ids: list[int], memo: dict, what: str) -> tuple[int, ...]:
+    """``_stack`` of ``raw``, checked once per distinct list (see ``_stack_ids``)."""
+    try:
+        key = tuple(raw) if type(raw) is list else None
+        out = memo.get(key)
+    except TypeError:
+        key = out = None
+    if out is None:
+        out = _stack(raw, len(ids), ids, what)
+        if key is not None:
+            memo[key] = out
+    return out
+
+
+def _stack_ids(samples: list, builder: ProfileBuilder, ids: list[int], memo: dict, what: str) -> list[int]:
+    """The stack id of each sample.  Samples repeat (a million samples, fifty thousand
+    stacks, in every profile): each distinct list is checked and made once (``memo``,
+    shared by the profiles).  (A list equal to an earlier valid one in Python's sense,
+    ``[1.0]`` after ``[1]``, is taken as that one.)"""
+    out = []
+    append = out.append
+    for j, raw in enumerate(samples):
+        try:
+            key = tuple(raw) if type(raw) is list else None
+            sid = memo.get(key)
+        except TypeError:  # an unhashable element: _stack says what is wrong
+            key = sid = None
+        if sid is None:
+            sid = builder.stack_id(_stack(raw, len(ids), ids, f"{what} sample {j}"))
+            if key is not None:
+                memo[key] = sid
+        append(sid)
+    return out
+
+
+def _ints(values: list, what: str) -> np.ndarray:
+    """``values`` as int64, each checked as ``_int`` checks it (in bulk when all are ints)."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass  # _int names the value
+    return np.array([_int(v, what) for v in values], dtype=np.int64)
 
 
 def _read_ours(side: dict, frames: list, profiles: list, name: str) -> Profile:
@@ -338,6 +385,7 @@ def _read_ours(side: dict, frames: list, profiles: list, name: str) -> Profile:
             _want(len(kv) == 2, f"label set {i} entries must be [key, value]")
             pairs.append((_str(kv[0], "label key"), _str(kv[1], "label value")))
         labelsets.append(builder.labels_id(LabelSet.of(pairs)))
+    memo: dict[tuple, int] = {}
     for pi, (p, x) in enumerate(zip(profiles, extras)):
         p = _dict(p, f"profile {pi}")
         x = _dict(x, f"ddprof_nb.profiles[{pi}]")
@@ -354,17 +402,14 @@ def _read_ours(side: dict, frames: list, profiles: list, name: str) -> Profile:
         labels = _list(x.get("labels"), "labels")
         _want(len(samples) == len(weights) == len(counts) == len(times) == len(labels),
               f"profile {pi}: samples, weights, counts, times and labels differ in length")
-        stack_ids, rows, tvals, lvals = [], [], [], []
-        for j, raw in enumerate(samples):
-            stack_ids.append(builder.stack_id(_stack(raw, len(ids), ids, f"profile {pi} sample {j}")))
-            rows.append((_int(counts[j], "count"), _int(weights[j], "weight")))
-            tvals.append(_int(times[j], "time"))
-            li = _int(labels[j], "label set index")
-            _want(0 <= li < len(labelsets), f"profile {pi} sample {j}: label set index out of range")
-            lvals.append(labelsets[li])
+        stack_ids = _stack_ids(samples, builder, ids, memo, f"profile {pi}")
+        rows = np.column_stack([_ints(counts, "count"), _ints(weights, "weight")])
+        li = _ints(labels, "label set index")
+        bad = np.flatnonzero((li < 0) | (li >= len(labelsets)))
+        _want(not bad.size, f"profile {pi} sample {bad[0] if bad.size else 0}: label set index out of range")
         if stack_ids:
-            builder.add_many(event, stack_ids, thread, lvals, np.asarray(tvals, dtype=np.int64),
-                             np.asarray(rows, dtype=np.int64).reshape(-1, 2))
+            builder.add_many(event, stack_ids, thread, np.asarray(labelsets, np.int64)[li],
+                             _ints(times, "time"), rows)
     return finish_profile(builder, meta, _int(side.get("tick_ns", MIN_TICK_NS), "tick_ns"))
 
 
@@ -413,7 +458,8 @@ def _read_foreign(doc: dict, frames: list, profiles: list, forced, interval_ns: 
             samples = _list(p.get("samples"), f"profile {pi} samples")
             weights = _list(p.get("weights", [1] * len(samples)), f"profile {pi} weights")
             _want(len(samples) == len(weights), f"profile {pi}: {len(samples)} samples but {len(weights)} weights")
-            rows = [(_stack(s, len(ids), ids, f"profile {pi} sample {j}"), 1,
+            memo: dict[tuple, tuple] = {}
+            rows = [(_stack_memo(s, ids, memo, f"profile {pi} sample {j}"), 1,
                      _num(w, f"profile {pi} weight {j}")) for j, (s, w) in enumerate(zip(samples, weights))]
         elif ptype == "evented":
             rows = _evented_rows(p, pi, ids)
