@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from byte_mutations import MUTATION, mutate
 from ddprof_nb.exporters import pprof, pprof_rows
 from ddprof_nb.exporters import pprof_proto as pp
 from ddprof_nb.exporters.pprof_proto import Function, Label, Line, Location, PprofProfile, Sample, ValueType
@@ -133,27 +134,8 @@ def test_label_groups_do_not_rely_on_the_hash(monkeypatch):
     assert np.array_equal(exact.thread, hashed.thread) and np.array_equal(exact.labels, hashed.labels)
 
 
-def _mutate(blob: bytes, ops) -> bytes:
-    b = bytearray(blob)
-    for op, where, byte in ops:
-        i = where % (len(b) + 1)
-        if op == "insert":
-            b.insert(i, byte)
-        elif op == "truncate":
-            del b[i:]
-        elif i < len(b):
-            if op == "flip":
-                b[i] ^= 1 << (byte % 8)
-            elif op == "set":
-                b[i] = byte
-            else:
-                del b[i]
-    return bytes(b)
-
-
 _RAW = pp.encode(_profile(_many_samples(40, seed=3)))
-_MUTATIONS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
-                                st.integers(0, 10 ** 6), st.integers(0, 255)), min_size=1, max_size=4)
+_MUTATIONS = st.lists(MUTATION, min_size=1, max_size=4)
 
 
 def _outcome(fn):
@@ -167,7 +149,7 @@ def _outcome(fn):
 @given(_MUTATIONS)
 def test_corrupted_samples_give_the_same_answer_in_bulk_and_one_by_one(ops):
     # GIVEN a profile's bytes with a few bytes flipped, set, inserted, deleted or cut
-    data = _mutate(_RAW, ops)
+    data = mutate(_RAW, ops)
     # WHEN decoded to columns and to objects
     kind_c, cols = _outcome(lambda: pp.decode(data, name="fuzz", columns=True))
     kind_o, objs = _outcome(lambda: pp.decode(data, name="fuzz"))

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from byte_mutations import MUTATION, mutate
 from ddprof_nb.exporters import pprof_proto as pp
 from ddprof_nb.exporters.pprof_proto import (
     Function, Label, Line, Location, Mapping, PprofProfile, Sample, ValueType,
@@ -540,37 +541,15 @@ def test_fuzz_random_bytes_only_raise_value_error(data):
     _only_value_error(data)
 
 
-MUTATION = st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
-                     st.integers(0, 10 ** 6), st.integers(0, 255))
-
-
-def _mutate(blob: bytes, ops) -> bytes:
-    b = bytearray(blob)
-    for op, where, byte in ops:
-        i = where % (len(b) + 1)
-        if op == "insert":
-            b.insert(i, byte)
-        elif op == "truncate":
-            del b[i:]
-        elif i < len(b):
-            if op == "flip":
-                b[i] ^= 1 << (byte % 8)
-            elif op == "set":
-                b[i] = byte
-            else:
-                del b[i]
-    return bytes(b)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profiles(), st.lists(MUTATION, min_size=1, max_size=4), st.booleans())
 def test_fuzz_mutated_profiles_only_raise_value_error(p, ops, regzip):
     # GIVEN a valid encoding with a few random byte mutations (the mutated protobuf
     # optionally re-gzipped so it reaches the decoder through the gzip path)
-    mutated = _mutate(pp.encode(p), ops)
+    mutated = mutate(pp.encode(p), ops)
     # WHEN loaded  THEN only ValueError escapes
     _only_value_error(gzip.compress(mutated) if regzip else mutated)
-    _only_value_error(_mutate(pp.dumps(p), ops))
+    _only_value_error(mutate(pp.dumps(p), ops))
 
 
 # ----------------------------------------------------------------------------- scale
