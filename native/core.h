@@ -31,6 +31,8 @@ typedef struct {
     _Atomic int32_t excluded;
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
+    _Atomic int64_t cpu_acct_ns;  /* its CPU clock when its CPU was last accounted (handler; timer_arm); 0 unknown */
+    _Atomic int32_t kick_pending; /* the sampler thread sent it a SIGPROF the handler has not taken yet */
     /* below: owned by the sampler thread (or by start/stop when it is not running) */
     int has_timer;
     int timer_failed;
@@ -68,6 +70,7 @@ typedef struct {
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
     _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
+    _Atomic uint64_t cpu_kicks;          /* CPU samples taken on the sampler thread's SIGPROF (timer late) */
     int64_t start_mono_ns, stop_mono_ns;
     int64_t cpu_used_ns, cpu_sampled_ns; /* at stop, threads with a CPU timer then */
     _Atomic int32_t prof_replaced;       /* another SIGPROF handler replaced ours: CPU sampling stopped */
@@ -128,6 +131,8 @@ int thread_born_in_session(int32_t tid); /* not among the process's threads at t
 int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
 int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
 void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */
+/* sampler thread: its clock now and at the previous read; a lagging timer -> a SIGPROF sent */
+void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 void cpu_prof_forget(void);             /* put the saved disposition back (failed start, fork child) */
 void cpu_prof_stop(void);               /* at stop: restore only if still ours, wait for handlers */
 int cpu_handlers_inside(void);

@@ -3,8 +3,15 @@
  * One POSIX timer per thread on that thread's CPU-time clock ((~tid << 3) | 6, as
  * async-profiler's ctimer), SIGEV_THREAD_ID -> SIGPROF delivered to that very thread, first
  * expiry uniform in (0, period] (as Go does).  The handler walks its own thread's frames:
- * no malloc, no locks, no CPython API.  Weight = period * (1 + overruns).  At stop, each
- * thread's CPU clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
+ * no malloc, no locks, no CPython API.  Weight = the CPU its thread's clock used since its CPU
+ * was last accounted (cpu_acct_ns), not period * (1 + overruns): a loaded kernel delivers a
+ * thread's timer signals late (seen: 2-14 periods, once 2.5 s of CPU in one signal), and a late
+ * signal's overrun count put all that CPU on whatever ran at delivery.  So the sampler thread,
+ * which reads each thread's clock every tick anyway, sends SIGPROF itself (rt_tgsigqueueinfo,
+ * SI_QUEUE) to a thread that ran 2 periods past its last accounting: it takes the sample when
+ * it next runs, where it was burning CPU if it was preempted.  Weights are clock deltas, so a
+ * kick and a timer signal never count one stretch of CPU twice.  At stop, each thread's CPU
+ * clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
  *
  * Includes: core.h.
  */
@@ -54,8 +61,12 @@ void timer_arm(slot_t *s)
         ddp_set_errno(e);
         return;
     }
-    int64_t period = sess_cfg.interval_ns;
+    int64_t period = sess_cfg.interval_ns * (sess_cfg.cpu_timer_scale > 1 ? sess_cfg.cpu_timer_scale : 1);
     int64_t first = 1 + (int64_t)(rng_next() % (uint64_t)period); /* uniform in (0, period] */
+    /* its first sample weighs the CPU since now (set before the timer can fire) */
+    int64_t c = thread_cpu_ns(s);
+    atomic_store(&s->cpu_acct_ns, c > 0 ? c : 0);
+    atomic_store(&s->kick_pending, 0);
     struct itimerspec its;
     its.it_interval.tv_sec = period / 1000000000LL;
     its.it_interval.tv_nsec = period % 1000000000LL;
@@ -86,7 +97,9 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     (void)sig, (void)uc;
     int saved_errno = errno;
     atomic_fetch_add(&in_handler, 1);
-    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
+    /* a timer's signal, or the sampler thread's kick (SI_QUEUE from this process: only it can) */
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si ||
+        (si->si_code != SI_TIMER && (si->si_code != SI_QUEUE || si->si_pid != sess_pid)))
         goto out;
     slot_t *s = si->si_value.sival_ptr;
     slot_t *base = sess_slots;
@@ -98,14 +111,23 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add(&sess_stats.stale_signals, 1);
         goto out;
     }
+    /* Any SIGPROF of ours answers a kick: a kick sent while one was pending was dropped
+     * (one instance of a standard signal is queued), and this signal takes its sample. */
+    atomic_store(&s->kick_pending, 0);
     if (!atomic_load(&s->active) || atomic_load(&s->excluded))
         goto out;
     int64_t t0 = ddp_now_ns();
+    struct timespec ts;
+    int64_t cpu = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec : 0;
+    int64_t prev = cpu > 0 ? atomic_exchange(&s->cpu_acct_ns, cpu) : 0;
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL; /* our fault handler was replaced: never risk a fault */
-    int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
-    int64_t weight = sess_cfg.interval_ns * (1 + overrun) + s->cpu_carry;
+    int64_t overrun = si->si_code == SI_TIMER && si->si_overrun > 0 ? si->si_overrun : 0;
+    int64_t used = prev > 0 && cpu >= prev ? cpu - prev : sess_cfg.interval_ns * (1 + overrun);
+    int64_t weight = used + s->cpu_carry;
+    if (weight <= 0)
+        goto out; /* a kick right behind a timer's signal: no CPU since */
     int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
     /* a torn read or a full ring: the weight goes to this thread's next sample (totals stay exact) */
     s->cpu_carry = r == PROD_TORN || r == PROD_FULL ? weight : 0;
@@ -113,6 +135,8 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
+    if (r == PROD_OK && si->si_code == SI_QUEUE)
+        atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_calls, 1, memory_order_relaxed);
 out:
@@ -137,6 +161,30 @@ void cpu_prof_check(void)
     int n = atomic_load(&sess_nslots);
     for (int i = 0; i < n && i < MAX_SLOTS; i++)
         timer_disarm(&sess_slots[i]);
+}
+
+/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) samples
+ * itself now: SIGPROF from us, taken when it next runs.  Only if it ran for a quarter period
+ * since the previous read: a thread that has gone to sleep since would take the sample at
+ * its sleep, and see its sleep interrupted (EINTR where SA_RESTART does not restart). */
+void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
+{
+    if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now - cpu_prev < sess_cfg.interval_ns / 4 ||
+        atomic_load(&s->kick_pending) || atomic_load(&sess_stats.prof_replaced))
+        return;
+    int64_t acct = atomic_load(&s->cpu_acct_ns);
+    if (acct <= 0 || cpu_now - acct < 2 * sess_cfg.interval_ns)
+        return;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = SIGPROF;
+    si.si_code = SI_QUEUE;
+    si.si_pid = sess_pid;
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = s; /* the handler validates it as a timer's */
+    atomic_store(&s->kick_pending, 1);
+    if (syscall(SYS_rt_tgsigqueueinfo, sess_pid, (int)atomic_load(&s->tid), SIGPROF, &si) != 0)
+        atomic_store(&s->kick_pending, 0); /* (the thread exited: its slot goes at the next scan) */
 }
 
 /* Threads that exited (or left Python) during the session, with the CPU their clocks said

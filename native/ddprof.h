@@ -104,7 +104,7 @@ typedef struct {
     int32_t native_reserved;
     /* ---- end allocations ---- */
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
-    int32_t agg_reserved;
+    int32_t cpu_timer_scale;     /* tests: the CPU timers' period is interval_ns times this (0 = 1): late timers */
 } ddp_config;
 
 typedef struct {
@@ -141,6 +141,7 @@ typedef struct {
     uint64_t agg_bytes;          /* the aggregates' fixed size (keys and arena, both of them) */
     uint64_t agg_folded;         /* records folded into their thread's last record: the aggregate was full */
     uint64_t agg_coarsened;      /* aggregated records merged at drain time, under a coarser time tick */
+    uint64_t cpu_kicks;          /* CPU samples taken on a SIGPROF the sampler thread sent: the timer's was late */
 } ddp_stats;
 
 typedef struct {

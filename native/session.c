@@ -344,6 +344,7 @@ int ddp_get_stats(ddp_stats *out)
     out->agg_out = sess_stats.agg_out;
     out->agg_full = sess_stats.agg_full;
     out->agg_coarsened = sess_stats.agg_coarsened;
+    out->cpu_kicks = atomic_load(&sess_stats.cpu_kicks);
     drain_stats(out);
     out->leaked_bytes = leaked_bytes;
     return DDP_OK;

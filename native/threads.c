@@ -312,10 +312,12 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
             continue;
         }
         if (s->seen_gen == gen) {
-            /* its clock now, for the case it exits before stop (the wall sampler reads it
-             * anyway: one more syscall per thread per tick only in CPU-only sessions) */
+            /* its clock now, for the case it exits before stop, and to kick a lagging timer
+             * (the wall sampler reads it anyway: one more syscall per thread per tick only in
+             * CPU-only sessions, whose ticks come every interval) */
             if (s->has_timer && !(sess_cfg.events & (1u << DDP_EVENT_WALL))) {
                 int64_t c = thread_cpu_ns(s);
+                cpu_kick_check(s, c, s->cpu_seen_ns);
                 if (c >= 0)
                     s->cpu_seen_ns = c;
             }

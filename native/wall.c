@@ -220,6 +220,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     if (!s->wlast && !(s->wlast = malloc(sess_rec_size)))
         return; /* no memory: its time carries to a later sample */
     int64_t cpu_now = thread_cpu_ns(s);
+    cpu_kick_check(s, cpu_now, s->last_cpu_ns);
     uint64_t label = label_of(s);
     uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     ddp_record *last = s->wlast;

@@ -44,13 +44,14 @@ class Session:
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
                  alloc_rate: int = 0, native_alloc: bool = False, wait_threshold_ns: int = 0,
                  wait_max_rate: int = 0, merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
-                 merge_shadow: bool = False):
+                 merge_shadow: bool = False, cpu_timer_scale: int = 1):
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
         returns once the buffer is a quarter full; ``drain_new_code``: once samples name code
         no ``drain`` has resolved (0.1 s after the last wake at the earliest).  ``merge_shadow``
         (tests): every WALL sample is also written on its own with aux = 1, to check merged
-        records against."""
+        records against; ``cpu_timer_scale`` (tests): the CPU timers' period is that many
+        intervals, so they signal late and the sampler thread's kicks take the samples."""
         require()
         if ffi.sizeof("ddp_frame") != FRAME_SIZE:
             raise EngineUnavailableError("native module's frame record has an unexpected size; reinstall ddprof_nb")
@@ -82,6 +83,7 @@ class Session:
         cfg.drain_early = int(bool(drain_early))
         cfg.drain_new_code = int(bool(drain_new_code))
         cfg.merge_shadow = int(bool(merge_shadow))
+        cfg.cpu_timer_scale = int(cpu_timer_scale)
         self._cfg = cfg
         self.record_size = 0
         self._buf = None  # drain()'s half of the process's drain buffer
@@ -177,7 +179,7 @@ class Session:
             "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
             "parked_at_start", "leaked_bytes", "agg_in", "agg_out", "agg_full", "agg_bytes",
-            "agg_folded", "agg_coarsened")}
+            "agg_folded", "agg_coarsened", "cpu_kicks")}
         for name in ("samples", "dropped_full", "dropped_torn", "carried_full"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out

@@ -1,0 +1,56 @@
+"""A thread whose CPU timer signals late still gets fine-grained CPU samples, each where it
+burnt that CPU: the sampler thread, which reads every thread's CPU clock each tick, sends
+SIGPROF to a thread that ran two intervals past its last accounted CPU, and each sample
+weighs the CPU its thread's clock used since the previous one.
+
+A loaded kernel's lateness is not reproducible, so the test makes it certain: the CPU timers'
+period is fifty intervals (a test knob of the session), and the work is two phases of 0.3 s of
+CPU each, in f1 then f2.  Timer signals alone would give at most a couple of 0.5 s samples,
+landing wherever the thread is when they come; the assertions are on the split between the
+phases, the number of samples, and the kick count the stats and notes report.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nhelpers import run_script
+
+
+@pytest.mark.parametrize("events", [("cpu",), ("cpu", "wall")])
+def test_late_timer_cpu_goes_where_the_thread_burnt_it(events):
+    # GIVEN CPU timers fifty intervals long, and a thread burning 0.3 s in f1 then 0.3 s in f2
+    r = run_script(
+        f"""
+        def f1():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.3:
+                pass
+        def f2():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.3:
+                pass
+        e = engine(interval="10ms", events={events!r})
+        e._session_knobs["cpu_timer_scale"] = 50
+        e.start()
+        f1(); f2()
+        p = e.stop()
+        me = threading.get_native_id()
+        mine = [s for s in p.samples() if s.event is EventType.CPU and s.thread.tid == me]
+        by_leaf = collections.Counter()
+        for s in mine:
+            by_leaf[py_leaf(s)] += s.values[1]
+        emit(by_leaf=dict(by_leaf), n=sum(s.values[0] for s in mine), kicks=int(p.metadata.extra["cpu_kicks"]),
+             notes=list(p.metadata.notes))
+        """
+    )
+    total = sum(r["by_leaf"].values())
+    # THEN the sampler thread's signals took samples, and the notes say so
+    assert r["kicks"] >= 10, r
+    assert any("sample(s) taken on the sampler thread's signal" in n for n in r["notes"]), r["notes"]
+    # AND the thread's CPU is in many samples (timer signals alone: two at most in 0.6 s)
+    assert r["n"] >= 10, r
+    # AND each phase keeps about its half: a late signal's CPU is not put on the function
+    # running when it comes (each sample is off by at most the CPU since the previous one)
+    for name in ("f1", "f2"):
+        assert 0.3 <= r["by_leaf"].get(name, 0) / total <= 0.7, r
