@@ -151,6 +151,7 @@ void records_reset(void);
 
 /* ---- the wall thread (wall.c) --------------------------------------------------------- */
 int wall_flush(slot_t *s);              /* pending WALL record to the aggregate or ring; 0 both full */
+int thread_runnable(int32_t tid);       /* sampler thread: on a CPU or preempted, not blocked (/proc) */
 int wall_thread_start(void);            /* 0 or pthread_create's error */
 void wall_thread_stop(void);            /* wake it, join it: it flushes what is pending */
 void wall_after_fork(void);

@@ -134,6 +134,13 @@ static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
     return n;
 }
 
+/* 1: the thread is runnable (on a CPU or preempted), not blocked: /proc says "running". */
+int thread_runnable(int32_t tid)
+{
+    char buf[16];
+    return read_syscall_line(tid, buf, sizeof buf) > 0 && !strncmp(buf, "running", 7);
+}
+
 /* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
 static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
 {
