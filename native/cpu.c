@@ -164,12 +164,11 @@ void cpu_prof_check(void)
 }
 
 /* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) samples
- * itself now: SIGPROF from us, taken when it next runs.  Only a thread that is still
- * runnable: one gone to sleep since would take the sample at its sleep, and see its sleep
- * interrupted (EINTR where SA_RESTART does not restart).  It ran a quarter period since the
- * previous read: taken as busy; less (a thread sharing a core with many: 8 busy threads at
- * load 7 ran ~1.3 ms of each 10 ms tick), /proc says whether it is runnable (a pread, ~5 us,
- * only for a lagging thread). */
+ * itself now: SIGPROF from us, taken when it next runs.  Only a thread that ran since the
+ * previous read and that /proc says is running or runnable (not in a syscall): one gone to
+ * sleep would take the sample at its sleep, and see its sleep cut short (EINTR where
+ * SA_RESTART does not restart: poll, select, nanosleep in a C extension).  The pread (~5 us)
+ * is paid only for a lagging thread. */
 void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
 {
     if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&s->kick_pending) ||
@@ -178,7 +177,7 @@ void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
     int64_t acct = atomic_load(&s->cpu_acct_ns);
     if (acct <= 0 || cpu_now - acct < 2 * sess_cfg.interval_ns)
         return;
-    if (cpu_now - cpu_prev < sess_cfg.interval_ns / 4 && !thread_runnable(atomic_load(&s->tid)))
+    if (!thread_runnable(atomic_load(&s->tid)))
         return;
     siginfo_t si;
     memset(&si, 0, sizeof si);
