@@ -32,10 +32,10 @@ cell's static chart comes first.  A figure's model does not wait for plotly in
 from __future__ import annotations
 
 import json
-import re
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle",
-           "skip_narrow_labels"]
+from .icicle_patch import lighter_icicle
+
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -169,34 +169,6 @@ def _bundle_key() -> str:
 START_AFTER_S = 1.0
 
 
-# plotly's icicle measures every label it draws (``Drawing.bBox``: the text is copied
-# into a hidden SVG and ``getBoundingClientRect`` read, a forced style and layout pass
-# each, ~5 ms on a loaded box), caching only by the label's text and style.  A redraw
-# of new functions (a focus regex, a transform) measured ~250 labels: ~1 s of Chromium's
-# main thread, mostly for slices where plotly then shrank the text to fit, to a few
-# pixels high.  A label is left out (like the slices' below ``maxdepth``: its " " is
-# measured once) where it could not be shown at about half its size: a slice narrower
-# than ``LABEL_PX_PER_CHAR`` pixels per character, or than ``NARROW_LABEL_PX``.  Judged
-# at draw time in pixels, so a click-zoom that widens a slice shows its label.
-NARROW_LABEL_PX = 10
-LABEL_PX_PER_CHAR = 3  # half an 11 px font's average glyph width
-_ICICLE = '"src/traces/icicle/draw_descendants.js"'
-_SET_TEXT = re.compile(r'(\w+)\.x0===\1\.x1\|\|\1\.y0===\1\.y1\?\1\._text="":\1\._text=[\w$]+\([\w$,]*\)\|\|""')
-
-
-def skip_narrow_labels(bundle: str) -> str:
-    """``bundle`` with the icicle's labels left out on slices too narrow to show them;
-    unchanged if this plotly's code reads otherwise."""
-    start = bundle.find(_ICICLE)
-    m = _SET_TEXT.search(bundle, start) if start >= 0 else None
-    if m is None or m.start() - start > 5000:  # not within the icicle's module
-        return bundle
-    v = m[1]
-    narrow = (f',Math.abs({v}.x1-{v}.x0)<Math.max({NARROW_LABEL_PX},{LABEL_PX_PER_CHAR}*{v}._text.length)'
-              f'&&({v}._text="")')
-    return bundle[: m.end()] + narrow + bundle[m.end():]
-
-
 def _carrier_open() -> bool:
     return _carrier is not None and getattr(_carrier, "comm", None) is not None  # closed: no comm
 
@@ -240,7 +212,7 @@ def figure_widget_class():
     go = _plotly_without_nbformat()
 
     key = _bundle_key()
-    bundle = skip_narrow_labels(str(go.FigureWidget._esm))  # anywidget turned the path into its text
+    bundle = lighter_icicle(str(go.FigureWidget._esm))  # anywidget turned the path into its text
 
     class _PlotlyBundle(anywidget.AnyWidget):
         _esm = _CARRIER_ESM % key
