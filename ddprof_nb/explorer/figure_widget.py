@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 
+from .icicle_patch import lighter_icicle
+
 __all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
@@ -210,7 +212,7 @@ def figure_widget_class():
     go = _plotly_without_nbformat()
 
     key = _bundle_key()
-    bundle = str(go.FigureWidget._esm)  # anywidget turned the bundle's path into its text
+    bundle = lighter_icicle(str(go.FigureWidget._esm))  # anywidget turned the path into its text
 
     class _PlotlyBundle(anywidget.AnyWidget):
         _esm = _CARRIER_ESM % key

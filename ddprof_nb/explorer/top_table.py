@@ -53,7 +53,15 @@ function render({ model, el }) {
     }
     wrap.replaceChildren(table);
   }
-  for (const name of ["columns", "rows", "sort", "selected", "titles"]) model.on("change:" + name, draw);
+  // one message from Python changes up to five of these: build the table once, after all
+  // of them (each build replaced every row, and laid the table out again)
+  let pending = false;
+  const later = () => {
+    if (pending) return;
+    pending = true;
+    queueMicrotask(() => { pending = false; draw(); });
+  };
+  for (const name of ["columns", "rows", "sort", "selected", "titles"]) model.on("change:" + name, later);
   draw();
 }
 export default { render };
