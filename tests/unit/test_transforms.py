@@ -93,6 +93,19 @@ def test_inverted_roots_are_self_time():
     assert stacks(q.inverted()) == stacks(p)
 
 
+def test_inverted_views_of_one_table_share_one_reversed_table():
+    # GIVEN two filtered views of one profile (they share its stacks table, as the explorer's do)
+    p = build(RECURSIVE)
+    a, b = p.filter(threads=None), p.filter(focus="fib")
+    assert a.stacks is p.stacks and b.stacks is p.stacks
+    # WHEN both are inverted / THEN they share one reversed table (the call tree's shape cache
+    # is keyed by it), and each still holds its own samples
+    qa, qb = a.inverted(), b.inverted()
+    assert qa.stacks is qb.stacks
+    assert stacks(qa) == stacks(p.inverted()) and stacks(qb) == stacks(b.inverted())
+    assert set(stacks(qb)) == {"fib;fib;fib;main", "fib;fib;main", "fib;main"}
+
+
 # ------------------------------------------------------------------ a helper with many callers
 
 HELPER = [("main;a;helper;leaf", 10), ("main;b;helper", 20), ("main;c;x;helper", 30), ("main;c", 4), ("main;a", 6)]
