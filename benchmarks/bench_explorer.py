@@ -155,6 +155,12 @@ def main(argv=None) -> int:
     change("search", *setter(ex.search_txt, "func_2", ""))
     change("min % 0.5 -> 0.1", *setter(ex.min_pct_sl, 0.1, 0.5))
     change("flame -> icicle", *setter(ex.chart_tb, "icicle", "flame"))
+    change("inverted on", *setter(ex.inverted_tb, True, False))
+    change("transform added (drop function)",
+           lambda r: ex.transform_bar.add("drop function", "^func_1[0-9]$" + "(?:)" * r),
+           lambda: ex.transform_bar.remove(0))
+    change("sandwich open (top function)", lambda r: ex.select_function(ex._function_of(ex._top[r % 3])),
+           lambda: ex.sandwich.hide())
 
     from ddprof_nb import aggregate
 

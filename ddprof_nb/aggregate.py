@@ -75,7 +75,7 @@ def _stacks_matching(profile: Profile, rx) -> np.ndarray:
                  lambda: _stacks_containing(profile, frame_matches(profile, rx)))
 
 
-# Identity-keyed memo of per-table results (frame/stack masks, hide's stack rewrite).
+# Identity-keyed LRU memo of per-table results (frame/stack masks, hide's stack rewrite).
 # Filter views share their base's frames/stacks tuples, so every control change of the
 # explorer reuses them; entries hold their key objects, so ids cannot be recycled.
 _MEMO_SIZE = 16
@@ -98,8 +98,9 @@ def _memo(objs: tuple, extra: tuple, make):
     key = tuple(id(o) for o in objs) + extra
     with _memo_lock:
         hit = _memo_items.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], objs)):
-        return hit[1]
+        if hit is not None and all(a is b for a, b in zip(hit[0], objs)):
+            _memo_items[key] = _memo_items.pop(key)  # least recently used goes first
+            return hit[1]
     value = make()
     with _memo_lock:
         while len(_memo_items) >= _MEMO_SIZE:

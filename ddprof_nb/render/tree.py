@@ -68,7 +68,10 @@ def unique_sorted(x: np.ndarray) -> np.ndarray:
 
 
 class _Cache:
-    """A tiny identity-keyed LRU: entries hold their key objects so ids stay unique."""
+    """A tiny identity-keyed LRU: entries hold their key objects so ids stay unique.
+
+    A hit moves its entry to the end: the base table's shape, used at every filter
+    change, must outlive the one-off tables (a sandwich's callers and callees) made since."""
 
     def __init__(self, size: int = 6):
         self.size = size
@@ -78,6 +81,7 @@ class _Cache:
         key = tuple(id(k) for k in key_objs) + tuple(extra)
         hit = self.items.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], key_objs)):
+            self.items[key] = self.items.pop(key)
             return hit[1]
         value = make()
         if len(self.items) >= self.size:
