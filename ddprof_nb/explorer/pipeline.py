@@ -14,7 +14,11 @@ from .controls import parse_label_filter
 from .figure_widget import remember_state, send_update
 from .threads import Machinery, hide_machinery
 
-__all__ = ["PipelineMixin"]
+__all__ = ["PipelineMixin", "DRAW_NODES"]
+
+# The flame chart's most boxes at the default min % (see ``node_budget``); the browser's
+# redraw time follows the box count (benchmarks/bench_flame_redraw.py).
+DRAW_NODES = 350
 
 
 class PipelineMixin:
@@ -95,11 +99,21 @@ class PipelineMixin:
             return F.call_tree(before, self.event, self.value_index, omc)
         return F.call_tree(view, self.event, self.value_index, omc)
 
+    def node_budget(self) -> int:
+        """The most boxes the flame chart draws: ``max_nodes`` when given.  Otherwise
+        ``DRAW_NODES`` at the default detail, and ``render``'s cap once min % is set
+        below its default: plotly's redraw costs the browser about half a millisecond a
+        box (more inside JupyterLab), and the boxes a smaller budget folds into
+        ``[other]`` are the narrowest, mostly too narrow for a label."""
+        if self.max_nodes is not None:
+            return self.max_nodes
+        return DRAW_NODES if self.min_pct_sl.value >= F.DEFAULT_MIN_PCT else F.DEFAULT_MAX_NODES
+
     def _flame_data(self) -> F.FlameData:
         return F.flame_data(
             self._tree,
             min_pct=self.min_pct_sl.value,
-            max_nodes=self.max_nodes,
+            max_nodes=self.node_budget(),
             search=self.search_txt.value,
             orientation=self.chart_tb.value,
             normalize=bool(self.diff_norm_tb.value),

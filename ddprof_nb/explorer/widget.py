@@ -58,19 +58,20 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         *,
         event=None,
         min_pct: float = F.DEFAULT_MIN_PCT,
-        max_nodes: int = F.DEFAULT_MAX_NODES,
+        max_nodes: int | None = None,
         top_n: int = 40,
     ):
         send_bundle(None)  # sent while the first view is computed, evaluated after the static chart
         self.diff = other is not None
         self.before = profile if self.diff else None
         self.profile = other if self.diff else profile  # the primary ("after") profile
-        self.max_nodes = max_nodes
+        self.max_nodes = max_nodes  # None: node_budget() decides
         self.top_n = top_n
         self.timings: dict[str, float] = {}  # seconds spent in the last update's steps
         self.last_error = ""
         self._time_range: tuple[int, int] | None = None
         self._selected: Frame | None = None
+        self._sandwich_key, self._sandwich_view = None, None  # what the open sandwich shows
         self._good = {"focus": "", "ignore": "", "hide": "", "labels": {}}
         self._busy = False
         self._show_machinery = False
@@ -228,11 +229,17 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         if not hasattr(self, "sandwich") or self._selected is None or not (open_it or self.sandwich.data):
             return
         view = self._view_before if self.diff and self.diff_view_tb.value == "before" else self._view
+        # the panel depends on these only (not on inverted, only-my-code, flame/icicle):
+        # a change of anything else leaves it as it is
+        key = (self.event, self.value_index, self._selected, self.min_pct_sl.value, self.node_budget())
+        if self.sandwich.data is not None and key == self._sandwich_key and view is self._sandwich_view:
+            return
+        self._sandwich_key, self._sandwich_view = key, view
         # two charts of half the flame's nodes each: the pair costs the browser what the
         # flame does (plotly's redraw of a chart grows with its nodes)
         try:
             data = sandwich_data(view, self.event, self.value_index, self._selected,
-                                 min_pct=self.min_pct_sl.value, max_nodes=self.max_nodes // 2)
+                                 min_pct=self.min_pct_sl.value, max_nodes=self.node_budget() // 2)
         except ValueError:  # not a function of this view
             data = None
         if data is None or not data.total:

@@ -202,3 +202,28 @@ def test_an_empty_regex_means_the_selected_function_and_a_bad_one_says_so(ex):
     bar.regex_txt.value = "(("
     bar.add_btn.click()
     assert len(bar.steps) == 1 and "drop function regex" in bar.message.value
+
+
+def test_the_open_sandwich_is_kept_when_only_the_chart_changes_and_redone_when_its_view_does(ex):
+    ex.select_function(Frame("helper", APP, 30, 30))
+    shown = ex.sandwich.data
+    # inverted, only my code, flame/icicle: the sandwich's samples are the same
+    ex.inverted_tb.value = True
+    ex.only_mine_cb.value = True
+    ex.chart_tb.value = "icicle"
+    assert ex.sandwich.data is shown
+    # a filter changes them: the panel is computed again from the new view
+    ex.focus_txt.value = "^a$"
+    assert ex.sandwich.data is not shown and ex.sandwich.data.total == 30 * MS
+    ex.focus_txt.value = ""
+    assert ex.sandwich.data.total == 50 * MS
+
+
+def test_the_node_budget_follows_min_pct_unless_max_nodes_is_given(ex):
+    from ddprof_nb import render as F
+    from ddprof_nb.explorer.pipeline import DRAW_NODES
+
+    assert ex.node_budget() == DRAW_NODES < F.DEFAULT_MAX_NODES
+    ex.min_pct_sl.value = F.DEFAULT_MIN_PCT / 5  # the user asked for more detail
+    assert ex.node_budget() == F.DEFAULT_MAX_NODES
+    assert Explorer(profile(), max_nodes=40).node_budget() == 40
