@@ -315,15 +315,45 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+_MISSING = object()
+
+
+def _current(props: dict, path: str):
+    """The value at a dotted ``path`` of a figure's raw props, or ``_MISSING``."""
+    for part in path.split("."):
+        if not isinstance(props, dict) or part not in props:
+            return _MISSING
+        props = props[part]
+    return props
+
+
+def _same(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - e.g. arrays: compare as different, send
+        return False
+
+
 def send_update(fig, traces: list[dict], layout: dict) -> None:
     """Update ``fig``'s traces (one props dict each, same count) and layout in one
-    message.  ``plotly_update`` skips the per-value validation that ``trace.update``
+    message, with only the properties whose value differs from the figure's (plotly's
+    Python side follows the browser's own changes): most of a chart's layout and style
+    is the same at every update, and plotly checks each path it is given (~20 ms a
+    chart).  ``plotly_update`` skips the per-value validation that ``trace.update``
     does (~50 ms for a 600-node icicle); our props are validated by the unit tests."""
     restyle: dict[str, list] = {}
+    changed: set[str] = set()
     for i, props in enumerate(traces):
+        now = fig._data[i] if i < len(fig._data) else {}
         for k, v in _flatten(props).items():
             restyle.setdefault(k, [None] * len(traces))[i] = v
-    fig.plotly_update(restyle_data=restyle, relayout_data=_flatten(layout), trace_indexes=list(range(len(traces))))
+            if v is None or not _same(_current(now, k), v):
+                changed.add(k)
+    restyle = {k: v for k, v in restyle.items() if k in changed}
+    relayout = {k: v for k, v in _flatten(layout).items()
+                if v is None or not _same(_current(fig._layout_obj._props, k), v)}
+    if restyle or relayout:
+        fig.plotly_update(restyle_data=restyle, relayout_data=relayout, trace_indexes=list(range(len(traces))))
 
 
 def remember_state(fig, data: bool = True) -> None:

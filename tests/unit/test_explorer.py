@@ -551,3 +551,20 @@ def test_display_puts_a_static_chart_beside_the_widget(ex, monkeypatch):
     # then the widget
     assert widget["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.model_id
     assert "text/html" not in widget and widget["text/plain"]
+
+
+def test_an_update_sends_only_what_changed_and_the_figure_stays_whole(ex, monkeypatch):
+    sent = []
+    fig = ex.flame
+    orig = fig.plotly_update
+    monkeypatch.setattr(fig, "plotly_update", lambda **kw: (sent.append(kw), orig(**kw)))
+    ex.focus_txt.value = "^g$"
+    (msg,) = sent
+    # the nodes changed; the fonts, tiling, height and margins did not
+    assert {"ids", "labels", "values", "marker.colors"} <= set(msg["restyle_data"])
+    assert not {"insidetextfont.size", "textinfo", "branchvalues"} & set(msg["restyle_data"])
+    assert set(msg["relayout_data"]) <= {"title.text", "height"} and "title.text" in msg["relayout_data"]
+    # the figure (what a reloaded page draws) holds every property, old and new
+    tr = fig.data[0]
+    assert tr.textinfo == "label" and tr.branchvalues == "total" and set(tr.labels) >= {"g"}
+    assert fig.layout.margin.l == 4 and fig.layout.title.text.startswith("CPU time")
