@@ -91,14 +91,19 @@ class TransformBar:
             return
         self.message.value = ""
         self.steps.append((kind, rx))
+        self._changed()
         self.regex_txt.value = ""
-        self._redraw()
-        self._on_change()
 
     def remove(self, index: int) -> None:
         del self.steps[index]
-        self._redraw()
-        self._on_change()
+        self._changed()
+
+    def _changed(self) -> None:
+        # the views first: the chart's message leaves before the chips' new buttons
+        try:
+            self._on_change()
+        finally:
+            self._redraw()
 
     def _redraw(self) -> None:
         chips = []

@@ -206,6 +206,7 @@ class _Shape:
     leaf: np.ndarray  # stack index -> its node (0 for an empty stack)
     node_of_pos: np.ndarray  # CSR position (stack, depth) -> its node (int32)
     lengths: np.ndarray  # stack index -> its length
+    offsets: np.ndarray  # stack index -> its first CSR position (+ the end)
 
 
 def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
@@ -246,7 +247,7 @@ def _build_shape(flat: np.ndarray, offsets: np.ndarray, nfunc: int) -> _Shape:
     return _Shape(
         np.concatenate(parents), np.concatenate(funcs),
         np.repeat(np.arange(len(sizes), dtype=np.int32), sizes),
-        np.concatenate([[0], np.cumsum(sizes)]), cur, node_of_pos, lengths,
+        np.concatenate([[0], np.cumsum(sizes)]), cur, node_of_pos, lengths, offsets,
     )
 
 
@@ -261,9 +262,17 @@ def _tree_values(shape: _Shape, weights: np.ndarray):
     total = np.zeros((n, k), dtype=np.int64)
     for c in range(k):
         w = weights[:, c]
-        used = w != 0
+        used = np.flatnonzero(w)
         np.add.at(self_[:, c], shape.leaf[used], w[used])
-        np.add.at(total[:, c], shape.node_of_pos, np.repeat(w, shape.lengths))
+        if 2 * len(used) < len(w):
+            # a view of a few of the table's stacks (a focus, a thread, a time range):
+            # only their positions, not the whole table's
+            lens = shape.lengths[used]
+            ends = np.cumsum(lens)
+            pos = np.repeat(shape.offsets[used] - (ends - lens), lens) + np.arange(ends[-1] if len(ends) else 0)
+            np.add.at(total[:, c], shape.node_of_pos[pos], np.repeat(w[used], lens))
+        else:
+            np.add.at(total[:, c], shape.node_of_pos, np.repeat(w, shape.lengths))
         total[0, c] = w.sum()
     keep = np.any(total != 0, axis=1)
     keep[0] = True
