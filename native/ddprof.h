@@ -254,6 +254,7 @@ typedef struct {
     uint32_t kinds_foreign;      /* ... and with a slot left alone: it resolves to another library's function */
     uint64_t passes_deferred;    /* passes that met objects still being loaded every try: retried at the next tick */
     uint64_t slots_rebound;      /* hooked slots the loader wrote again (lazy binding, a reload): hooked anew */
+    uint64_t slots_unhooked;     /* slots left alone for want of memory or of room for their symbol version */
 } ddp_wait_stats;
 int ddp_wait_get_stats(ddp_wait_stats *out);
 /* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,
@@ -327,6 +328,7 @@ typedef struct {
     uint32_t kinds_foreign;
     int32_t tracking_objects;    /* objects calling PyTraceMalloc_Track: counted by it, not by malloc */
     int32_t active_patches;
+    uint64_t slots_unhooked;     /* slots left alone for want of memory or of room for their symbol version */
 } ddp_nalloc_stats;
 enum { DDP_NALLOC_TRACK = 0, DDP_NALLOC_UNTRACK, DDP_NALLOC_MALLOC, DDP_NALLOC_CALLOC, DDP_NALLOC_REALLOC,
        DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN, DDP_NALLOC_MMAP,

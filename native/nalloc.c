@@ -547,10 +547,8 @@ static int count_tracking(void)
     return n;
 }
 
-/* ---- fork: patch_lock is held around every loader call of this file -------------------------- */
-static void atfork_prepare(void) { pthread_mutex_lock(&patch_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&patch_lock); }
-
+/* ---- fork: no prepare handler (fork must never wait for patch_lock, which a pass holds across
+ * the loader's main lock: see gotpatch.c); gotpatch.c keeps the patch records whole ---------- */
 static void atfork_child(void)
 {
     atomic_store(&n_on, 0);
@@ -571,8 +569,8 @@ static void atfork_child(void)
 static int nalloc_start(const ddp_config *cfg)
 {
     int want = cfg->native_alloc && (cfg->events & (1u << DDP_EVENT_ALLOC));
-    if (!n_atfork_done) { /* (before patch_lock: the prepare handler takes it) */
-        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (!n_atfork_done) { /* (outside patch_lock: pthread_atfork takes glibc's at-fork lock) */
+        pthread_atfork(NULL, NULL, atfork_child);
         n_atfork_done = 1;
     }
     pthread_mutex_lock(&patch_lock);
@@ -722,6 +720,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
     out->protect_failed = gp.st.protect_failed;
     out->passes = ns.passes;
     out->passes_deferred = gp.st.passes_deferred;
+    out->slots_unhooked = gp.st.slots_unhooked;
     out->kinds_patched = gp.st.kinds_patched;
     out->kinds_foreign = gp.st.kinds_foreign;
     out->tracking_objects = ns.tracking_objects;

@@ -122,6 +122,9 @@ def lockpark_notes(events) -> list[str]:
     if w["protect_failed"]:
         notes.append(f"lock/park: {w['protect_failed']} slot(s) left unhooked: their page's protection could not "
                      "be changed")
+    if w["slots_unhooked"]:
+        notes.append(f"lock/park: {w['slots_unhooked']} slot(s) left unhooked (out of memory, or more symbol "
+                     "versions of the wait functions than the patcher holds): their waits were not seen")
     if w["rate_dropped"]:
         notes.append(f"lock/park: {w['rate_dropped']} wait(s) thinned out by the records-per-second limit "
                      "(kept waits weighted 1/p, and waits over the hard cap added to their thread's next record, "
@@ -228,6 +231,9 @@ def native_alloc_notes(enabled: bool, st: dict) -> list[str]:
                      "alone: blocks allocated there are not sampled")
     if st["protect_failed"]:
         notes.append(f"alloc: {st['protect_failed']} GOT slot(s) could not be made writable: not hooked")
+    if st["slots_unhooked"]:
+        notes.append(f"alloc: {st['slots_unhooked']} GOT slot(s) left unhooked (out of memory, or more symbol "
+                     "versions of the allocator functions than the patcher holds): their blocks are not sampled")
     if st["restore_mismatch"]:
         notes.append(f"alloc: degraded: another tool (memray, for one) re-patched {st['restore_mismatch']} of our C "
                      "allocator slots during the session and they were left theirs: C allocations after that were "

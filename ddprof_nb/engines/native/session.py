@@ -193,7 +193,7 @@ def wait_stats() -> dict:
         "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
         "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns",
         "protect_failed", "passes", "edge_records", "kinds_patched", "kinds_foreign", "passes_deferred",
-        "slots_rebound")}
+        "slots_rebound", "slots_unhooked")}
 
 
 def cpu_thread_totals() -> dict[int, tuple[int, int]]:
