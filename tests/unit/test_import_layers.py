@@ -54,7 +54,7 @@ INNER_IMPORTS = {
     ("engines.native.binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    ("sources", "aio.tasks"): "import cost",
+    ("aio.source", "aio.tasks"): "import cost",
     # every ``import ddprof_nb`` imports children and dask_support (their sources register):
     # the pprof format loads only when a child's or a worker's profile is written or read
     ("children", "exporters.pprof"): "import cost",
