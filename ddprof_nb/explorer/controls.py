@@ -21,9 +21,7 @@ _CSS = """<style>
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
 .ddprof-legend { font-size: 12px; opacity: .85; }
-.ddprof-banner { font-size: 12px; }
-.ddprof-banner summary { cursor: pointer; }
-.ddprof-banner div { margin-left: 1.2em; opacity: .85; }
+.ddprof-banner { font-size: 12px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 </style>"""
 
 
@@ -163,11 +161,10 @@ class ControlsMixin:
         return [(f"{t.name} ({t.tid})", t.tid) for t in user_first(seen.values())]
 
     def _banner_html(self) -> str:
-        """One line (engine, duration, samples, what is hidden or dropped); the details
-        (notes, hidden threads, dropped samples explained) one click away."""
+        """One line (engine, duration, each event's total and samples, warnings, what is
+        hidden); the notes, warnings first, and what is hidden, one click away."""
         meta = self.profile.metadata
-        n = int(self.profile.values[:, 0].sum()) if len(self.profile) else 0
-        line = [meta.engine or "unknown engine", F.format_duration(meta.duration_ns), f"{n:,} samples"]
+        line = F.summary_parts(self.profile)
         details = []
         if self._hidden:
             line.append(self._hidden.describe())
@@ -176,20 +173,11 @@ class ControlsMixin:
                                + ", ".join(sorted(set(self._hidden.threads))) + ".")
             if self._hidden.own_samples:
                 details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
-        dropped = sum(int(v) for v in dict(meta.dropped).values())
-        if dropped:
-            line.append(f"{dropped:,} samples lost")
-            per = ", ".join(f"{EventType.parse(e).label} {int(v):,}" for e, v in dict(meta.dropped).items() if int(v))
-            details.append(
-                f"{dropped:,} samples were lost while recording ({per}): the sampler's buffer was full, or a stack "
-                "changed while it was being read.  The totals shown are that much lower than what ran.")
-        details += [f"Note: {note}" for note in meta.notes]
         if meta.python_version or meta.host:
             details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
         summary = F.esc(" · ".join(line))
-        body = "".join(f"<div>{F.esc(d)}</div>" for d in details)
-        return (f"<details class='ddprof-banner'><summary>{summary}</summary>{body}</details>" if body
-                else f"<div class='ddprof-banner'>{summary}</div>")
+        return (f"<div class='ddprof-banner' title='{summary}'>{summary}</div>"
+                + F.notes_html(self.profile, details))
 
     def _on_machinery(self, change) -> None:
         """Show or hide the kernel's threads and the profiler's work in every view."""
