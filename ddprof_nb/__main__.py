@@ -4,11 +4,14 @@
 folder first on ``sys.path``, ``__name__ == "__main__"``, its own ``sys.argv``, its exit
 code (``SystemExit`` codes included) — under the sampler, then writes the profile.  An
 exception in the script prints its traceback and exits 1; the profile is still written.
-``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the top
-table.  ``dump PID`` prints the Python stack of every thread of another CPython process;
-``record --pid PID`` samples one from outside (ddprof_nb.remote): a target of another
-Python minor version is handed to its own interpreter when ddprof_nb is importable
-there.  Our own errors (bad options, unreadable files, unreadable processes) print one
+``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the summary
+line and the top tables (``--notes``: every note, warnings first).  ``dump PID`` prints the
+Python stack of every thread of another CPython process; ``record --pid PID`` samples one
+from outside (ddprof_nb.remote): a target of another Python minor version is handed to its
+own interpreter when ddprof_nb is importable there; an option of the in-process sampler
+given with ``--pid`` is refused, by name.  ``record`` ends with at most three short lines
+on stderr: the summary, the first warning (when there is one), the paths written.  Our own
+errors (bad options, unreadable files, unreadable processes) print one
 line on stderr and exit 2.  The magics never import this module.
 """
 
@@ -62,7 +65,8 @@ def _parser() -> _Parser:
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
               f"       {PROG} record [options] -m module [args ...]\n"
-              f"       {PROG} record --pid PID [--duration S] [-i INTERVAL] [-o out.pprof]")
+              f"       {PROG} record --pid PID [--duration S] [-e cpu,wall] [-i INTERVAL] [-l KEY=VALUE] "
+              "[-o out.pprof] [--folded DIR] [--html FILE]")
     events = ",".join(e.label for e in DEFAULT_EVENTS)  # the defaults, as config.py has them
     interval, alloc_rate = f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", f"{DEFAULT_ALLOC_RATE // 1024}KiB"
     rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
@@ -94,7 +98,7 @@ def _parser() -> _Parser:
     conv.add_argument("input", metavar="IN")
     conv.add_argument("output", metavar="OUT", help="format from the name (.pprof, .speedscope.json, .folded, .html, or a folder)")
     rep = sub.add_parser("report", help="print the top functions of a profile file",
-                         usage=f"{PROG} report IN [--top N] [-e EVENT] [--by function|line]")
+                         usage=f"{PROG} report IN [--top N] [-e EVENT] [--by function|line] [--notes]")
     rep.add_argument("input", metavar="IN")
     rep.add_argument("--top", type=int, default=20, metavar="N", help="rows per event (default 20)")
     rep.add_argument("-e", "--event", default=None, help="only this event (default: every event)")
