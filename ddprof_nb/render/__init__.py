@@ -7,6 +7,7 @@
 - ``timeline`` samples over time per thread (or "no time axis")
 - ``source``   per-line values of one function
 - ``notes``    a profile's notes, warnings first
+- ``pseudo``   what each pseudo-frame ([idle], [GC]...) means
 - ``text``     text tables: top table, summary line, notes, history, diff
 - ``html``     static HTML: SVG flame, top table, source view, the static report
 - ``figures``  plotly figures and the interactive HTML report
@@ -24,6 +25,7 @@ from .format import (esc, format_bytes, format_change, format_duration, format_s
                      value_unit)
 from .html import notes_html, source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
+from .pseudo import KIND_MEANINGS, PSEUDO_FRAMES, explain, explain_kind
 from .notes import is_warning, sorted_notes, warning_count
 from .text import (count_text, diff_table, event_summary, history_table, notes_text, status_line, summary_parts,
                    text_summary, top_table)
@@ -41,6 +43,7 @@ __all__ = [
     "value_unit",
     "notes_html", "source_html", "static_flame_html", "top_table_html",
     "SourceLine", "SourceView", "source_view",
+    "KIND_MEANINGS", "PSEUDO_FRAMES", "explain", "explain_kind",
     "is_warning", "sorted_notes", "warning_count",
     "count_text", "diff_table", "event_summary", "history_table", "notes_text", "status_line", "summary_parts",
     "text_summary", "top_table",
