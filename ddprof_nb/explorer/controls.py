@@ -69,9 +69,9 @@ class ControlsMixin:
         self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
         self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
                                            layout=W.Layout(width="auto", display="" if self._hidden else "none"))
-        threads = self._thread_options()
-        self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
-                                            description="threads", layout=W.Layout(width="300px"))
+        # two rows: the toolbar stays one line high
+        self.threads_sel = W.SelectMultiple(options=self._thread_options(), value=(), rows=2,
+                                            description="threads", layout=W.Layout(width="280px"))
         self.threads_sel.tooltip = "none selected = all threads"
         self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
         self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
@@ -90,6 +90,11 @@ class ControlsMixin:
         self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+        self.more_tb = W.ToggleButton(value=False, description="more", icon="sliders", layout=W.Layout(width="78px"))
+        self.more_tb.observe(self._on_more, names="value")
+        for widget in (self.value_tb, self.only_mine_cb, self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
+            widget.observe(lambda _: self._mark_more(), names="value")
+        self.range_btn.observe(lambda _: self._mark_more(), names="disabled")
         # every labelled control says on hover what it does (with no tooltip, ipywidgets
         # writes title="null" on its label)
         for widget, tip in (
@@ -108,21 +113,29 @@ class ControlsMixin:
             (self.top_group_tb, "one row per function, per line or per file"),
             (self.range_btn, "show the whole time axis again"),
             (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
+            (self.more_tb, "more controls: count or time, only my code, min %, focus/ignore/hide, labels, "
+                           "transforms, time range"),
         ):
             widget.tooltip = tip
 
     def _rows(self) -> list:
-        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.inverted_tb, self.only_mine_cb, self.min_pct_sl]
-        rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        """The summary, one toolbar of the most used controls (event, chart, inverted,
+        search, threads; diff views in a diff), the rest behind "more", then the charts:
+        the flame starts within the first screen under the cell."""
+        wrap = W.Layout(flex_flow="row wrap", align_items="center")
+        toolbar = [self.event_dd, self.chart_tb, self.inverted_tb, self.search_txt, self.threads_sel, self.more_tb]
         if self.diff:
-            rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
-                               layout=W.Layout(flex_flow="row wrap")))
-        rows += [
-            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
-                   layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
-                   layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            toolbar[1:1] = [self.diff_view_tb, self.diff_norm_tb]
+        self.more_box = W.VBox([
+            W.HBox([self.value_tb, self.only_mine_cb, self.min_pct_sl, self.machinery_tb, self.clear_btn,
+                    self.range_btn], layout=wrap),
+            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt], layout=wrap),
             self.transform_bar.box,
+        ], layout=W.Layout(display="none"))
+        return [
+            self.banner,
+            W.HBox(toolbar, layout=wrap),
+            self.more_box,
             self.message,
             self.status,
             self.flame,
@@ -138,8 +151,22 @@ class ControlsMixin:
             ),
             W.HTML(_CSS),
         ]
-        return rows
 
+    def _on_more(self, change) -> None:
+        self.more_box.layout.display = "" if change["new"] else "none"
+
+    def more_in_force(self) -> int:
+        """How many of the controls behind "more" change the view now."""
+        return (sum(bool(w.value.strip()) for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt))
+                + (self.value_tb.value != 1) + bool(self.only_mine_cb.value) + (not self.range_btn.disabled)
+                + len(self.transform_bar.steps))
+
+    def _mark_more(self) -> None:
+        """The "more" button says when a control it hides is in force (a focus from a
+        click, a transform, a time range): the chart never changes for a hidden reason."""
+        n = self.more_in_force()
+        self.more_tb.description = f"more ({n})" if n else "more"
+        self.more_tb.layout.width = "96px" if n else "78px"
 
     @staticmethod
     def _value_options(e: EventType):
