@@ -49,7 +49,8 @@ class ControlsMixin:
 
     def _make_controls(self, events: list[EventType], first: EventType, min_pct: float) -> None:
         self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
-                                   description="event", layout=W.Layout(width="210px"))
+                                   description="event", layout=W.Layout(width="190px"),
+                                   style={"description_width": "40px"})
         self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
                                         style={"button_width": "78px"})
         self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
@@ -66,12 +67,14 @@ class ControlsMixin:
         self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
         self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
         self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
-        self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        self.search_txt = W.Text(description="search", placeholder="highlight functions/files",
+                                 **{**text, "layout": W.Layout(width="210px")})
         self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
                                            layout=W.Layout(width="auto", display="" if self._hidden else "none"))
         # two rows: the toolbar stays one line high
         self.threads_sel = W.SelectMultiple(options=self._thread_options(), value=(), rows=2,
-                                            description="threads", layout=W.Layout(width="280px"))
+                                            description="threads", layout=W.Layout(width="225px"),
+                                            style={"description_width": "52px"})
         self.threads_sel.tooltip = "none selected = all threads"
         self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
         self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
@@ -132,9 +135,11 @@ class ControlsMixin:
             W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt], layout=wrap),
             self.transform_bar.box,
         ], layout=W.Layout(display="none"))
+        bar = W.HBox(toolbar, layout=wrap)
+        bar.add_class("ddprof-toolbar")
         return [
             self.banner,
-            W.HBox(toolbar, layout=wrap),
+            bar,
             self.more_box,
             self.message,
             self.status,
