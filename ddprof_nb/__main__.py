@@ -406,6 +406,9 @@ def _report(args) -> int:
     print(status_line(profile, Path(args.input).name))
     print()
     print("\n\n".join(tables) if tables else "(no samples)")
+    warnings, others = sorted_notes(profile)
+    if warnings or others:
+        print(f"\n{len(warnings)} warning(s), {len(others)} note(s): {PROG} report --notes {args.input}")
     return 0
 
 
