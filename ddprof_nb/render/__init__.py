@@ -27,8 +27,8 @@ from .html import notes_html, source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
 from .pseudo import KIND_MEANINGS, PSEUDO_FRAMES, explain, explain_kind
 from .notes import is_warning, sorted_notes, warning_count
-from .text import (count_text, diff_table, event_summary, history_table, notes_text, status_line, summary_parts,
-                   text_summary, top_table)
+from .text import (count_text, diff_table, event_samples, event_summary, history_table, notes_text, status_line,
+                   summary_parts, text_summary, top_table)
 from .timeline import TimelineData, has_time_axis, timeline_data
 from .flame import (DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, color_legend, flame_data, heaviest_match,
                     legend_html, search_regex)
@@ -45,8 +45,8 @@ __all__ = [
     "SourceLine", "SourceView", "source_view",
     "KIND_MEANINGS", "PSEUDO_FRAMES", "explain", "explain_kind",
     "is_warning", "sorted_notes", "warning_count",
-    "count_text", "diff_table", "event_summary", "history_table", "notes_text", "status_line", "summary_parts",
-    "text_summary", "top_table",
+    "count_text", "diff_table", "event_samples", "event_summary", "history_table", "notes_text", "status_line",
+    "summary_parts", "text_summary", "top_table",
     "TimelineData", "has_time_axis", "timeline_data",
     "DEFAULT_MAX_NODES", "DEFAULT_MIN_PCT", "OTHER", "CallTree", "FlameData", "call_tree", "diff_tree",
     "color_legend", "flame_data", "heaviest_match", "legend_html", "pick_event", "search_regex", "shared_csr",
