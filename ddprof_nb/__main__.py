@@ -325,9 +325,9 @@ def _write_outputs(profile, output: str | None, args, wall_s: float | None = Non
         notes_of = next((w for w in written if not w.endswith((".html", os.sep))), None)
         where = f"; every note: {PROG} report --notes {notes_of}" if notes_of else ""
         lines.append(f"ddprof_nb: warning: {_clip(warnings[0], _LINE_MAX - 30 - len(more) - len(where))}{more}{where}")
-    lines.append(f"ddprof_nb: wrote {', '.join(written)}")
     for line in lines:
         print(_clip(line, _LINE_MAX), file=sys.stderr)
+    print(f"ddprof_nb: wrote {', '.join(written)}", file=sys.stderr)  # paths are never clipped
 
 
 def _clip(text: str, width: int) -> str:
@@ -336,13 +336,13 @@ def _clip(text: str, width: int) -> str:
 
 def _refuse_in_process_options(args) -> None:
     """--pid samples from outside: an in-process option given with it is refused, by name."""
-    given = [a for a in subcommands()["record"]._actions
-             if a.dest not in PID_OPTIONS and getattr(args, a.dest) != a.default]
+    actions = subcommands()["record"]._actions
+    given = [a for a in actions if a.dest not in PID_OPTIONS and getattr(args, a.dest) != a.default]
     if given:
         names = ", ".join(a.option_strings[-1] for a in given)
+        takes = ", ".join(a.option_strings[-1] for a in actions if a.dest in PID_OPTIONS - {"help", "pid"})
         raise CLIError(f"{PROG} record --pid: {names} {'applies' if len(given) == 1 else 'apply'} to the in-process "
-                       "sampler only (a script, or %%ddprof in the kernel); sampling from outside takes "
-                       "--duration, -e cpu,wall, -i, -l, -o, --folded and --html")
+                       f"sampler only (a script, or %%ddprof in the kernel); sampling from outside takes {takes}")
 
 
 def _record_pid(args, argv: list[str]) -> int:

@@ -1,6 +1,7 @@
-"""The Explorer's controls: made, laid out in rows, and described (banner, tooltips,
-thread list, label placeholder).  A mixin of ``Explorer``: the controls are its
-attributes, read by the pipeline (``pipeline.py``) and wired in ``widget.py``."""
+"""The Explorer's controls: made, laid out (the summary line, one toolbar of the most used
+controls, the rest behind "more"), and described (banner, tooltips, thread list, label
+placeholder).  A mixin of ``Explorer``: the controls are its attributes, read by the
+pipeline (``pipeline.py``) and wired in ``widget.py``."""
 
 from __future__ import annotations
 
