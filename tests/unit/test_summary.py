@@ -103,3 +103,11 @@ def test_merged_profiles_add_up_their_sample_counts():
     merged = aggregate.merge(a, profile())
     assert F.event_samples(merged, EventType.ALLOC) is None
     assert "alloc 1.00 GiB / 12,060,666 objects" in F.status_line(merged)
+
+
+def test_notes_from_a_file_are_escaped():
+    evil = "degraded: <script>alert(1)</script>"
+    p = profile(notes=[evil, "<img src=x onerror=alert(2)>"])
+    for html in (report(p), F.notes_html(p, ["<b>extra</b>"])):
+        assert "<script>" not in html and "<img" not in html and "<b>extra" not in html
+        assert "&lt;script&gt;" in html
