@@ -111,3 +111,11 @@ def test_notes_from_a_file_are_escaped():
     for html in (report(p), F.notes_html(p, ["<b>extra</b>"])):
         assert "<script>" not in html and "<img" not in html and "<b>extra" not in html
         assert "&lt;script&gt;" in html
+
+
+def test_the_terminal_view_lists_the_warnings_the_line_counted(capsys):
+    from ddprof_nb.magics.display import show_as
+
+    show_as("text", profile(notes=[RATE, HOOK]))
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"warning: {HOOK}") and RATE not in out
