@@ -20,6 +20,7 @@ from .flame import FlameData, flame_data
 from .format import esc, format_value, value_unit
 from .source import SourceView
 from .notes import sorted_notes
+from .pseudo import PSEUDO_FRAMES
 from .text import status_line
 from .tree import call_tree
 
@@ -41,7 +42,9 @@ def source_html(view: SourceView | None) -> str:
         f" — total {esc(format_value(view.total, view.unit))}</div>"
     )
     if not view.filename:  # [GC], a lock or a wait, native code without symbols: no lines
-        return head + "<div style='opacity:.7'>Not Python source (a pseudo-frame): no lines to show.</div>"
+        meaning = PSEUDO_FRAMES.get(view.name)
+        return head + ("<div style='opacity:.7'>Not Python source" + (f": {esc(meaning)}" if meaning else
+                                                                      " (a pseudo-frame)") + "; no lines to show.</div>")
     if not view.lines:
         return head + "<div style='opacity:.7'>No samples in this function for the current view.</div>"
     note = "" if view.has_source else "<div style='opacity:.7'>Source not available; sampled lines only.</div>"
