@@ -348,6 +348,20 @@ def _rebuild(profile: Profile, builder: ProfileBuilder, *, stack_map: np.ndarray
     return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, profile.metadata, profile.tick_ns)
 
 
+def _merged_sample_counts(profiles) -> dict[str, str]:
+    """The engines' ``samples_<event>`` counts, added up; "" (unknown) where a profile
+    holding the event does not say its count, since the sum would then be short."""
+    out = {}
+    for key in {k for p in profiles for k in p.metadata.extra if k.startswith("samples_")}:
+        try:
+            event = EventType.parse(key[len("samples_"):])
+            out[key] = str(sum(int(p.metadata.extra[key]) for p in profiles
+                               if key in p.metadata.extra or event in p.events))
+        except (KeyError, ValueError):
+            out[key] = ""
+    return out
+
+
 def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | None = None) -> Profile:
     """One Profile holding every sample of ``profiles``; identical keys sum their values.
 
@@ -371,6 +385,7 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
         end_ns=end,
         dropped=dropped,
         notes=tuple(dict.fromkeys(n for p in profiles for n in p.metadata.notes)),
+        extra={**first.extra, **_merged_sample_counts(profiles)},
     )
     builder = ProfileBuilder(meta)
     parts = []

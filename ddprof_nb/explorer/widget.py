@@ -257,6 +257,7 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
 
     def _on_transforms(self) -> None:
         """The chips changed: every view starts again from the transformed base."""
+        self._mark_more()
         self._make_bases()
         self._update("filter", timeline=True, top=True)
 

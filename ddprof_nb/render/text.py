@@ -12,11 +12,12 @@ from typing import Iterable, Sequence
 from .. import aggregate
 from ..events import EventType, FrameKind
 from ..model import Profile
-from .format import format_bytes, format_duration, format_value, value_unit
+from .format import format_bytes, format_count, format_duration, format_value, value_label, value_unit
+from .notes import sorted_notes, warning_count
 
 __all__ = [
-    "top_table", "text_summary", "status_line",
-    "history_table", "diff_table", "sample_counts",
+    "top_table", "text_summary", "status_line", "summary_parts", "event_summary", "event_samples",
+    "count_text", "notes_text", "history_table", "diff_table", "sample_counts",
 ]
 
 
@@ -26,8 +27,9 @@ def _fmt(value: float, event: EventType, value_index: int = 1) -> str:
 
 
 def sample_counts(profile: Profile) -> dict[EventType, int]:
-    """Samples per event (the count value, summed)."""
-    return {e: profile.total(e, 0) for e in profile.events}
+    """Samples per event, for the events whose number of samples is known."""
+    counts = {e: event_samples(profile, e) for e in profile.events}
+    return {e: n for e, n in counts.items() if n is not None}
 
 
 def _location(filename: str, line: int, kind: FrameKind) -> str:
@@ -62,9 +64,8 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
         event = profile.events[0]
     e = EventType.parse(event)
     total = profile.total(e, value_index)
-    count = profile.total(e, 0)
     head = (f"{e.display_name}: top {n} {'lines' if by == 'line' else 'functions'} "
-            f"(total {_fmt(total, e, value_index)}, {count:,} samples)")
+            f"(total {_fmt(total, e, value_index)}, {count_text(profile, e)})")
     rows = list(aggregate.top(profile, e, n=n, by=by, value_index=value_index) if rows is None else rows)[:n]
     if not rows or total <= 0:
         return head + "\n  (no samples)"
@@ -90,22 +91,55 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
     return "\n".join(lines)
 
 
-def status_line(profile: Profile, name: str | None = None, wall_s: float | None = None) -> str:
-    """One line: engine, duration, samples per event, dropped counts if any, notes."""
+def event_samples(profile: Profile, event: EventType) -> int | None:
+    """How many samples hold ``event``: its count value where that counts samples (cpu,
+    wall), else what the engine recorded in ``extra["samples_<event>"]``; None when unknown
+    (a count of objects or waits is an estimate, not a number of samples)."""
+    if event.value_types[0].type.endswith("samples"):
+        return profile.total(event, 0)
+    try:
+        return int(dict(profile.metadata.extra)[f"samples_{event.label}"])
+    except (KeyError, ValueError):
+        return None
+
+
+def count_text(profile: Profile, event: EventType) -> str:
+    """``48 samples``; when the samples are unknown, the count named for what it counts
+    (``6,030,333 objects``, ``12 waits``): never objects called samples."""
+    n = event_samples(profile, event)
+    if n is not None:
+        return f"{n:,} sample{'s' if n != 1 else ''}"
+    return f"{format_count(profile.total(event, 0))} {value_label(event, 0)}"
+
+
+def event_summary(profile: Profile, event: EventType) -> str:
+    """``cpu 1.23 s / 48 samples``: the event's total in its unit, then ``count_text``."""
+    return f"{event.label} {_fmt(profile.total(event, 1), event)} / {count_text(profile, event)}"
+
+
+def summary_parts(profile: Profile, wall_s: float | None = None) -> list[str]:
+    """The summary line's parts: engine, duration, each event, the count of warnings."""
     meta = profile.metadata
-    counts = sample_counts(profile)
-    n = sum(counts.values())
-    per = ", ".join(f"{e.label} {c:,}" for e, c in counts.items())
     duration = wall_s * 1e9 if wall_s is not None else meta.duration_ns
-    parts = [f"{meta.engine or 'unknown'} engine", format_duration(duration),
-             f"{n:,} samples" + (f" ({per})" if per else "")]
-    dropped = {EventType.parse(e): int(v) for e, v in dict(meta.dropped).items() if int(v)}
-    if dropped:
-        parts.append("dropped " + ", ".join(f"{e.label} {v:,}" for e, v in dropped.items()))
-    if meta.notes:
-        parts.append("notes: " + "; ".join(meta.notes))
+    parts = [f"{meta.engine or 'unknown'} engine", format_duration(duration)]
+    parts += [event_summary(profile, e) for e in profile.events] or ["no samples"]
+    warnings = warning_count(profile)
+    parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}" if warnings else "no warnings")
+    return parts
+
+
+def status_line(profile: Profile, name: str | None = None, wall_s: float | None = None) -> str:
+    """The one summary line: engine, duration, per event its total and samples, how many
+    warnings (the notes themselves: ``notes_text``, or the HTML disclosure)."""
     label = f"ddprof [{name}]" if name else "ddprof"
-    return f"{label}: " + " · ".join(parts)
+    return f"{label}: " + " · ".join(summary_parts(profile, wall_s))
+
+
+def notes_text(profile: Profile) -> str:
+    """Every note, warnings first, one per line ("(no notes)" when there are none)."""
+    warnings, others = sorted_notes(profile)
+    lines = [f"warning: {w}" for w in warnings] + [f"note: {n}" for n in others]
+    return "\n".join(lines) or "(no notes)"
 
 
 def text_summary(profile: Profile, n: int = 10, events: Sequence | None = None, name: str | None = None) -> str:
@@ -116,6 +150,9 @@ def text_summary(profile: Profile, n: int = 10, events: Sequence | None = None, 
         parts.append("(no samples)")
     for e in evs:
         parts.append(top_table(profile, e, n=n))
+    warnings = sorted_notes(profile)[0]
+    if warnings:
+        parts.append("\n".join(f"warning: {w}" for w in warnings))
     return "\n\n".join(parts)
 
 

@@ -653,7 +653,7 @@ def test_source_view_of_a_pseudo_frame_says_so_without_a_line_0_row():
     gc = Frame("[GC]", "", 0, 0, FrameKind.GC)
     sv = F.source_view(build([([main, gc], EventType.CPU, 1, 10 * MS)]), "cpu", gc, read_lines=source_lines)
     html = F.source_html(sv)
-    assert "Not Python source (a pseudo-frame)" in html and "no source file" in html
+    assert f"Not Python source: {F.esc(F.PSEUDO_FRAMES['[GC]'])}; no lines" in html and "no source file" in html
     assert ":0<" not in html and "<td" not in html
     # a file without line numbers (folded stacks): its row says "?" rather than "0"
     nolines = Frame("work", APP, 0, 0)

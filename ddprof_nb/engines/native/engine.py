@@ -293,6 +293,9 @@ class NativeEngine(Engine):
                 "wall_unchanged": str(stats["wall_unchanged"]),
                 "cpu_kicks": str(stats.get("cpu_kicks", 0)),  # CPU samples on the sampler thread's signal
                 "wall_state_label": "state=cpu|off-cpu|gil",
+                # alloc/live counts are estimated objects: the number of samples is said here
+                **({"samples_alloc": str(stats["alloc"]["sampled"] + stats["alloc_native"]["sampled"]),
+                    "samples_live": str(conv.alloc.live_rows)} if "alloc" in stats else {}),
             },
         )
         builder = conv.builder
