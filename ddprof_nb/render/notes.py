@@ -19,7 +19,7 @@ __all__ = ["is_warning", "sorted_notes", "warning_count"]
 _WARNING = re.compile(
     r"\bdegraded\b|\bdropped\b|\blost\b|\bmissing\b|\bunreadable\b|\bfailed\b|\bcould not\b|\bcannot\b"
     r"|\bfell back\b|\bstopped (early|refreshing)\b|\bignored\b|\bnot (tracked|kept|recorded|profiled)\b"
-    r"|\bwere not seen\b|\bleft unhooked\b|\bunderestimated\b|\bsampling error"
+    r"|\bwere not seen\b|\bnot in this profile\b|\bleft unhooked\b|\bunderestimated\b|\bsampling error"
     r"|\banother (tool|library|allocator)\b|\bsomeone else\b|\bleft the cluster\b|\brestarted\b",
     re.IGNORECASE,
 )

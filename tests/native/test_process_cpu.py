@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from ddprof_nb.render.notes import is_warning
+
 from nhelpers import run_script
 
 POOL_SOURCE = r"""
@@ -113,10 +115,12 @@ def test_cpu_of_threads_that_run_no_python_is_named_in_a_note(pool_dir):
         """)
     # THEN one note says how much of the process's CPU the profile holds, and names the pool
     (note,) = r["notes"]
-    m = re.search(r"; ([\d.]+ *\S+) ran on threads that run no Python and are not sampled \(testpool ×2 ([\d.]+ *\S+)", note)
+    m = re.search(r"; ([\d.]+ *\S+) ran on threads that run no Python, not in this profile \(testpool ×2 ([\d.]+ *\S+)", note)
     assert m, note
     # AND its CPU is what the pool burned (0.8 s), within 10 %
     assert abs(_seconds(m.group(2)) - 0.8) <= 0.08, note
+    # AND the summary counts it as a warning (the profile is less than what ran)
+    assert is_warning(note), note
 
 
 def test_no_note_when_the_profile_holds_the_process_cpu():

@@ -94,12 +94,12 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
         names = ", ".join(f"{name}{f' ×{count[name]}' if count[name] > 1 else ''} {format_duration(ns)}"
                           for name, ns in outside.most_common(4))
         more = f" and {len(outside) - 4} more" if len(outside) > 4 else ""
-        parts.append(f"{format_duration(total_outside)} ran on threads that run no Python and are not sampled "
+        parts.append(f"{format_duration(total_outside)} ran on threads that run no Python, not in this profile "
                      f"({names}{more}): native worker pools (BLAS, OpenMP, a library's own threads)")
     if own:
         parts.append(f"{format_duration(own)} was the profiler's own threads")
     rest = missing - total_outside - own
     if rest > _QUIET_SHARE * process:
         parts.append(f"{format_duration(rest)} went to threads that ended before stop outside the profile "
-                     "(or to the clocks' rounding)")
+                     "(or to the clocks' rounding), not in this profile")
     return ["; ".join(parts)]
