@@ -19,7 +19,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .events import EventType, FrameKind
-from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns
+from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns, columns
 
 __all__ = ["filter", "merge", "map_stacks", "top", "top_values", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
@@ -131,10 +131,7 @@ def _select(profile: Profile, rows: np.ndarray) -> Profile:
         # (six columns of a 1 M-row profile: ~55 ms by masks, ~10-30 ms by indices)
         idx = np.flatnonzero(rows)
         cols = tuple(np.take(c, idx, axis=0) for c in cols)
-    view = Profile(profile.frames, profile.stacks, profile.threads, profile.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
-    view._flat = profile._flat  # same stacks table: reuse its CSR form
-    return view
+    return profile.replace(**columns(cols))  # (the same stacks table: its flat form is shared)
 
 
 def filter(
@@ -212,7 +209,7 @@ def _hide(view: Profile, rx) -> Profile:
                 o[k:] = g
                 out.append(o)
             cols = tuple(out)
-    out = Profile(view.frames, stacks, view.threads, view.labelsets, *cols, view.metadata, view.tick_ns)
+    out = view.replace(stacks=stacks, **columns(cols))
     out._flat = flat
     return out
 
@@ -345,7 +342,7 @@ def _rebuild(profile: Profile, builder: ProfileBuilder, *, stack_map: np.ndarray
         profile.values,
     )
     built = builder.build()
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, profile.metadata, profile.tick_ns)
+    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)
 
 
 def _merged_sample_counts(profiles) -> dict[str, str]:
@@ -405,7 +402,7 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
         cols = aggregate_columns(ev, st, th, lb, (t // tick) * tick, v)
     else:
         cols = (built.event, built.stack, built.thread, built.labels, built.time_ns, built.values)
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, meta, tick)
+    return built.replace(**columns(cols), metadata=meta, tick_ns=tick)
 
 
 def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", value_index: int = 1) -> list[TopRow]:

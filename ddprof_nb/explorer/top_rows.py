@@ -53,8 +53,7 @@ def _by_file(view: Profile) -> Profile:
                 frames.append(ff)
             target[i] = j
     flat, offsets = view.flat_stacks()
-    return Profile(tuple(frames), CSRStacks(target[flat], offsets), view.threads, view.labelsets, view.event,
-                   view.stack, view.thread, view.labels, view.time_ns, view.values, view.metadata, view.tick_ns)
+    return view.replace(frames=tuple(frames), stacks=CSRStacks(target[flat], offsets))
 
 
 def _top(view: Profile, event: EventType, group: str) -> dict[tuple, list[int]]:
