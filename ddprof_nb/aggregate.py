@@ -14,25 +14,14 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .events import EventType, FrameKind
+from .events import EventType
 from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns, columns
 
-__all__ = ["filter", "merge", "map_stacks", "top", "top_values", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
-
-
-class TopRow(NamedTuple):
-    """One row of a top table: values in the event's chosen value (quantity by default)."""
-
-    name: str
-    filename: str
-    line: int  # the line for by="line", the function's first line for by="function"
-    self: int  # value of samples where this function/line is the leaf
-    total: int  # value of samples where it appears anywhere in the stack (counted once)
-    kind: FrameKind
+__all__ = ["filter", "merge", "map_stacks", "top_values", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
 
 def compile_regex(pattern: str | None, what: str = "regex"):
@@ -403,30 +392,6 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
     else:
         cols = (built.event, built.stack, built.thread, built.labels, built.time_ns, built.values)
     return built.replace(**columns(cols), metadata=meta, tick_ns=tick)
-
-
-def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", value_index: int = 1) -> list[TopRow]:
-    """Self and total per function (or per line) for one event, sorted by self, then total.
-
-    ``event`` defaults to the profile's first event type.  ``total`` counts a function
-    once per stack even when it recurses.  ``n=None`` returns every row.
-    """
-    if by not in ("function", "line"):
-        raise ValueError(f"top(by={by!r}): expected 'function' or 'line'")
-    if event is None:
-        if not profile.events:
-            return []
-        event = profile.events[0]
-    reps, self_v, total_v = top_values(profile, event, by, value_index)
-    order = np.lexsort((-total_v, -self_v))
-    order = order[total_v[order] > 0]
-    if n is not None:
-        order = order[:n]
-    return [
-        TopRow(reps[i].name, reps[i].filename, reps[i].first_line if by == "function" else reps[i].line,
-               int(self_v[i]), int(total_v[i]), reps[i].kind)
-        for i in order
-    ]
 
 
 def top_values(profile: Profile, event, by: str = "function", value_index: int = 1):

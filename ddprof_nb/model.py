@@ -456,11 +456,13 @@ class Profile:
 
         return aggregate.filter(self, **criteria)
 
-    def top(self, event=None, n: int = 20, by: str = "function", value_index: int = 1):
-        """Top rows (function, file, line, self, total) for ``event``; see ``aggregate.top``."""
-        from . import aggregate
+    def top(self, event=None, n: int | None = 20, by: str = "function", sort: str = "self",
+            before: "Profile | None" = None, normalize: bool = True):
+        """Top rows of ``event`` (name, filename, line, kind, self, total, their counts, and a
+        diff's change against ``before``), grouped by function, line or file; see ``top.top``."""
+        from . import top
 
-        return aggregate.top(self, event, n=n, by=by, value_index=value_index)
+        return top.top(self, event, n=n, by=by, sort=sort, before=before, normalize=normalize)
 
     # -- call-tree transforms (implemented in transforms.py; each returns a new Profile) --
     def sandwich(self, function, event=None) -> "tuple[Profile, Profile]":

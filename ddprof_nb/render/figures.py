@@ -7,7 +7,7 @@ Figures.  plotly is imported only by the functions that make Figures or HTML.
 
 from __future__ import annotations
 
-from .. import aggregate
+from .. import top as _top
 from ..model import Profile
 from .colors import TEXT_COLOR, state_color
 from .flame import FlameData, flame_data
@@ -166,7 +166,7 @@ def report(view: Profile, event=None, value_index: int = 1, *, fd: FlameData | N
     td = timeline_data(view, e, 0)
     timeline = pio.to_html(go.Figure(data=[go.Bar(**t) for t in timeline_traces(td)], layout=timeline_layout(td)),
                            include_plotlyjs=False, full_html=False, config=config)
-    rows = aggregate.top(view, e, n=top, value_index=value_index)
+    rows = _top.top(view, e, n=top, sort=_top.SELF[value_index])
     meta = view.metadata
     title = f"ddprof_nb report — {e.display_name}"
     body = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from .. import aggregate
+from .. import top as _top
 from ..events import EventType
 from ..model import Profile
 from .colors import TEXT_COLOR
@@ -97,9 +97,10 @@ def top_table_html(rows: Iterable, event: EventType, value_index: int = 1, total
     body = []
     for r in rows:
         loc = f"{r.filename}:{r.line}" if r.filename else r.kind.label
+        self_v, total_v = r.values(value_index)
         body.append(
-            "<tr>" + td(esc(format_value(r.self, unit))) + td(pct(r.self)) + td(esc(format_value(r.total, unit)))
-            + td(pct(r.total)) + td(esc(r.name), "left", "f") + td(esc(loc), "left", "loc") + "</tr>"
+            "<tr>" + td(esc(format_value(self_v, unit))) + td(pct(self_v)) + td(esc(format_value(total_v, unit)))
+            + td(pct(total_v)) + td(esc(r.name), "left", "f") + td(esc(loc), "left", "loc") + "</tr>"
         )
     head = "".join(f"<th style='{_CELL.format(a)}'>{h}</th>" for h, a in (
         ("self", "right"), ("self %", "right"), ("total", "right"), ("total %", "right"),
@@ -217,7 +218,7 @@ def report(profile: Profile, *, event=None, events: Sequence | None = None, titl
         parts.append("<p>(no samples)</p>")
     for i, e in enumerate(evs):
         total = profile.total(e, value_index)
-        rows = aggregate.top(profile, e, n=top, value_index=value_index)
+        rows = _top.top(profile, e, n=top, sort=_top.SELF[value_index])
         body = (flame_section(profile, e, value_index, max_nodes=max_nodes, min_fraction=min_fraction)
                 + f"<div style='margin-top:6px'>{top_table_html(rows, e, value_index, total)}</div>")
         summary = f"{esc(e.display_name)} — {esc(format_value(total, value_unit(e, value_index)))}"

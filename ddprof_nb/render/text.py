@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .. import aggregate
+from .. import top as _top
 from ..events import EventType, FrameKind
 from ..model import Profile
 from .format import format_bytes, format_count, format_duration, format_value, value_label, value_unit
@@ -56,7 +56,7 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
 
     Columns: self, self %, total, total %, function, location.  The header names the
     event, its total and its sample count.  An event with no samples says so.
-    ``rows``: ``aggregate.top``'s rows when the caller has them already.
+    ``rows``: ``top.top``'s rows when the caller has them already.
     """
     if event is None:
         if not profile.events:
@@ -66,16 +66,17 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
     total = profile.total(e, value_index)
     head = (f"{e.display_name}: top {n} {'lines' if by == 'line' else 'functions'} "
             f"(total {_fmt(total, e, value_index)}, {count_text(profile, e)})")
-    rows = list(aggregate.top(profile, e, n=n, by=by, value_index=value_index) if rows is None else rows)[:n]
+    rows = list(_top.top(profile, e, n=n, by=by, sort=_top.SELF[value_index]) if rows is None else rows)[:n]
     if not rows or total <= 0:
         return head + "\n  (no samples)"
     cols = [("self", "self%", "total", "total%", "function", "location")]
     for r in rows:
+        self_v, total_v = r.values(value_index)
         cols.append((
-            _fmt(r.self, e, value_index),
-            f"{100 * r.self / total:.1f}%",
-            _fmt(r.total, e, value_index),
-            f"{100 * r.total / total:.1f}%",
+            _fmt(self_v, e, value_index),
+            f"{100 * self_v / total:.1f}%",
+            _fmt(total_v, e, value_index),
+            f"{100 * total_v / total:.1f}%",
             r.name,
             _location(r.filename, r.line, r.kind),
         ))
@@ -180,27 +181,29 @@ def history_table(entries: Iterable, max_count: int, max_bytes: int) -> str:
     return "\n".join(lines)
 
 
-def diff_table(before: Profile, after: Profile, event=None, n: int = 10, value_index: int = 1) -> str:
-    """Functions whose self value changed most from ``before`` to ``after`` (text)."""
+def diff_table(before: Profile, after: Profile, event=None, n: int = 10, normalize: bool = True) -> str:
+    """The functions whose total changed most from ``before`` to ``after`` (text): the
+    explorer's diff (``top.top`` with ``before``), ``before`` scaled to ``after``'s total
+    when ``normalize`` (a longer run then shows what changed in shape, not in length)."""
     if event is None:
         common = [e for e in after.events if e in before.events]
         if not common:
             return "(the two profiles share no event type)"
         event = common[0]
     e = EventType.parse(event)
-    a = {(r.name, r.filename, r.line): r.self for r in aggregate.top(before, e, n=None, value_index=value_index)}
-    b = {(r.name, r.filename, r.line): r.self for r in aggregate.top(after, e, n=None, value_index=value_index)}
-    ta, tb = before.total(e, value_index), after.total(e, value_index)
-    deltas = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), key=lambda t: -abs(t[0]))[:n]
-    head = (f"{e.display_name}: {_fmt(ta, e, value_index)} -> {_fmt(tb, e, value_index)} "
-            f"({'+' if tb >= ta else '-'}{_fmt(abs(tb - ta), e, value_index)}); biggest self changes")
-    rows = [("change", "before", "after", "function", "location")]
-    for d, k in deltas:
-        rows.append((("+" if d >= 0 else "-") + _fmt(abs(d), e, value_index),
-                     _fmt(a.get(k, 0), e, value_index), _fmt(b.get(k, 0), e, value_index),
-                     k[0], _location(k[1], k[2], FrameKind.PYTHON)))
-    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    ta, tb = before.total(e), after.total(e)
+    rows = _top.top(after, e, n=n, sort="change", before=before, normalize=normalize)
+    scale = tb / ta if (normalize and ta and tb) else 1.0
+    how = "before scaled to the same total" if scale != 1.0 else "absolute"
+    head = (f"{e.display_name}: {_fmt(ta, e, 1)} -> {_fmt(tb, e, 1)} "
+            f"({'+' if tb >= ta else '-'}{_fmt(abs(tb - ta), e, 1)}); biggest changes of total ({how})")
+    table = [("change", "before", "after", "function", "location")]
+    for r in rows:
+        table.append((("+" if r.change >= 0 else "-") + _fmt(round(abs(r.change)), e, 1),
+                      _fmt(round(r.total - r.change), e, 1), _fmt(r.total, e, 1),
+                      r.name, _location(r.filename, r.line, r.kind)))
+    w = [max(len(r[i]) for r in table) for i in range(4)]
     lines = [head] + [
-        f"{r[0]:>{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip() for r in rows
+        f"{r[0]:>{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip() for r in table
     ]
     return "\n".join(lines)

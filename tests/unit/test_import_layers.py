@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[2] / "ddprof_nb"
 # lowest first: a module may import its own layer and the ones before it
 LAYERS = [
     ("facts", ["_native", "events", "config", "errors", "_steptypes"]),  # _native: the compiled native/
-    ("model", ["model", "aggregate", "transforms"]),
+    ("model", ["model", "aggregate", "transforms", "top"]),
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
     ("sources", ["labeling", "engines", "sources", "aio", "asyncio_support",
@@ -34,6 +34,7 @@ INNER_IMPORTS = {
     # that implement them; those layers import the model at the top
     ("model", "aggregate"): "a cycle: aggregate builds Profiles",
     ("model", "transforms"): "a cycle: transforms build Profiles",
+    ("model", "top"): "a cycle: top reads Profiles",
     ("model", "exporters"): "a cycle: exporters build Profiles",
     ("model", "exporters.html"): "a cycle: exporters build Profiles",
     # the format modules import the package's helpers (write_atomic, read_source...)

@@ -541,10 +541,10 @@ def test_static_flame_html_is_plain_svg_and_escaped():
 
 
 def test_top_table_text_and_html():
-    from ddprof_nb import aggregate
+    from ddprof_nb import top
 
     p = basic()
-    rows = aggregate.top(p, "cpu")
+    rows = top.top(p, "cpu")
     text = F.top_table(p, EventType.CPU, n=10, value_index=1, rows=rows)
     assert text.splitlines()[2].split() == ["50.0", "ms", "50.0%", "70.0", "ms", "70.0%", "f", "…/home/user/app.py:20"]
     assert text == F.top_table(p, "cpu")  # the rows given are the rows it would compute
