@@ -21,6 +21,15 @@ import ddprof_nb
 from ddprof_nb import remote
 from ddprof_nb.loading import load
 
+try:
+    from test_magics import run, shell  # noqa: F401 - the shared IPython shell fixture
+except (ImportError, pytest.skip.Exception):  # no IPython: the magics test alone is skipped
+    run = None
+
+    @pytest.fixture
+    def shell():
+        pytest.skip("IPython is not installed")
+
 REPO = str(Path(ddprof_nb.__file__).resolve().parent.parent)
 CHROOT = Path(REPO) / "tools" / "pychroot.sh"
 HERE = "%d.%d" % sys.version_info[:2]
@@ -167,3 +176,20 @@ def test_a_version_it_cannot_read_is_refused_by_name(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+
+@pytest.mark.parametrize("target", ["3.12"], indirect=True)
+def test_magics_dump_and_attach_read_another_version(target, shell, capsys):
+    from ddprof_nb.history import history
+
+    minor, pid = target
+    res, _ = run(shell, f"%ddprof dump {pid}")
+    assert res.success
+    out = capsys.readouterr()
+    assert "leaf_waits_ünïcode" in out.out and "Python reader" in out.out, out
+    res, _ = run(shell, f"%ddprof attach {pid} -d 0.5 -o anyversion")
+    assert res.success
+    profile = history["anyversion"]
+    assert profile.metadata.python_version.startswith(minor + ".")
+    assert any("middle_calls_leaf" in [f.name for f in s.stack] for s in profile.samples())
