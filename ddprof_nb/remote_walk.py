@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import os
 import struct
 
@@ -43,20 +42,40 @@ _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.
                    ctypes.c_ulong]
 
 
+class _Memory:
+    """Reads of one process's memory into a buffer reused from read to read (a read costs a
+    system call and a copy, nothing more: a walk makes two per frame)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._grow(1 << 12)
+
+    def _grow(self, n: int) -> None:
+        self._buf = ctypes.create_string_buffer(n)
+        self._local, self._remote = _IoVec(ctypes.addressof(self._buf), 0), _IoVec(0, 0)
+        self._args = (self.pid, ctypes.byref(self._local), 1, ctypes.byref(self._remote), 1, 0)
+
+    def read(self, addr: int, n: int) -> bytes:
+        """``n`` bytes at ``addr``: Torn when the address is not (or no longer wholly) mapped,
+        OSError for anything else (no rights, no such process)."""
+        if not 0 < addr < 1 << 63 or n < 0:
+            raise Torn(f"address {addr:#x}")
+        if n > len(self._buf):
+            self._grow(n)
+        self._local.len = self._remote.len = n
+        self._remote.base = addr
+        got = _readv(*self._args)
+        if got == n:
+            return self._buf.raw[:n] if n > 256 else ctypes.string_at(self._local.base, n)
+        err = ctypes.get_errno() if got < 0 else errno.EFAULT
+        if err == errno.EFAULT:
+            raise Torn(f"unmapped address {addr:#x}")
+        raise OSError(err, os.strerror(err))
+
+
 def read_memory(pid: int, addr: int, n: int) -> bytes:
-    """``n`` bytes of ``pid``'s memory at ``addr``: Torn when the address is not (or no
-    longer wholly) mapped, OSError for anything else (no rights, no such process)."""
-    if not 0 < addr < 1 << 63 or n < 0:
-        raise Torn(f"address {addr:#x}")
-    buf = ctypes.create_string_buffer(n)
-    local, remote = _IoVec(ctypes.addressof(buf), n), _IoVec(addr, n)
-    got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-    if got == n:
-        return buf.raw
-    err = ctypes.get_errno() if got < 0 else errno.EFAULT
-    if err == errno.EFAULT:
-        raise Torn(f"unmapped address {addr:#x}")
-    raise OSError(err, os.strerror(err))
+    """One read of ``pid``'s memory (see ``_Memory.read``)."""
+    return _Memory(pid).read(addr, n)
 
 
 def _u64(raw: bytes, at: int) -> int:
@@ -79,6 +98,7 @@ class PyReader:
     def __init__(self, pid: int, version: tuple[int, int], runtime: int, code_type: int, unicode_type: int,
                  bytes_type: int):
         self.pid, self.code_type, self.unicode_type, self.bytes_type = pid, code_type, unicode_type, bytes_type
+        self._read = _Memory(pid).read
         if version >= (3, 13):
             self.layout: Layout = from_debug_offsets(self._read(runtime, DEBUG_OFFSETS_SIZE), version)
             self.layout_source = "its published debug offsets"
@@ -94,9 +114,6 @@ class PyReader:
         else:
             self.gil = _pointer(_u64(self._read(self.interp + lay.gil_pointer, 8), 0))
         self._codes: dict[tuple[int, int], tuple[str, str, int, bytes]] = {}
-
-    def _read(self, addr: int, n: int) -> bytes:
-        return read_memory(self.pid, addr, n)
 
     # -- threads and the GIL ---------------------------------------------------------------
     def threads(self) -> list[tuple[int, int]]:
@@ -231,5 +248,4 @@ class PyReader:
 
 def _fingerprint(fields: tuple[int, ...], first: int, units: int) -> int:
     """What tells a code object from another one later allocated at the same address."""
-    digest = hashlib.blake2b(struct.pack("<4QiQ", *fields, first, units), digest_size=8).digest()
-    return int.from_bytes(digest, "little") or 1
+    return hash((*fields, first, units)) & 0xFFFF_FFFF_FFFF_FFFF or 1
