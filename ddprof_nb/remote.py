@@ -163,14 +163,6 @@ def _free_threaded_name(path: str) -> bool:
     return bool(hit.group(3)) if hit else bool(re.search(r"/python\d+\.\d+t$", path))
 
 
-def _python_from_argv0(pid: int) -> str | None:
-    raw = _read_text(f"/proc/{pid}/cmdline") or ""
-    argv0 = raw.split("\0", 1)[0]
-    if argv0.startswith("/") and os.access(argv0, os.X_OK):
-        return argv0
-    return None
-
-
 class Target:
     """A CPython process opened for reading; ``close()`` (or ``with``) when done."""
 

@@ -193,3 +193,31 @@ def test_magics_dump_and_attach_read_another_version(target, shell, capsys):
     profile = history["anyversion"]
     assert profile.metadata.python_version.startswith(minor + ".")
     assert any("middle_calls_leaf" in [f.name for f in s.stack] for s in profile.samples())
+
+
+@pytest.mark.parametrize("target", ["3.12", "3.13"], indirect=True)
+def test_hostile_addresses_are_torn_reads_never_errors(target):
+    """Every pointer is checked: a walk started anywhere inside the target's live structures
+    (its interpreter, thread states, frames, code objects) ends with a stack or ``Torn``,
+    a code object resolved at a wrong address with ``None``; nothing else escapes."""
+    from ddprof_nb.remote_walk import Torn
+
+    _minor, pid = target
+    with remote.Target(pid) as tg:
+        reader = tg._py
+        assert reader is not None
+        starts = []
+        for tstate, tid in tg.threads():
+            frames, _ = reader.walk(tstate, tid, 64)
+            starts += [tstate, reader.interp] + [code for code, *_ in frames]
+        outcomes = {"stack": 0, "torn": 0}
+        for base in starts:
+            for delta in range(-64, 256, 8):
+                reader._top_frame = lambda _ts, _tid, at=base + delta: at
+                try:
+                    reader.walk(0, 0, 64)
+                    outcomes["stack"] += 1
+                except Torn:
+                    outcomes["torn"] += 1
+                assert reader.code(base + delta, 12345) is None
+        assert outcomes["torn"] > 0 and sum(outcomes.values()) == len(starts) * 40
