@@ -204,7 +204,8 @@ def _check(layout: Layout, d: dict[str, int], named: str) -> None:
             if not 0 <= d[f"{sec}.{f}"] < size <= 1 << 20:
                 raise LayoutError(f"CPython {named}: its published offset {sec}.{f} ({d[f'{sec}.{f}']}) is outside "
                                   f"its structure ({size} bytes): the layout is not the one this ddprof_nb knows")
-    if d["pyobject.ob_type"] != OB_TYPE or not 0 <= layout.gil_locked < GIL_SIZE or not 0 <= layout.gil_holder < GIL_SIZE:
+    gil_fields_inside = 0 <= layout.gil_locked < GIL_SIZE and 0 <= layout.gil_holder < GIL_SIZE
+    if d["pyobject.ob_type"] != OB_TYPE or not gil_fields_inside:
         raise LayoutError(f"CPython {named}: its published object or GIL offsets are not the ones this ddprof_nb knows")
 
 
