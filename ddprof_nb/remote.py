@@ -228,7 +228,7 @@ class Target:
             raise RemoteError(f"process {self.pid} (CPython {self.version_text}) cannot be read now: {exc}") from None
         except OSError as exc:
             raise _os_error(self.pid, exc.errno or errno.EPERM, "opening it") from None
-        self.layout_note = (f"read by ddprof_nb's Python reader with {self._py.layout_source} (this is CPython "
+        self.layout_note = (f"read by ddprof_nb's Python reader, with {self._py.layout_source} (this is CPython "
                             f"{platform.python_version()})")
 
     def _open_native(self, base: int, syms: dict[str, int]) -> None:

@@ -101,10 +101,10 @@ class PyReader:
         self._read = _Memory(pid).read
         if version >= (3, 13):
             self.layout: Layout = from_debug_offsets(self._read(runtime, DEBUG_OFFSETS_SIZE), version)
-            self.layout_source = "its published debug offsets"
+            self.layout_source = "the offsets the target publishes"
         else:
             self.layout = for_version(version)
-            self.layout_source = f"ddprof_nb's built-in table for {version[0]}.{version[1]}"
+            self.layout_source = f"a built-in table of CPython {version[0]}.{version[1]}'s offsets"
         lay = self.layout
         self.interp = _pointer(_u64(self._read(runtime + lay.interpreters_head, 8), 0))
         if not self.interp:
