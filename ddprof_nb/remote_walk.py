@@ -35,11 +35,11 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_readv = _libc.process_vm_readv
-_readv.restype = ctypes.c_ssize_t
-_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                   ctypes.c_ulong]
+_readv = getattr(ctypes.CDLL(None, use_errno=True), "process_vm_readv", None)  # Linux only
+if _readv is not None:
+    _readv.restype = ctypes.c_ssize_t
+    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                       ctypes.c_ulong]
 
 
 class _Memory:
@@ -58,6 +58,8 @@ class _Memory:
     def read(self, addr: int, n: int) -> bytes:
         """``n`` bytes at ``addr``: Torn when the address is not (or no longer wholly) mapped,
         OSError for anything else (no rights, no such process)."""
+        if _readv is None:
+            raise OSError(errno.ENOSYS, "this system cannot read another process's memory (no process_vm_readv)")
         if not 0 < addr < 1 << 63 or n < 0:
             raise Torn(f"address {addr:#x}")
         if n > len(self._buf):
