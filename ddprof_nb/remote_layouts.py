@@ -224,12 +224,21 @@ def line_of(linetable: bytes, firstlineno: int, lasti: int) -> int:
     line delta); 10-12: one-line form (delta C-10, two bytes); 0-9: short form (one byte)."""
     if lasti < 0:
         return firstlineno
+    try:
+        return _line_of(linetable, firstlineno, lasti)
+    except ValueError:
+        return firstlineno
+
+
+def _line_of(linetable: bytes, firstlineno: int, lasti: int) -> int:
     line, addr, i, n = firstlineno, 0, 0, len(linetable)
 
     def varint() -> int:
         nonlocal i
         v = shift = 0
         while i < n:
+            if shift > 24:
+                raise ValueError("an over-long varint")  # malformed (a hostile table could be megabytes of it)
             c = linetable[i]
             i += 1
             v |= (c & 63) << shift

@@ -221,3 +221,15 @@ def test_line_of_matches_the_interpreters_own_line_table(func):
             checked += 1
     assert checked == len(code.co_code) // 2
     assert rl.line_of(code.co_linetable, code.co_firstlineno, -1) == code.co_firstlineno
+
+
+def test_line_of_a_malformed_table_is_a_number():
+    import random
+
+    rng = random.Random(7)
+    tables = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))) for _ in range(2000)]
+    for table in tables:
+        assert isinstance(rl.line_of(table, 10, rng.randrange(-1, 40)), int)
+    # one long-form entry whose line-delta varint never ends: malformed, so the first line (an
+    # unbounded varint would grow a 120-kilobit delta instead, step by step)
+    assert rl.line_of(b"\xf0" + b"\xff" * 20_000, 10, 0) == 10
