@@ -164,7 +164,8 @@ def from_debug_offsets(raw: bytes, version: tuple[int, int]) -> Layout:
         raise LayoutError(f"CPython {named} publishes no debug offsets (no {COOKIE.decode()} cookie at _PyRuntime)")
     sections = SECTIONS.get(version)
     if sections is None:
-        raise LayoutError(f"CPython {named}: the layout of its published offsets is not known to this ddprof_nb")
+        raise LayoutError(f"CPython {named}: the layout of its published offsets is not known to this ddprof_nb "
+                          "(it reads CPython 3.11 to 3.15)")
     d = _fields(raw, sections)
     if (d["version"] >> 24, (d["version"] >> 16) & 0xFF) != version:
         raise LayoutError(f"CPython {named}: its published offsets carry another version ({d['version']:#x})")
