@@ -7,9 +7,8 @@ exception in the script prints its traceback and exits 1; the profile is still w
 ``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the summary
 line and the top tables (``--notes``: every note, warnings first).  ``dump PID`` prints the
 Python stack of every thread of another CPython process; ``record --pid PID`` samples one
-from outside (ddprof_nb.remote): a target of another Python minor version is handed to its
-own interpreter when ddprof_nb is importable there; an option of the in-process sampler
-given with ``--pid`` is refused, by name.  ``record`` ends with at most three short lines
+from outside (ddprof_nb.remote: any CPython 3.11-3.15, with the target's own layout); an
+option of the in-process sampler given with ``--pid`` is refused, by name.  ``record`` ends with at most three short lines
 on stderr: the summary, the first warning (when there is one), the paths written.  Our own
 errors (bad options, unreadable files, unreadable processes) print one
 line on stderr and exit 2.  The magics never import this module.
@@ -31,7 +30,7 @@ from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, Sam
 from .errors import ProfilerError
 from .events import EventType
 from .loading import load
-from .remote import RemoteError, Target, VersionMismatch, format_dump
+from .remote import RemoteError, Target, format_dump
 from .remote_record import record
 from .render.notes import sorted_notes
 from .render.text import notes_text, status_line, top_table
@@ -266,7 +265,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     if args.pid is not None:
         if script is not None or module is not None:
             raise CLIError(f"{PROG} record: --pid samples a running process; give it no script or module")
-        return _record_pid(args, ["record", *options])
+        return _record_pid(args)
     if args.duration is not None:
         raise CLIError(f"{PROG} record: --duration goes with --pid")
     if script is None and module is None:
@@ -345,7 +344,7 @@ def _refuse_in_process_options(args) -> None:
                        f"sampler only (a script, or %%ddprof in the kernel); sampling from outside takes {takes}")
 
 
-def _record_pid(args, argv: list[str]) -> int:
+def _record_pid(args) -> int:
     _refuse_in_process_options(args)
     if args.duration is not None and not args.duration > 0:
         raise CLIError(f"{PROG} record: --duration must be a positive number of seconds")
@@ -359,7 +358,7 @@ def _record_pid(args, argv: list[str]) -> int:
                        "sampler (record a script, or %%ddprof in the kernel)")
     labels = _labels(args)
     output = _record_output(args, f"pid{args.pid}", None)
-    target = _remote_target(args.pid, argv)
+    target = _remote_target(args.pid)
     print(f"ddprof_nb: sampling process {args.pid} (CPython {target.version_text})"
           f"{'' if args.duration is None else f' for {args.duration:g} s'}; Ctrl-C stops", file=sys.stderr)
     try:
@@ -412,42 +411,17 @@ def _report(args) -> int:
     return 0
 
 
-def _remote_target(pid: int, argv: list[str]):
-    """Open ``pid`` for reading; a target of another Python version is handed to its own
-    interpreter (this process is replaced) when ddprof_nb can read it from there."""
-
+def _remote_target(pid: int):
+    """Open ``pid`` for reading, or a one-line error naming why it cannot be read."""
     try:
         return Target(pid)
-    except VersionMismatch as exc:
-        _reexec(exc, argv)
     except RemoteError as exc:
         raise CLIError(f"{PROG}: {exc}") from None
 
 
-def _reexec(exc, argv: list[str]) -> None:
-    """Run this command with the target's interpreter if ddprof_nb's native engine loads there
-    (this process is replaced); otherwise refuse, naming both versions."""
-    import subprocess
+def _dump(args) -> int:
 
-    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
-    handed_over = bool(os.environ.get("DDPROF_NB_REEXEC"))  # once only: never loop between interpreters
-    for exe in [] if handed_over else exc.interpreters:
-        try:
-            ok = subprocess.run([exe, "-c", probe], capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        if ok:
-            sys.stderr.flush()
-            os.execve(exe, [exe, "-m", "ddprof_nb", *argv], {**os.environ, "DDPROF_NB_REEXEC": "1"})
-    want = ".".join(map(str, exc.version))
-    tried = ", ".join(exc.interpreters) or "its executable"
-    raise CLIError(f"{PROG}: {exc}. ddprof_nb's native engine cannot be loaded by the target's interpreter "
-                   f"({tried}): install ddprof_nb for CPython {want} there, or run this command with it")
-
-
-def _dump(args, argv: list[str]) -> int:
-
-    target = _remote_target(args.pid, argv)
+    target = _remote_target(args.pid)
     try:
         with target:
             text = format_dump(target, target.dump())
@@ -468,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             return _record(options, script, module, target_args)
         args = _parser().parse_args(argv)
         if args.command == "dump":
-            return _dump(args, argv)
+            return _dump(args)
         if args.command == "convert":
             return _convert(args)
         if args.command == "report":

@@ -30,7 +30,7 @@ from .model import Frame
 from .remote_layouts import LayoutError, line_of
 from .remote_walk import PyReader, Torn, read_memory
 
-__all__ = ["RemoteError", "TornRead", "VersionMismatch", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
+__all__ = ["RemoteError", "TornRead", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
            "dump_text"]
 
 _SYMBOLS = ("_PyRuntime", "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version")
@@ -45,16 +45,6 @@ class RemoteError(Exception):
 
 class TornRead(RemoteError):
     """The target's interpreter state changed under every try of a read (a sampler skips the look)."""
-
-
-class VersionMismatch(RemoteError):
-    """The target runs another CPython minor version than this interpreter (no longer raised
-    by ``Target``, which reads every version 3.11 to 3.15; kept for callers that catch it)."""
-
-    def __init__(self, message: str, version: tuple[int, int, int], interpreters: list[str]):
-        super().__init__(message)
-        self.version = version
-        self.interpreters = interpreters  # candidate executables of the target's version
 
 
 def _yama_scope() -> int | None:

@@ -122,9 +122,8 @@ VERSIONS = ["3.12", "3.13", *(pytest.param(m, marks=pytest.mark.slow) for m in (
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    # DDPROF_NB_REEXEC: the command may not hand the target to another interpreter
     return subprocess.run([sys.executable, "-m", "ddprof_nb", *args], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=REPO, DDPROF_NB_REEXEC="1"))
+                          env=dict(os.environ, PYTHONPATH=REPO))
 
 
 @pytest.mark.parametrize("target", VERSIONS, indirect=True)

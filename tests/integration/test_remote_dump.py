@@ -175,7 +175,7 @@ def test_dump_of_another_version_is_read_from_here_without_its_interpreter(tmp_p
     ver, python = next(iter(others.items()))
     proc = start_target(tmp_path, python=python)
     try:
-        result = run_dump(proc.pid, DDPROF_NB_REEXEC="1")  # handed over already: no second hand-over
+        result = run_dump(proc.pid)
         assert result.returncode == 0, result.stderr
         assert f"Python {ver}." in result.stdout and "Python reader" in result.stdout, result.stdout
         assert "alpha_blocked_on_event" in result.stdout and "main_waits_in_gamma" in result.stdout
