@@ -561,10 +561,10 @@ static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
     return p;
 }
 
-static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize)
+static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize, size_t n)
 {
     void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
-    slow_path(L, p, nelem * elsize);
+    slow_path(L, p, n);
     return p;
 }
 
@@ -606,9 +606,10 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     }                                                                                                 \
     static void *h_calloc_##D##K(void *ctx, size_t nelem, size_t elsize)                              \
     {                                                                                                 \
-        if (__builtin_expect(count_skip(K, nelem * elsize), 1))                                       \
+        size_t n; /* an overflowing size is no allocation (the allocator fails it): not counted */    \
+        if (__builtin_expect(__builtin_mul_overflow(nelem, elsize, &n) || count_skip(K, n), 1))       \
             return layers[D][K].prev.calloc(ctx, nelem, elsize);                                      \
-        return calloc_slow(&layers[D][K], nelem, elsize);                                             \
+        return calloc_slow(&layers[D][K], nelem, elsize, n);                                          \
     }                                                                                                 \
     static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
     {                                                                                                 \

@@ -160,7 +160,7 @@ int ddp_start(const ddp_config *c)
     if (!c)
         return DDP_EINVAL;
     if (c->interval_ns < 100000 || c->interval_ns > 60000000000LL || c->max_depth < 1 || c->max_depth > 4096 ||
-        c->ring_records < 0 || c->agg_keys < 0 || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
+        c->ring_records < 0 || c->agg_keys < 0 || (uint32_t)c->agg_keys > DDP_AGG_MAX_KEYS || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
     uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL) | engines_events();

@@ -337,10 +337,11 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
     }
     /* Near full: slots that never became active (a thread seen only by its own records, e.g.
      * an allocation, that exited before a scan found it) are checked too, a few per tick. */
-    static int sweep;
+    static int sweep; /* kept in [0, n): a counter that only grew overflowed after hours of churn */
     if (n >= MAX_SLOTS / 4 * 3 && nfree < 1024)
         for (int k = 0; k < 512 && n; k++) {
-            slot_t *s = &sess_slots[sweep++ % n];
+            sweep = sweep + 1 < n ? sweep + 1 : 0;
+            slot_t *s = &sess_slots[sweep];
             if (!s->dead && !atomic_load(&s->active) && !atomic_load(&s->excluded) &&
                 syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0)
                 s->dead = 1;
