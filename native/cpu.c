@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core.h"
 
@@ -193,11 +194,15 @@ void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
 
 /* Threads that exited (or left Python) during the session, with the CPU their clocks said
  * they used in it: their slots serve new threads, and the calibration at stop must still
- * see them, or a short worker keeps only what its timer's signals carried. */
-#define MAX_EXITED 4096
-static int32_t exited_tid[MAX_EXITED];
-static int64_t exited_used[MAX_EXITED], exited_sampled[MAX_EXITED];
-static int n_exited;
+ * see them, or a short worker keeps only what its timer's signals carried.  Grown as needed
+ * (sampler thread only; a session of thread-per-task churn has as many as it had threads);
+ * one that cannot be kept (no memory) is counted. */
+typedef struct {
+    int32_t tid;
+    int64_t used, sampled;
+} exited_t;
+static exited_t *exited;
+static int n_exited, cap_exited;
 
 void cpu_begin(void)
 {
@@ -207,26 +212,84 @@ void cpu_begin(void)
     n_exited = 0;
 }
 
+static void keep_exited(int32_t tid, int64_t used, int64_t sampled)
+{
+    if (n_exited == cap_exited) {
+        int cap = cap_exited ? cap_exited * 2 : 1024;
+        exited_t *grown = cap > 0 ? realloc(exited, sizeof *exited * (size_t)cap) : NULL;
+        if (!grown) {
+            sess_stats.cpu_exits_dropped++;
+            return;
+        }
+        exited = grown;
+        cap_exited = cap;
+    }
+    exited[n_exited++] = (exited_t){ tid, used, sampled };
+}
+
+/* A thread's CPU that no sample carried, on the stack where its own code began (the start
+ * hook's record): 1 when written. */
+static int emit_at_start(slot_t *s, int64_t ns)
+{
+    if (ns <= 0 || !atomic_load_explicit(&s->start_ready, memory_order_acquire))
+        return 0;
+    const ddp_record *p = s->start_rec;
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+        return 0;
+    }
+    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+    rec->value = ns;
+    rec->ts_ns = ddp_now_ns();
+    ddp_ring_publish(sess_ring, ticket);
+    atomic_fetch_add_explicit(&sess_stats.samples[DDP_EVENT_CPU], 1, memory_order_relaxed);
+    sess_stats.cpu_at_start++;
+    sess_stats.cpu_at_start_ns += ns;
+    return 1;
+}
+
+/* Its CPU from cpu_base_ns to `now`: kept with the exited threads', on its start stack when
+ * no sample carried any of it. */
+static void account_exit(slot_t *s, int64_t now)
+{
+    int64_t sampled = atomic_exchange(&s->cpu_sampled, 0);
+    if (now < s->cpu_base_ns)
+        return;
+    int64_t used = now - s->cpu_base_ns;
+    if (sampled <= 0 && emit_at_start(s, used))
+        sampled = used;
+    keep_exited(atomic_load(&s->tid), used, sampled);
+}
+
 void cpu_thread_left(slot_t *s)
 {
     if (!s->cpu_counted)
         return;
     s->cpu_counted = 0;
-    int64_t now = s->cpu_seen_ns;
+    int64_t now = s->cpu_seen_ns, at_exit = atomic_load(&s->exit_cpu_ns);
     if (!s->dead) { /* alive, out of Python: its clock still reads */
         int64_t c = thread_cpu_ns(s);
         if (c >= 0)
             now = c;
+    } else if (at_exit > now) {
+        now = at_exit; /* its own last read, later than the sampler's */
     }
-    int64_t sampled = atomic_exchange(&s->cpu_sampled, 0);
-    if (now >= s->cpu_base_ns && n_exited < MAX_EXITED) {
-        exited_tid[n_exited] = atomic_load(&s->tid);
-        exited_used[n_exited] = now - s->cpu_base_ns;
-        exited_sampled[n_exited] = sampled;
-        n_exited++;
-    }
+    account_exit(s, now);
+    s->exit_done = s->dead;
     s->cpu_first_ns = 0; /* back in Python later: a new base */
     s->cpu_left = 1;
+}
+
+void cpu_thread_exited_unseen(slot_t *s)
+{
+    int64_t at_exit = atomic_load(&s->exit_cpu_ns);
+    if (s->exit_done || s->cpu_counted || at_exit <= 0)
+        return;
+    s->exit_done = 1;
+    s->cpu_base_ns = 0; /* born during the session: the start hook saw it begin */
+    account_exit(s, at_exit);
 }
 
 int cpu_prof_foreign(void)
@@ -295,14 +358,17 @@ void cpu_totals_at_stop(void)
     int n = atomic_load(&sess_nslots);
     if (n > MAX_SLOTS)
         n = MAX_SLOTS;
+    for (int i = 0; sess_slots && i < n; i++) /* started and ended since the sampler's last tick */
+        if (!atomic_load(&sess_slots[i].active) && atomic_load(&sess_slots[i].start_ready))
+            cpu_thread_exited_unseen(&sess_slots[i]);
     for (int i = 0; sess_slots && i < n; i++) {
         slot_t *s = &sess_slots[i];
         s->cpu_used_stop = 0;
         if (!s->cpu_counted || s->cpu_first_ns <= 0)
             continue;
         int64_t now = s->has_timer ? thread_cpu_ns(s) : -1;
-        if (now < 0)
-            now = s->cpu_seen_ns; /* exited since the last tick: its latest read */
+        if (now < 0) /* exited since the last tick: its own last read, else the sampler's */
+            now = atomic_load(&s->exit_cpu_ns) > s->cpu_seen_ns ? atomic_load(&s->exit_cpu_ns) : s->cpu_seen_ns;
         if (now >= s->cpu_base_ns) {
             s->cpu_used_stop = now - s->cpu_base_ns;
             sess_stats.cpu_used_ns += s->cpu_used_stop;
@@ -310,8 +376,8 @@ void cpu_totals_at_stop(void)
         }
     }
     for (int i = 0; i < n_exited; i++) {
-        sess_stats.cpu_used_ns += exited_used[i];
-        sess_stats.cpu_sampled_ns += exited_sampled[i];
+        sess_stats.cpu_used_ns += exited[i].used;
+        sess_stats.cpu_sampled_ns += exited[i].sampled;
     }
 }
 
@@ -342,9 +408,9 @@ int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap
     }
     for (int i = 0; i < n_exited; i++, n++) /* a tid may repeat (it left Python and came back) */
         if (n < cap) {
-            tid[n] = exited_tid[i];
-            used[n] = exited_used[i];
-            sampled[n] = exited_sampled[i];
+            tid[n] = exited[i].tid;
+            used[n] = exited[i].used;
+            sampled[n] = exited[i].sampled;
         }
     return n;
 }
