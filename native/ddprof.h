@@ -310,7 +310,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out);
 /* Test helpers: the allocator of a domain (0 RAW, 1 MEM, 2 OBJ) as ctx + 4 function pointers;
  * install (1) / remove (0) a foreign pass-through allocator over MEM and OBJ. */
 int ddp_alloc_test_get_allocator(int domain, uint64_t *out5);
-int ddp_alloc_test_foreign(int on);
+int ddp_alloc_test_foreign(int on);       /* 2: one serving small blocks past ours (in a session) */
 /* C allocations of extension modules (nalloc.c): GOT hooks of PyTraceMalloc_Track/Untrack and
  * of the C allocator, sampled into ALLOC and LIVE like the PyMem hooks. */
 typedef struct {
