@@ -32,7 +32,6 @@ typedef struct {
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
     _Atomic int64_t cpu_acct_ns;  /* its CPU clock when its CPU was last accounted (handler; timer_arm); 0 unknown */
-    _Atomic int32_t kick_pending; /* the sampler thread sent it a SIGPROF the handler has not taken yet */
     /* below: owned by the sampler thread (or by start/stop when it is not running) */
     int has_timer;
     int timer_failed;
@@ -75,7 +74,7 @@ typedef struct {
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
     _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
-    _Atomic uint64_t cpu_kicks;          /* CPU samples taken on the sampler thread's SIGPROF (timer late) */
+    _Atomic uint64_t cpu_kicks;          /* CPU samples the sampler thread took (the timer's signal late) */
     uint64_t cpu_at_start, cpu_exits_dropped; /* threads whose CPU went to their start stack; exits not kept */
     int64_t cpu_at_start_ns;
     int64_t start_mono_ns, stop_mono_ns;
@@ -138,7 +137,7 @@ int thread_born_in_session(int32_t tid); /* not among the process's threads at t
 int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
 int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
 void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */
-/* sampler thread: its clock now and at the previous read; a lagging timer -> a SIGPROF sent */
+/* sampler thread: its clock now and at the previous read; a lagging timer -> a sample taken */
 void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 void cpu_prof_forget(void);             /* put the saved disposition back (failed start, fork child) */
 void cpu_prof_stop(void);               /* at stop: restore only if still ours, wait for handlers */

@@ -7,10 +7,10 @@
  * was last accounted (cpu_acct_ns), not period * (1 + overruns): a loaded kernel delivers a
  * thread's timer signals late (seen: 2-14 periods, once 2.5 s of CPU in one signal), and a late
  * signal's overrun count put all that CPU on whatever ran at delivery.  So the sampler thread,
- * which reads each thread's clock every tick anyway, sends SIGPROF itself (rt_tgsigqueueinfo,
- * SI_QUEUE) to a thread that ran 2 periods past its last accounting: it takes the sample when
- * it next runs, where it was burning CPU if it was preempted.  Weights are clock deltas, so a
- * kick and a timer signal never count one stretch of CPU twice.  At stop, each thread's CPU
+ * which reads each thread's clock every tick anyway, samples a running thread that ran 2
+ * periods past its last accounting itself (a walk of its frames, no signal: cpu_kick_check).
+ * Weights are clock deltas, so the sampler's sample and a timer signal never count one
+ * stretch of CPU twice.  At stop, each thread's CPU
  * clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
  *
  * Includes: core.h.
@@ -67,7 +67,6 @@ void timer_arm(slot_t *s)
     /* its first sample weighs the CPU since now (set before the timer can fire) */
     int64_t c = thread_cpu_ns(s);
     atomic_store(&s->cpu_acct_ns, c > 0 ? c : 0);
-    atomic_store(&s->kick_pending, 0);
     struct itimerspec its;
     its.it_interval.tv_sec = period / 1000000000LL;
     its.it_interval.tv_nsec = period % 1000000000LL;
@@ -98,9 +97,10 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     (void)sig, (void)uc;
     int saved_errno = errno;
     atomic_fetch_add(&in_handler, 1);
-    /* a timer's signal, or the sampler thread's kick (SI_QUEUE from this process: only it can) */
-    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si ||
-        (si->si_code != SI_TIMER && (si->si_code != SI_QUEUE || si->si_pid != sess_pid)))
+    /* Only our timers' signals (SI_TIMER: the kernel's alone).  Anyone may queue a SIGPROF
+     * with any si_code < 0, pid and value (rt_sigqueueinfo), so no other is taken; the slot
+     * checks below guard the timer's value anyway. */
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
         goto out;
     slot_t *s = si->si_value.sival_ptr;
     slot_t *base = sess_slots;
@@ -112,9 +112,6 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add(&sess_stats.stale_signals, 1);
         goto out;
     }
-    /* Any SIGPROF of ours answers a kick: a kick sent while one was pending was dropped
-     * (one instance of a standard signal is queued), and this signal takes its sample. */
-    atomic_store(&s->kick_pending, 0);
     if (!atomic_load(&s->active) || atomic_load(&s->excluded))
         goto out;
     int64_t t0 = ddp_now_ns();
@@ -124,7 +121,7 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL; /* our fault handler was replaced: never risk a fault */
-    int64_t overrun = si->si_code == SI_TIMER && si->si_overrun > 0 ? si->si_overrun : 0;
+    int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
     int64_t used = prev > 0 && cpu >= prev ? cpu - prev : sess_cfg.interval_ns * (1 + overrun);
     int64_t weight = used + s->cpu_carry;
     if (weight <= 0)
@@ -136,8 +133,6 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
-    if (r == PROD_OK && si->si_code == SI_QUEUE)
-        atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_calls, 1, memory_order_relaxed);
 out:
@@ -164,32 +159,40 @@ void cpu_prof_check(void)
         timer_disarm(&sess_slots[i]);
 }
 
-/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) samples
- * itself now: SIGPROF from us, taken when it next runs.  Only a thread that ran since the
- * previous read and that /proc says is running or runnable (not in a syscall): one gone to
- * sleep would take the sample at its sleep, and see its sleep cut short (EINTR where
- * SA_RESTART does not restart: poll, select, nanosleep in a C extension).  The pread (~5 us)
- * is paid only for a lagging thread. */
+/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) is sampled
+ * by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
+ * weighing the CPU since its last accounting.  Only a thread that ran since the previous read
+ * and that /proc says is running or runnable (not in a syscall): its frames are where it is
+ * burning CPU.  No signal: a SIGPROF sent after that read could find the thread gone to sleep
+ * meanwhile and cut a C extension's poll, select or nanosleep short (EINTR, never restarted
+ * by SA_RESTART).  The pread (~5 us) is paid only for a lagging thread. */
 void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
 {
-    if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&s->kick_pending) ||
-        atomic_load(&sess_stats.prof_replaced))
+    if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&sess_stats.prof_replaced) ||
+        atomic_load(&s->excluded))
         return;
     int64_t acct = atomic_load(&s->cpu_acct_ns);
     if (acct <= 0 || cpu_now - acct < 2 * sess_cfg.interval_ns)
         return;
     if (!thread_runnable(atomic_load(&s->tid)))
         return;
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    si.si_signo = SIGPROF;
-    si.si_code = SI_QUEUE;
-    si.si_pid = sess_pid;
-    si.si_uid = getuid();
-    si.si_value.sival_ptr = s; /* the handler validates it as a timer's */
-    atomic_store(&s->kick_pending, 1);
-    if (syscall(SYS_rt_tgsigqueueinfo, sess_pid, (int)atomic_load(&s->tid), SIGPROF, &si) != 0)
-        atomic_store(&s->kick_pending, 0); /* (the thread exited: its slot goes at the next scan) */
+    /* The CPU from acct to cpu_now is this sample's, unless the thread's handler accounted it
+     * meanwhile (the exchange there makes this fail) */
+    if (!atomic_compare_exchange_strong(&s->cpu_acct_ns, &acct, cpu_now))
+        return;
+    int64_t weight = cpu_now - acct;
+    int mode = atomic_load(&ddp_read_mode_now);
+    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, ddp_now_ns());
+    if (r == PROD_OK) {
+        atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);
+    } else {
+        /* torn or full: the weight back to the thread's next sample (acct moves back by it,
+         * whatever the handler exchanged since) */
+        atomic_fetch_sub(&s->cpu_acct_ns, weight);
+        if (r == PROD_FULL)
+            atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+    }
 }
 
 /* Threads that exited (or left Python) during the session, with the CPU their clocks said

@@ -141,7 +141,7 @@ typedef struct {
     uint64_t agg_bytes;          /* the aggregates' fixed size (keys and arena, both of them) */
     uint64_t agg_folded;         /* records folded into their thread's last record: the aggregate was full */
     uint64_t agg_coarsened;      /* aggregated records merged at drain time, under a coarser time tick */
-    uint64_t cpu_kicks;          /* CPU samples taken on a SIGPROF the sampler thread sent: the timer's was late */
+    uint64_t cpu_kicks;          /* CPU samples the sampler thread took of a running thread: its timer's was late */
     uint64_t cpu_at_start;       /* exited threads no CPU sample caught: their clock's CPU is on their start stack */
     int64_t cpu_at_start_ns;     /* ... that CPU */
     uint64_t cpu_exits_dropped;  /* exited threads whose CPU could not be kept (no memory): not in the totals */

@@ -48,8 +48,8 @@ def _sample_notes(config, stats: dict, secs: float) -> list[str]:
                          f"samples within one time tick merged); {stats['wall_unchanged']} samples of threads that "
                          "had not run since their previous sample reused its stack")
     if stats.get("cpu_kicks") and EventType.CPU in config.events:
-        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken on the sampler thread's signal "
-                     "because the kernel's timer signal was late")
+        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken by the sampler thread (a walk of "
+                     "a running thread's frames) because the kernel's timer signal was late")
     if stats["handler_calls"]:
         notes.append(f"signal handler: {format_duration(stats['handler_ns'] / stats['handler_calls'])} "
                      "per CPU sample")
