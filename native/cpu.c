@@ -290,7 +290,7 @@ void cpu_thread_exited_unseen(slot_t *s)
     int64_t at_exit = atomic_load(&s->exit_cpu_ns);
     /* (one a scan found is the registry's: timer or not, as any thread) */
     if (s->exit_done || s->cpu_counted || s->cpu_first_ns || s->cpu_left || at_exit <= 0 ||
-        atomic_load(&sess_stats.prof_replaced))
+        atomic_load(&sess_stats.prof_replaced) || atomic_load(&s->excluded))
         return;
     s->exit_done = 1;
     s->cpu_base_ns = 0; /* born during the session: the start hook saw it begin */
