@@ -561,10 +561,10 @@ static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
     return p;
 }
 
-static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize)
+static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize, size_t n)
 {
     void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
-    slow_path(L, p, nelem * elsize);
+    slow_path(L, p, n);
     return p;
 }
 
@@ -606,9 +606,10 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     }                                                                                                 \
     static void *h_calloc_##D##K(void *ctx, size_t nelem, size_t elsize)                              \
     {                                                                                                 \
-        if (__builtin_expect(count_skip(K, nelem * elsize), 1))                                       \
+        size_t n; /* an overflowing size is no allocation (the allocator fails it): not counted */    \
+        if (__builtin_expect(__builtin_mul_overflow(nelem, elsize, &n) || count_skip(K, n), 1))       \
             return layers[D][K].prev.calloc(ctx, nelem, elsize);                                      \
-        return calloc_slow(&layers[D][K], nelem, elsize);                                             \
+        return calloc_slow(&layers[D][K], nelem, elsize, n);                                          \
     }                                                                                                 \
     static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
     {                                                                                                 \
@@ -651,25 +652,35 @@ static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
 }
 
 /* The slots whose layer a call into domain d's allocator reaches now (a bit per slot), with
- * the GIL: every slot's countdown is forced below zero for one 1-byte allocation, and each
- * slow path it reaches notes itself instead of sampling.  A layer someone took out of the
- * chain (tracemalloc.stop() puts back what it saved, which may be older than ours) is then
- * seen to be unreachable: no call can reach it, so its slot may serve again. */
+ * the GIL: every slot's countdown is forced below zero for a few allocations, and each slow
+ * path one reaches notes itself instead of sampling.  A layer someone took out of the chain
+ * (tracemalloc.stop() puts back what it saved, which may be older than ours) is then seen to
+ * be unreachable: no call can reach it, so its slot may serve again.  The calls span sizes
+ * and entry points: an allocator above ours that serves small blocks itself and passes
+ * large ones down (as pymalloc does) hid a layer still linked from a 1-byte probe, and
+ * reinstalling that layer on top made its calls go round the two for good.  (Sizes up to
+ * 32 MiB: mapped, never touched.) */
+static const size_t probe_sizes[] = { 1, 513, 4097, 65537, (1u << 20) + 1, 1u << 25 };
+
 static unsigned reachable_layers(int d)
 {
     int64_t saved[N_SLOTS];
     memcpy(saved, smp.remaining, sizeof saved);
-    for (int k = 0; k < N_SLOTS; k++)
-        smp.remaining[k] = 0;
     probing = 1;
     probe_mask = 0;
-    void *p = d == DOM_MEM ? PyMem_Malloc(1) : PyObject_Malloc(1);
+    for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++) {
+        size_t n = probe_sizes[i];
+        void *p[3];
+        for (int k = 0; k < N_SLOTS; k++)
+            smp.remaining[k] = 0;
+        p[0] = d == DOM_MEM ? PyMem_Malloc(n) : PyObject_Malloc(n);
+        p[1] = d == DOM_MEM ? PyMem_Calloc(1, n) : PyObject_Calloc(1, n);
+        p[2] = d == DOM_MEM ? PyMem_Realloc(NULL, n) : PyObject_Realloc(NULL, n);
+        for (int j = 0; j < 3; j++)
+            d == DOM_MEM ? PyMem_Free(p[j]) : PyObject_Free(p[j]);
+    }
     probing = 0;
     memcpy(smp.remaining, saved, sizeof saved);
-    if (d == DOM_MEM)
-        PyMem_Free(p);
-    else
-        PyObject_Free(p);
     return probe_mask;
 }
 
@@ -977,15 +988,39 @@ static void *f_calloc(void *ctx, size_t n, size_t e) { PyMemAllocatorEx *a = ctx
 static void *f_realloc(void *ctx, void *p, size_t n) { PyMemAllocatorEx *a = ctx; return a->realloc(a->ctx, p, n); }
 static void f_free(void *ctx, void *p) { PyMemAllocatorEx *a = ctx; a->free(a->ctx, p); }
 
+/* on == 2: one that serves blocks up to 512 bytes from the allocator under the session's layer
+ * (skipping ours, as an allocator serving small blocks itself) and passes larger ones down
+ * through ours: the same underlying allocator either way, so any block frees either way. */
+static PyMemAllocatorEx foreign_base[2];
+static void *f2_malloc(void *ctx, size_t n)
+{
+    PyMemAllocatorEx *a = n <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->malloc(a->ctx, n);
+}
+static void *f2_calloc(void *ctx, size_t n, size_t e)
+{
+    PyMemAllocatorEx *a = n * e <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->calloc(a->ctx, n, e);
+}
+static void *f2_realloc(void *ctx, void *p, size_t n)
+{
+    PyMemAllocatorEx *a = !p && n <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->realloc(a->ctx, p, n);
+}
+
 int ddp_alloc_test_foreign(int on)
 {
-    if (!Py_IsInitialized() || (on ? foreign_on : !foreign_on))
+    if (!Py_IsInitialized() || (on ? foreign_on : !foreign_on) || on < 0 || on > 2 || (on == 2 && (!top[0] || !top[1])))
         return DDP_EINVAL;
     PyGILState_STATE g = PyGILState_Ensure();
     for (int d = 0; d < 2; d++) {
         if (on) {
             PyMem_GetAllocator(domains[d], &foreign_prev[d]);
+            if (on == 2)
+                foreign_base[d] = top[d]->prev;
             PyMemAllocatorEx f = { &foreign_prev[d], f_malloc, f_calloc, f_realloc, f_free };
+            if (on == 2)
+                f.malloc = f2_malloc, f.calloc = f2_calloc, f.realloc = f2_realloc;
             PyMem_SetAllocator(domains[d], &f);
         } else {
             PyMem_SetAllocator(domains[d], &foreign_prev[d]);

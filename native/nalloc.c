@@ -58,6 +58,7 @@
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,6 +106,9 @@ static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page 
 static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
 static uintptr_t page_mask;  /* page size - 1 */
 static _Atomic int n_on;
+/* Threads inside the emit (any thread, no GIL): stop waits for them, and the session's buffers
+ * are freed only once none is left (engine.h's emitting), as for the wait wrappers. */
+static _Atomic int n_emitting;
 static _Atomic uint64_t n_gen;
 static int n_atfork_done;
 
@@ -331,7 +335,9 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
     uint64_t kind = src_name[src] ? (uint64_t)src + 1 : 0;
     uint64_t id = ddp_alloc_new_id() | kind << DDP_ALLOC_KIND_SHIFT;
     atomic_fetch_add_explicit(&ns.sampled, 1, memory_order_relaxed);
-    int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
+    atomic_fetch_add(&n_emitting, 1); /* before the check: a stop after it waits for us */
+    int rc = atomic_load(&n_on) ? ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id) : DDP_ENOTRUNNING;
+    atomic_fetch_sub(&n_emitting, 1);
     if (rc == DDP_EINVAL) {
         atomic_fetch_add_explicit(&ns.not_python, 1, memory_order_relaxed);
         return;
@@ -551,6 +557,7 @@ static int count_tracking(void)
  * the loader's main lock: see gotpatch.c); gotpatch.c keeps the patch records whole ---------- */
 static void atfork_child(void)
 {
+    atomic_store(&n_emitting, 0); /* (the threads inside are the parent's) */
     atomic_store(&n_on, 0);
     atomic_fetch_add(&n_gen, 1);
     pthread_mutex_init(&patch_lock, NULL);
@@ -630,7 +637,11 @@ static void nalloc_stop(void)
     if (gp.npatches || gp.ndone)
         gp_restore_all(&gp, 1);
     pthread_mutex_unlock(&patch_lock);
+    for (int spins = 0; atomic_load(&n_emitting) && spins < 10000000; spins++)
+        sched_yield(); /* (bounded: a thread frozen inside keeps the buffers, see free_session) */
 }
+
+static int nalloc_emitting(void) { return atomic_load(&n_emitting); }
 
 /* Not with the GIL: patching takes loader locks a GIL holder may wait on (as lock/park);
  * started after alloc's PyMem hooks, stopped before alloc freezes LIVE (engine.h's order). */
@@ -642,7 +653,7 @@ const ddp_engine ddp_nalloc_engine = {
     .start = nalloc_start,
     .stop = nalloc_stop,
     .tick = nalloc_tick,
-    .emitting = NULL,
+    .emitting = nalloc_emitting,
     .after_fork = NULL, /* its own pthread_atfork handlers */
     .settle = nalloc_settle,
 };

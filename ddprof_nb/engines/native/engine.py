@@ -291,7 +291,7 @@ class NativeEngine(Engine):
                 "threads_seen": str(stats["threads_seen"]),
                 "wall_records": str(stats["wall_records"]),
                 "wall_unchanged": str(stats["wall_unchanged"]),
-                "cpu_kicks": str(stats.get("cpu_kicks", 0)),  # CPU samples on the sampler thread's signal
+                "cpu_kicks": str(stats.get("cpu_kicks", 0)),  # CPU samples the sampler thread took
                 "wall_state_label": "state=cpu|off-cpu|gil",
                 # alloc/live counts are estimated objects: the number of samples is said here
                 **({"samples_alloc": str(stats["alloc"]["sampled"] + stats["alloc_native"]["sampled"]),

@@ -48,8 +48,8 @@ def _sample_notes(config, stats: dict, secs: float) -> list[str]:
                          f"samples within one time tick merged); {stats['wall_unchanged']} samples of threads that "
                          "had not run since their previous sample reused its stack")
     if stats.get("cpu_kicks") and EventType.CPU in config.events:
-        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken on the sampler thread's signal "
-                     "because the kernel's timer signal was late")
+        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken by the sampler thread (a walk of "
+                     "a running thread's frames) because the kernel's timer signal was late")
     if stats["handler_calls"]:
         notes.append(f"signal handler: {format_duration(stats['handler_ns'] / stats['handler_calls'])} "
                      "per CPU sample")
@@ -67,6 +67,13 @@ def _sample_notes(config, stats: dict, secs: float) -> list[str]:
     late = late_signals_note(stats["cpu_used_ns"], stats["cpu_sampled_ns"], config.interval_ns)
     if late and EventType.CPU in config.events:
         notes.append(late)
+    if stats.get("cpu_at_start") and EventType.CPU in config.events:
+        notes.append(f"cpu: {format_count(stats['cpu_at_start'])} short-lived thread(s) ended before any CPU sample "
+                     f"caught them: their clocks' {format_duration(stats['cpu_at_start_ns'])} is on the stack where "
+                     "their own code began (their entry function; where inside it is unknown)")
+    if stats.get("cpu_exits_dropped"):
+        notes.append(f"degraded: {stats['cpu_exits_dropped']} exited thread(s)' CPU could not be kept (no memory): "
+                     "the CPU totals miss it")
     if stats["threads_overflow"]:
         notes.append(f"degraded: {stats['threads_overflow']} thread(s) beyond the 4096-thread table were not sampled")
     return notes

@@ -179,7 +179,7 @@ class Session:
             "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
             "parked_at_start", "leaked_bytes", "agg_in", "agg_out", "agg_full", "agg_bytes",
-            "agg_folded", "agg_coarsened", "cpu_kicks")}
+            "agg_folded", "agg_coarsened", "cpu_kicks", "cpu_at_start", "cpu_at_start_ns", "cpu_exits_dropped")}
         for name in ("samples", "dropped_full", "dropped_torn", "carried_full"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
