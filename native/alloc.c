@@ -78,7 +78,6 @@
 #define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
 #define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
 #define LIVE_MAX (LIVE_CAP / 4 * 3)
-#define NOTES_CAP 4096       /* type notes waiting for the drain */
 #define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
 #define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> FILTER_SHIFT) mod FILTER_SIZE */
 #define FILTER_SHIFT 8       /* 256-byte granules: a 4 KiB pymalloc pool is 16 adjacent bytes */
@@ -111,8 +110,6 @@ typedef struct {
 static layer_t layers[2][N_SLOTS];
 static layer_t *top[2];      /* the layers installed by the current session */
 static _Atomic int active_slot = -1; /* the slot of the running session, -1 = none */
-static double rate = 512 * 1024.0;
-static _Atomic uint64_t seq;
 
 static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
 static uint32_t live_n;
@@ -122,14 +119,8 @@ static uint8_t filter[FILTER_SIZE];
 static ddp_alloc_info *frozen; /* the live list at stop */
 static int frozen_n;
 
-/* Type notes: pushed by sampling threads, popped by the drain without the GIL (taking it
- * there would force a GIL hand-off from the profiled thread at every drain). */
-static ddp_alloc_info notes[NOTES_CAP];
-static uint32_t notes_head, notes_len;
-static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
-
 static struct {
-    _Atomic uint64_t sampled, emit_failed, live_overflow, notes_dropped, typed, untyped, reentered, sample_ns, type_ns;
+    _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
     int left_installed;
     int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
     int reclaimed;           /* layers found out of every chain at start and reused */
@@ -174,30 +165,10 @@ static inline double uniform01(void) /* in (0, 1] */
  * it below zero is the one whose bytes reach G. */
 static inline int64_t draw_gap(void)
 {
-    double g = -rate * log(uniform01()); /* >= 0 */
+    double g = -ddp_alloc_mean_gap() * log(uniform01()); /* >= 0 */
     return g > 9e18 ? (int64_t)9e18 : (int64_t)g;
 }
 
-/* ---- shared with the C allocation hooks (nalloc.c) ------------------------------------------ */
-double ddp_alloc_mean_gap(void) { return rate; }
-
-/* The Horvitz-Thompson weights of a sampled allocation of n bytes (p = 1 - exp(-n/R)):
- * count = 1/p rounded stochastically with u in (0, 1], bytes = n/p.  -1 when n == 0. */
-int ddp_alloc_weigh(size_t n, double u, int64_t *count, int64_t *bytes)
-{
-    double s = (double)n;
-    double prob = -expm1(-s / rate);
-    if (!(prob > 0))
-        return -1;
-    double c = 1.0 / prob;
-    *count = (int64_t)c;
-    if (u <= c - (double)*count)
-        ++*count;
-    *bytes = (int64_t)llround(s * c);
-    return 0;
-}
-
-uint64_t ddp_alloc_new_id(void) { return atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed) + 1; }
 
 /* ---- known static types: no read needed ------------------------------------------------- */
 static const struct {
@@ -389,37 +360,14 @@ static uintptr_t block_type(uintptr_t p, uint64_t size, int safe)
     return 0;
 }
 
-static void note_add(const ddp_alloc_info *note);
-
 static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 {
     ddp_alloc_info note = { .id = id, .size = size };
     if (copy_type_name(type, note.type_name) != 0)
         return;
-    note_add(&note);
+    ddp_alloc_note_info(&note);
 }
 
-/* A sample's leaf named outright (the C allocation hooks: "malloc", "numpy", ...). */
-void ddp_alloc_note(uint64_t id, uint64_t size, const char *name)
-{
-    ddp_alloc_info note = { .id = id, .size = size };
-    size_t len = strnlen(name, TYPE_NAME_CAP - 1);
-    memcpy(note.type_name, name, len);
-    note.type_name[len] = 0;
-    note_add(&note);
-}
-
-static void note_add(const ddp_alloc_info *note)
-{
-    pthread_mutex_lock(&notes_lock);
-    if (notes_len < NOTES_CAP) {
-        notes[(notes_head + notes_len) % NOTES_CAP] = *note;
-        notes_len++;
-    } else {
-        atomic_fetch_add_explicit(&ast.notes_dropped, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&notes_lock);
-}
 
 /* The thread's last sampled OBJ block, once its object is initialised. */
 static void pending_try(void)
@@ -749,11 +697,7 @@ static int alloc_start(const ddp_config *c)
     free(frozen);
     frozen = NULL;
     frozen_n = 0;
-    pthread_mutex_lock(&notes_lock);
-    notes_head = notes_len = 0;
-    pthread_mutex_unlock(&notes_lock);
-    atomic_store(&seq, 0);
-    rate = (double)r;
+    ddp_alloc_scheme_start((double)r);
     smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
     smp.busy = smp.parked = 0;
     smp.pending = 0;
@@ -866,8 +810,7 @@ static void alloc_after_fork(void)
     smp.pending = 0;
     live_n = 0;
     filter_clear();
-    pthread_mutex_init(&notes_lock, NULL); /* another thread may have held it at fork */
-    notes_head = notes_len = 0;
+    ddp_alloc_scheme_after_fork();
 }
 
 const ddp_engine ddp_alloc_engine = {
@@ -882,20 +825,6 @@ const ddp_engine ddp_alloc_engine = {
 };
 
 /* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
-int ddp_alloc_types_pop(ddp_alloc_info *out, int max)
-{
-    if (!out || max < 0)
-        return DDP_EINVAL;
-    int n = 0;
-    pthread_mutex_lock(&notes_lock);
-    while (n < max && notes_len) {
-        out[n++] = notes[notes_head];
-        notes_head = (notes_head + 1) % NOTES_CAP;
-        notes_len--;
-    }
-    pthread_mutex_unlock(&notes_lock);
-    return n;
-}
 
 int ddp_alloc_live_ids(uint64_t *out, int max)
 {
@@ -944,7 +873,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->sampled = atomic_load(&ast.sampled);
     out->emit_failed = atomic_load(&ast.emit_failed);
     out->live_overflow = atomic_load(&ast.live_overflow);
-    out->notes_dropped = atomic_load(&ast.notes_dropped);
+    out->notes_dropped = ddp_alloc_notes_dropped();
     out->typed = atomic_load(&ast.typed);
     out->untyped = atomic_load(&ast.untyped);
     out->reentered = atomic_load(&ast.reentered);
