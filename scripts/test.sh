@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh machine and run them all.
 #   bash scripts/test.sh            # the whole suite (what CI runs)
+#   bash scripts/test.sh --quick    # the contributor's lane: 3.11 only, the tests marked quick
+#       (tests/unit and tests/native unless slow, one integration test per feature; see
+#       tests/conftest.py), no system packages, no sanitizer, no chroot: a few minutes
 #   PYTHONS="3.11" bash scripts/test.sh   # fewer interpreters while developing
 #   REPEAT=3 bash scripts/test.sh   # the pytest phases 3 times (after all installs; the
 #       sanitizer and chroot phases once), then every test that failed in any run, with its run
+# At its end it prints how long each phase took and the slowest tests of every pytest run.
 # Each interpreter gets its own venv under .venvs/ with ddprof_nb installed (native
 # part compiled for that version).  3.11 runs everything; 3.12 and 3.13 run the parts
 # that depend on the interpreter (native, integration without the browser and without the
@@ -12,13 +16,31 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+quick=0
+case "${1:-}" in
+    --quick) quick=1 ;;
+    "") ;;
+    *) echo "usage: bash scripts/test.sh [--quick]"; exit 2 ;;
+esac
+if [ $quick = 1 ]; then
+    PYTHONS=3.11 RUN_SANITIZERS=0 RUN_CHROOT=0
+    [ -z "${REPEAT:-}" ] || { echo "REPEAT is for the whole suite"; exit 2; }
+fi
 PYTHONS=${PYTHONS:-"3.11 3.12 3.13"}
 failed=()
 # everything printed is kept, so that the summary can end with each failure's reason (CI
 # shows the tail of long outputs)
 whole_log=$(mktemp)
 exec > >(tee "$whole_log") 2>&1
-step() { printf '\n=== %s (%s)\n' "$1" "$(date +%T)"; }
+# Each step is a phase of the time table printed at the end; a step ends where the next begins.
+phase_names=() phase_secs=() phase_name="" phase_t0=$SECONDS
+end_phase() {
+    [ -n "$phase_name" ] && { phase_names+=("$phase_name"); phase_secs+=($((SECONDS - phase_t0))); }
+    phase_name=""
+}
+step() { end_phase; phase_name=$1; phase_t0=$SECONDS; printf '\n=== %s (%s)\n' "$1" "$(date +%T)"; }
+# every pytest run lists its slowest tests; the summary gathers them from the log
+durations=(--durations=15 --durations-min=1)
 
 python_for() {  # the interpreter binary for a version: pyenv's, else python3.X on PATH
     local v=$1 prefix
@@ -31,24 +53,33 @@ python_for() {  # the interpreter binary for a version: pyenv's, else python3.X 
 
 run_pytest() {  # the pytest phase of version $1 (its venv is ready)
     local v=$1 py="$ROOT/.venvs/$1/bin/python" rc=0
-    if [ "$v" = "3.11" ]; then
+    if [ $quick = 1 ]; then
+        # the quick lane: what tests/conftest.py and the quick markers select, unit tests on
+        # both cores, the rest (which samples and keeps time) one test at a time
+        step "python $v: quick unit tests (2 cores)"
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" -n 2 -m quick tests/unit || rc=$?
+        step "python $v: quick native, integration and coexistence tests"
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" -m quick tests --ignore=tests/unit || rc=$?
+    elif [ "$v" = "3.11" ]; then
         # Three runs.  The notebook tests (a venv built from binder/ with pip, the quick start's
         # own venv, every notebook run headless: downloads, then presence checks) and
         # tests/unit (pure Python, no time kept: both cores, pytest-xdist) at once; then
         # everything else, which samples and keeps time, alone and one test at a time.
         local lane=(tests/integration/test_binder.py tests/integration/test_notebooks.py) lane_log lane_pid
         lane_log=$(mktemp)
-        "$py" -m pytest -q -p no:cacheprovider "${lane[@]}" >"$lane_log" 2>&1 &
+        step "python $v: unit tests (2 cores) beside the notebook and binder tests"
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" "${lane[@]}" >"$lane_log" 2>&1 &
         lane_pid=$!
-        "$py" -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" -n 2 tests/unit || rc=$?
         wait "$lane_pid" || rc=$?
         cat "$lane_log"; rm -f "$lane_log"
-        "$py" -m pytest -q -p no:cacheprovider tests --ignore=tests/unit "${lane[@]/#/--ignore=}" || rc=$?
+        step "python $v: native, integration and coexistence tests"
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" tests --ignore=tests/unit "${lane[@]/#/--ignore=}" || rc=$?
     else
         # (tests/unit is pure Python: 3.11 here and 3.14/3.15 in the chroot run it; so are
         # the tests marked pure_python, which read no interpreter internals and sample nothing;
         # the coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
-        "$py" -m pytest -q -p no:cacheprovider tests/native tests/integration tests/coexist/test_coexist_repros.py \
+        "$py" -m pytest -q -p no:cacheprovider "${durations[@]}" tests/native tests/integration tests/coexist/test_coexist_repros.py \
             tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow and not pure_python" || rc=$?
     fi
     return $rc
@@ -58,16 +89,16 @@ if [ -n "${REPEAT:-}" ] && ! [[ $REPEAT =~ ^[1-9][0-9]*$ ]]; then
     echo "REPEAT must be a positive integer (got '$REPEAT')"; exit 2
 fi
 
-step "system packages"
 need=()
+[ $quick = 1 ] || step "system packages"
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 [ -x /usr/bin/chromium ] || need+=(chromium)
-if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+if [ $quick = 0 ] && [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     (apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${need[@]}"; }) \
         || echo "WARNING: could not install ${need[*]}"
 fi
 
-extras_for() { if [ "$1" = "3.11" ]; then echo "dev,coexist,browser,bench,dask"; else echo "dev,coexist"; fi; }
+extras_for() { if [ "$1" = "3.11" ] && [ $quick = 0 ]; then echo "dev,coexist,browser,bench,dask"; else echo "dev,coexist"; fi; }
 sanitize=0
 [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]] && sanitize=1
 
@@ -77,7 +108,8 @@ sanitize=0
 setup_logs=$(mktemp -d)
 chroot_pid=
 if [ "${RUN_CHROOT:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
-    bash tools/pychroot.sh ensure >"$setup_logs/chroot.log" 2>&1 &
+    (t0=$SECONDS; bash tools/pychroot.sh ensure; rc=$?; echo $((SECONDS - t0)) >"$setup_logs/chroot.secs"; exit $rc) \
+        >"$setup_logs/chroot.log" 2>&1 &
     chroot_pid=$!
 fi
 step "venvs and dependencies of $PYTHONS$([ $sanitize = 1 ] && echo " and the sanitizer venv"), at once"
@@ -87,6 +119,8 @@ for v in $PYTHONS $([ $sanitize = 1 ] && echo asan-3.11); do
     venv="$ROOT/.venvs/$v"
     extras=$(extras_for "$v")
     (
+        t0=$SECONDS
+        trap 'echo $((SECONDS - t0)) >"$setup_logs/$v.secs"' EXIT
         [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || exit 1
         "$venv/bin/python" scripts/requirements_of.py "$extras" >"$setup_logs/$v.txt" || exit 1
         "$venv/bin/pip" install -q --disable-pip-version-check -r "$setup_logs/$v.txt"
@@ -98,6 +132,11 @@ for pv in ${deps_pids[@]+"${deps_pids[@]}"}; do
     wait "${pv%%:*}" || { echo "dependencies of ${pv#*:} failed:"; grep -v "^WARNING: Location" "$setup_logs/${pv#*:}.log" | tail -n 20; }
 done
 echo "dependencies installed ($(date +%T))"
+# the time table's rows for work done beside other phases
+beside=()
+for pv in ${deps_pids[@]+"${deps_pids[@]}"}; do
+    beside+=("  dependencies of ${pv#*:} (at once):$(cat "$setup_logs/${pv#*:}.secs" 2>/dev/null || echo "?")")
+done
 
 for v in $PYTHONS; do
     step "python $v: venv and install"
@@ -110,7 +149,8 @@ for v in $PYTHONS; do
     "$venv/bin/python" -c "import ddprof_nb._native" || { failed+=("build-$v"); continue; }
     # a regular (non-editable) `pip install .`, imported from outside the source tree
     target=$(mktemp -d)
-    if DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --target "$target" . \
+    if [ $quick = 1 ]; then :  # (packaging: the whole suite's)
+    elif DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --target "$target" . \
         >/dev/null 2>&1 && (cd / && PYTHONPATH="$target" "$venv/bin/python" -c \
         "import ddprof_nb, ddprof_nb.engines.native.binding as b; assert ddprof_nb.__file__.startswith('$target'), ddprof_nb.__file__; assert b.unavailable_reason() is None, b.unavailable_reason(); print('pip install . on', '$v', 'ok')"); then :
     else failed+=("pip-install-$v"); fi
@@ -161,11 +201,32 @@ if [ -n "$chroot_pid" ]; then
     # the background build's output (test_chroot.sh's own ensure then finds it built, or
     # retries and reports)
     wait "$chroot_pid"; cat "$setup_logs/chroot.log"
-    bash scripts/test_chroot.sh || failed+=("chroot-3.14/3.15")
+    beside+=("  chroot built in the background:$(cat "$setup_logs/chroot.secs" 2>/dev/null || echo "?")")
+    bash scripts/test_chroot.sh | tee "$setup_logs/chroot-tests.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed+=("chroot-3.14/3.15")
+    # its versions' phases (test_chroot.sh prints "PHASE name: N s" under "=== python V ...")
+    while IFS= read -r row; do beside+=("$row"); done < <(awk '
+        /^=== python [0-9.]+ in the chroot/ { v = $3 }
+        /^PHASE / && v != "" { sub(/^PHASE /, ""); name = $0; sub(/: .*/, "", name)
+            secs = $0; sub(/^[^:]*: (FAILED after )?/, "", secs); sub(/ .*/, "", secs)
+            if (name !~ /total$/) print "  python " v " in the chroot: " name ":" secs }' "$setup_logs/chroot-tests.log")
 fi
 
 rm -rf "$setup_logs"
+end_phase
 step "summary"
+printf '%-72s %8s\n' "phase" "seconds"
+for i in "${!phase_names[@]}"; do
+    printf '%-72s %8s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
+done
+for row in ${beside[@]+"${beside[@]}"}; do printf '%-72s %8s\n' "${row%:*}" "${row##*:}"; done
+printf '%-72s %8s\n' "total" "$SECONDS"
+echo
+echo "slowest tests (every pytest run above; phase, seconds, test):"
+awk '/^=== / { sub(/^=== /, ""); sub(/ \([0-9:]+\)$/, ""); phase = $0 }
+     /^[0-9]+\.[0-9]+s (call|setup|teardown) / { printf "%s\t%s\t%s %s\n", phase, $1, $2, $3 }' "$whole_log" \
+    | sort -t$'\t' -k2 -rn | head -n 25 | awk -F'\t' '{ printf "  %7s  %-40.40s  %s\n", $2, $1, $3 }'
+echo
 if [ ${#failed[@]} -gt 0 ]; then
     # the failing tests of every phase and, for each, its first assertion lines
     grep -aE '^(FAILED|ERROR) |^(E   |>       assert)' "$whole_log" | cut -c1-400 | awk '

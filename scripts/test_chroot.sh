@@ -97,11 +97,11 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     # rest samples and keeps time, one test at a time
     if (( unit )); then
         echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
-        python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
+        python -m pytest -q -p no:cacheprovider --durations=15 --durations-min=1 -n 2 tests/unit || rc=$?
     else
         echo "--- tests: pytest ${targets[*]} (tests/unit: on the newest version only)"
     fi
-    python -m pytest -q -p no:cacheprovider "${targets[@]}" \
+    python -m pytest -q -p no:cacheprovider --durations=15 --durations-min=1 "${targets[@]}" \
         --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
         || rc=$?
     local tests_s
