@@ -266,7 +266,7 @@ echo
 echo "slowest tests (every pytest run above; seconds, phase, test):"
 awk '/^=== / { sub(/^=== /, ""); sub(/ \([0-9:]+\)$/, ""); phase = $0 }
      /^[0-9]+\.[0-9]+s (call|setup|teardown) / { printf "%s\t%s\t%s %s\n", phase, $1, $2, $3 }' "$whole_log" \
-    | sort -t$'\t' -k2 -rn | head -n 25 | awk -F'\t' '{ printf "  %7s  %-44.44s  %s\n", $2, $1, $3 }'
+    | sort -t$'\t' -k2 -rn | head -n 25 | awk -F'\t' '{ printf "  %7s  %-60.60s  %s\n", $2, $1, $3 }'
 echo
 if [ ${#failed[@]} -gt 0 ]; then
     # the failing tests of every phase and, for each, its first assertion lines
