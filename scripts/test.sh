@@ -158,6 +158,12 @@ for pv in ${deps_pids[@]+"${deps_pids[@]}"}; do
     beside+=("  dependencies of ${pv#*:} (at once):$(cat "$setup_logs/${pv#*:}.secs" 2>/dev/null || echo "?")")
 done
 
+chroot_rows() {  # the background chroot work's rows of the time table
+    beside+=("  the chroot and its venvs' dependencies, in the background:$(cat "$setup_logs/chroot.secs" 2>/dev/null || echo "?")")
+    while IFS= read -r row; do beside+=("$row"); done < <(sed -nE \
+        -e 's/^PHASE chroot: ([0-9.]+) s.*/    of which the chroot (tools\/pychroot.sh ensure):\1/p' \
+        -e "s/^PHASE dependencies of ([0-9.]+): ([0-9.]+) s.*/    of which python \\1's dependencies:\\2/p" "$setup_logs/chroot.log")
+}
 ready=()  # versions whose venv is ready
 lane_pid=
 for v in $PYTHONS; do
@@ -220,10 +226,10 @@ else
         fi
     fi
     if [ -n "$chroot_pid" ]; then
-        step "the chroot and its venvs' dependencies (built in the background since the start)"
+        step "waiting for the chroot and its venvs' dependencies (background)"
         wait "$chroot_pid" || echo "(its test phase below retries and reports)"
         cat "$setup_logs/chroot.log"
-        beside+=("  the chroot and its dependencies, in the background:$(cat "$setup_logs/chroot.secs" 2>/dev/null || echo "?")")
+        chroot_rows
         chroot_pid=done
     fi
     for v in ${ready[@]+"${ready[@]}"}; do
@@ -241,7 +247,7 @@ if [ -n "$chroot_pid" ]; then
     step "python 3.14 / 3.15 in a Debian chroot"
     if [ "$chroot_pid" != done ]; then  # (REPEAT: still in the background until here)
         wait "$chroot_pid"; cat "$setup_logs/chroot.log"
-        beside+=("  the chroot and its dependencies, in the background:$(cat "$setup_logs/chroot.secs" 2>/dev/null || echo "?")")
+        chroot_rows
     fi
     bash scripts/test_chroot.sh | tee "$setup_logs/chroot-tests.log"
     [ "${PIPESTATUS[0]}" = 0 ] || failed+=("chroot-3.14/3.15")
@@ -256,12 +262,12 @@ fi
 rm -rf "$setup_logs"
 end_phase
 step "summary"
-printf '%-76s %8s\n' "phase" "seconds"
+printf '%-82s %8s\n' "phase" "seconds"
 for i in "${!phase_names[@]}"; do
-    printf '%-76s %8s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
+    printf '%-82s %8s\n' "${phase_names[$i]}" "${phase_secs[$i]}"
 done
-for row in ${beside[@]+"${beside[@]}"}; do printf '%-76s %8s\n' "${row%:*}" "${row##*:}"; done
-printf '%-76s %8s\n' "total" "$SECONDS"
+for row in ${beside[@]+"${beside[@]}"}; do printf '%-82s %8s\n' "${row%:*}" "${row##*:}"; done
+printf '%-82s %8s\n' "total" "$SECONDS"
 echo
 echo "slowest tests (every pytest run above; seconds, phase, test):"
 awk '/^=== / { sub(/^=== /, ""); sub(/ \([0-9:]+\)$/, ""); phase = $0 }
