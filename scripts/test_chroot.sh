@@ -4,6 +4,8 @@
 #
 #   bash scripts/test_chroot.sh                 # 3.14 and 3.15
 #   CHROOT_PYTHONS=3.15 bash scripts/test_chroot.sh
+#   bash scripts/test_chroot.sh --prepare       # only build the chroot and install each venv's
+#       dependencies (scripts/test.sh does it in the background while other phases run)
 #
 # Per version, inside the chroot: pip install -e ".[dev]" (the native part may fail to
 # compile: the install must still succeed, and the native engine must then say it is
@@ -97,11 +99,11 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     # rest samples and keeps time, one test at a time
     if (( unit )); then
         echo "--- tests: pytest -n 2 tests/unit, then pytest ${targets[*]}"
-        python -m pytest -q -p no:cacheprovider -n 2 tests/unit || rc=$?
+        python -m pytest -q -p no:cacheprovider --durations=15 --durations-min=1 -n 2 tests/unit || rc=$?
     else
         echo "--- tests: pytest ${targets[*]} (tests/unit: on the newest version only)"
     fi
-    python -m pytest -q -p no:cacheprovider "${targets[@]}" \
+    python -m pytest -q -p no:cacheprovider --durations=15 --durations-min=1 "${targets[@]}" \
         --deselect tests/integration/test_python_engine_overhead.py::test_overhead_at_100hz_on_a_call_heavy_loop \
         || rc=$?
     local tests_s
@@ -141,6 +143,13 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     return "$final"
 }
 
+if [[ ${1:-} == --inside-deps ]]; then  # the venv's dependencies, without the project
+    reqs=$(mktemp)
+    python scripts/requirements_of.py dev >"$reqs" && python -m pip install -q --disable-pip-version-check -r "$reqs"
+    rc=$?
+    rm -f "$reqs"
+    exit $rc
+fi
 if [[ ${1:-} == --inside ]]; then
     unit=0
     [[ ${2:-} == --unit ]] && unit=1
@@ -163,6 +172,16 @@ if ! bash tools/pychroot.sh ensure; then
 fi
 chroot_s=$(since "$t")
 echo "PHASE chroot: $chroot_s s"
+
+if [[ ${1:-} == --prepare ]]; then
+    for v in $PYTHONS; do
+        t=$(now)
+        echo "=== python $v in the chroot: dependencies ($(date +%T))"
+        bash tools/pychroot.sh run "$v" -- bash scripts/test_chroot.sh --inside-deps || status=1
+        echo "PHASE dependencies of $v: $(since "$t") s"
+    done
+    exit $status
+fi
 
 # tests/unit is pure Python, none of it version-dependent (3.11 runs it too): on the last
 # version only; the native, python-engine and remote tests run on every version

@@ -51,6 +51,7 @@ def test_lockpark_start_stop_beside_a_dlopen_storm_never_deadlocks():
     assert r["park_seen"] or (SANITIZED and r["degraded"]), r
 
 
+@pytest.mark.quick
 def test_second_sigprof_user_survives_our_stop():
     # GIVEN a session sampling CPU, and a vmprof/Scalene-style tool that starts inside it:
     # its own SIGPROF handler and an ITIMER_PROF timer
@@ -103,6 +104,7 @@ def test_second_sigprof_user_survives_our_stop():
     assert r["final_problems"] == [], r
 
 
+@pytest.mark.quick
 def test_tracemalloc_stop_inside_an_alloc_live_session():
     # GIVEN tracemalloc started before an alloc+live session
     # WHEN tracemalloc.stop() runs inside the session (restoring the allocator it saved, which

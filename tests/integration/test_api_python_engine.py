@@ -25,6 +25,7 @@ def cold():
     return burn(0.15)
 
 
+@pytest.mark.quick
 def test_profile_context_manager_finds_the_hot_function():
     # GIVEN a block that burns 3x more CPU in hot() than in cold()
     with ddprof_nb.profile(engine="python", interval="5ms") as p:

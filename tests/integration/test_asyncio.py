@@ -187,6 +187,7 @@ async def ground_truth_program(truth, burn=burn_wall):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.quick
 def test_wall_and_park_by_task_match_the_ground_truth(engine):
     # GIVEN three tasks sleeping 0.3, 0.6 and 0.9 s in 30 ms sleeps and one computing
     # 0.3 s in 5 ms chunks, their truth measured by the tasks themselves

@@ -64,6 +64,7 @@ def stacks(profile, event=EventType.CPU):
     return out
 
 
+@pytest.mark.quick
 def test_a_running_task_shows_loop_task_and_await_chain():
     # GIVEN a CPU sample of a named task's coroutine chain run by asyncio.run
     chain = [F("main"), F("fetch"), F("parse")]

@@ -74,6 +74,7 @@ def test_process_pool_each_start_method(method):
     assert any(ls.get("process") == "main" and ls.get("pid") == str(os.getpid()) for ls in prof.labelsets)
 
 
+@pytest.mark.quick
 def test_python_subprocess():
     code = "import sys; sys.path.insert(0, %r)\nfrom test_children import child_hot\nchild_hot(0.3)" % os.path.dirname(__file__)
     with ddprof_nb.profile(events="cpu", children=True) as p:

@@ -60,6 +60,7 @@ def seen(workdir):
     return json.loads((workdir / "report.json").read_text())
 
 
+@pytest.mark.quick
 def test_record_runs_the_script_as_python_would_and_writes_every_output(workdir):
     # GIVEN a script taking arguments that look like options
     # WHEN it is recorded with all three outputs
@@ -166,6 +167,7 @@ def test_errors_are_one_line_on_stderr_with_exit_code_2(workdir, monkeypatch, ca
     assert not (workdir / "report.json").exists()
 
 
+@pytest.mark.quick
 def test_convert_and_report(workdir, monkeypatch, capsys):
     # GIVEN a recorded profile
     assert cli(["record", "-e", "cpu", "-o", "rec.pprof", "--", "scripts/prog.py"], workdir).returncode == 0

@@ -54,6 +54,7 @@ def _report(measured: dict, truth: dict) -> str:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.quick
 def test_cpu_split_between_three_functions_matches_thread_time(engine):
     # GIVEN three functions burning CPU 60/30/10 in shuffled rounds of random length
     # (5 ms: enough samples in 0.6 CPU-s; CPU time, not wall, sets the length, and a busy

@@ -221,6 +221,7 @@ def test_real_native_engine_refuses_a_build_for_another_version(perturbed):
         sampler_mod.choose_engine(SamplerConfig.make(engine="native"))
 
 
+@pytest.mark.quick
 def test_this_interpreter_gets_a_clear_verdict():
     from ddprof_nb.engines.native import binding as _binding
 

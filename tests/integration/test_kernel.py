@@ -54,6 +54,7 @@ def outputs(messages, kind):
     return [m["content"] for m in messages if m["msg_type"] == kind]
 
 
+@pytest.mark.quick
 def test_ddprof_cell_in_a_real_kernel(kernel):
     # GIVEN a kernel with the extension loaded
     reply, _ = execute(kernel, "%load_ext ddprof_nb")

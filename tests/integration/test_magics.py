@@ -108,6 +108,7 @@ def top_name(profile, event="cpu"):
 # -- the cell runs as an ordinary cell ------------------------------------------------
 
 
+@pytest.mark.quick
 def test_cell_profile_finds_hot_function_and_roots_stacks_at_the_cell(shell):
     # GIVEN a cell that burns 0.3 s of CPU in busy() and sleeps 0.1 s in idle()
     code = "%%ddprof\nn = busy()\nidle()\nresult = n * 2\nresult + 1\n"
@@ -267,6 +268,7 @@ def test_asyncio_off_and_raw_options(shell):
 # -- options --------------------------------------------------------------------------
 
 
+@pytest.mark.quick
 def test_labels_name_events_interval_and_engine_options(shell):
     # GIVEN every option of the cell magic at once
     code = "%%ddprof -e cpu -i 5ms -l team=ml run=3 -l step=$step_no -o tuned --engine python\nbusy()\n"

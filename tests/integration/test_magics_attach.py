@@ -64,6 +64,7 @@ def kernel_like(tmp_path, monkeypatch):
         p.wait()
 
 
+@pytest.mark.quick
 def test_kernels_lists_the_kernel_with_its_pid_and_state(shell, kernel_like, capsys):
     proc = kernel_like()
     res, _ = run(shell, "%ddprof kernels")
@@ -80,6 +81,7 @@ def test_kernels_tells_a_busy_kernel(kernel_like):
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
+@pytest.mark.quick
 def test_dump_by_kernel_id_prefix_and_by_pid(shell, kernel_like, capsys):
     proc = kernel_like()
     for spec in (KERNEL_ID[:6], str(proc.pid)):
@@ -102,6 +104,7 @@ def test_dump_of_an_unknown_kernel_says_so(shell, kernel_like, capsys):
     assert "no running kernel has an id starting with 'ffffff'" in err
 
 
+@pytest.mark.quick
 def test_allow_attach_sets_and_clears_the_ptracer(shell, capsys):
     res, _ = run(shell, "%ddprof allow-attach -h")
     assert res.success and "Trade-off" in capsys.readouterr().out
@@ -125,6 +128,7 @@ def test_allow_attach_sets_and_clears_the_ptracer(shell, capsys):
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"native engine: {unavailable_reason()}")
+@pytest.mark.quick
 def test_attach_samples_another_kernel_into_the_history(shell, kernel_like, capsys):
     from ddprof_nb.events import EventType
     from ddprof_nb.history import history

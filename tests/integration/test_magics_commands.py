@@ -18,6 +18,7 @@ from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
 from test_magics import assert_rooted_at, run, shell, top_name  # noqa: E402,F401 - the shared fixture
 
 
+@pytest.mark.quick
 def test_line_magic_profiles_one_statement_and_returns_its_value(shell):
     # GIVEN one statement after %ddprof, with options before it
     res, count = run(shell, "%ddprof -e cpu -l kind=line busy(0.3)")
@@ -41,6 +42,7 @@ def test_line_magic_statement_is_kept_verbatim_and_exceptions_propagate(shell):
     assert "boom" in history
 
 
+@pytest.mark.quick
 def test_start_stop_profiles_across_cells(shell, capsys):
     # GIVEN %ddprof start, two cells of work, %ddprof stop
     res, first = run(shell, "%ddprof start -e cpu")
@@ -88,6 +90,7 @@ def test_start_twice_and_stop_without_start_say_so(shell, capsys):
     assert "ddprof: not profiling" in capsys.readouterr().out
 
 
+@pytest.mark.quick
 def test_list_top_show_and_status(shell, capsys):
     # GIVEN two stored profiles
     run(shell, "%%ddprof --no-show -o first\nbusy()\n")
@@ -127,6 +130,7 @@ def test_list_top_show_and_status(shell, capsys):
     assert "history: 2 of at most 20 profiles" in capsys.readouterr().out
 
 
+@pytest.mark.quick
 def test_save_load_and_diff(shell, tmp_path, capsys):
     # GIVEN two profiles with different hot spots
     run(shell, "%%ddprof --no-show -o before\nbusy(0.3)\n")

@@ -79,6 +79,7 @@ def live_shell(shell):  # noqa: F811
     assert not live_threads()
 
 
+@pytest.mark.quick
 def test_live_cell_refreshes_while_it_runs_and_ends_as_the_explorer(live_shell):
     # WHEN a 6-second cell runs with --live (about 6 refreshes: asking for 3 leaves room for
     # a refresh thread that waits long for the GIL)

@@ -50,6 +50,7 @@ def test_sandwich_prints_callers_and_callees_tables(shell, capsys):
     assert [r[-2] for r in rows] == ["x", "b", "a", "main", "c"]  # by self (direct calls), then total
 
 
+@pytest.mark.quick
 def test_sandwich_of_the_latest_real_profile(shell, capsys):
     # GIVEN a profiled cell
     res, _ = run(shell, "%%ddprof --no-show -e cpu -o real\nbusy(0.2)\n")

@@ -66,6 +66,7 @@ def shares(values):
     return {k: v / total for k, v in values.items()}
 
 
+@pytest.mark.quick
 def test_cpu_split_60_30_10_across_three_functions():
     # GIVEN three functions burning 60/30/10 % of 3 s of CPU (truth from time.thread_time)
     truth = {"f60": 0.0, "f30": 0.0, "f10": 0.0}

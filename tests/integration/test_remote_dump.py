@@ -113,6 +113,7 @@ def check_dump(text, pid):
     assert sum("holds the GIL" in h for h in threads) <= 1
 
 
+@pytest.mark.quick
 def test_dump_names_every_thread_stack(tmp_path):
     proc = start_target(tmp_path)
     try:

@@ -129,6 +129,7 @@ def split(profile, event):
     return pct, per_state, total
 
 
+@pytest.mark.quick
 def test_record_pid_wall_split_per_thread_is_the_truth(tmp_path):
     proc = start(tmp_path, lifetime="stdin")
     out = tmp_path / "remote.pprof"
