@@ -89,7 +89,8 @@ run_sampling() {  # the tests of version $1 that sample and keep time: one at a 
         # the tests marked pure_python, which read no interpreter internals and sample nothing;
         # the coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
         pytest_of "$v" tests/native tests/integration tests/coexist/test_coexist_repros.py \
-            tests/coexist/test_coexist_lifecycle.py -m "not browser and not slow and not pure_python"
+            tests/coexist/test_coexist_lifecycle.py tests/coexist/test_coexist_fork.py \
+            -m "not browser and not slow and not pure_python"
     fi
 }
 run_pytest() {  # every pytest phase of version $1, in order (REPEAT's unit of work)

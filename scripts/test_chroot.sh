@@ -91,6 +91,8 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
         [[ -e $f ]] && targets+=("$f")
     done
     (( native_ok )) && [[ -d tests/native ]] && targets+=(tests/native)
+    # fork after a hooked library was unloaded, on every version the native engine claims
+    (( native_ok )) && [[ -e tests/coexist/test_coexist_fork.py ]] && targets+=(tests/coexist/test_coexist_fork.py)
     if (( native_ok )); then  # dump and record --pid of another process (the native frame reader)
         for f in tests/integration/test_remote_*.py; do [[ -e $f ]] && targets+=("$f"); done
     fi
