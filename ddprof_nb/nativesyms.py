@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from . import elfsyms
+from .demangle import demangle as _default_demangle
 
 __all__ = ["NativeFrame", "Symbolizer"]
 
@@ -98,10 +99,8 @@ class Symbolizer:
     """Resolves addresses of this (or another) process; libraries are read once each."""
 
     def __init__(self, pid: int | None = None, demangle=None):
-        from .demangle import demangle as default_demangle
-
         self.pid = pid or os.getpid()
-        self._demangle = demangle or default_demangle
+        self._demangle = demangle or _default_demangle
         self._maps: list[elfsyms.Mapping] = []
         self._starts: list[int] = []
         self._libs: dict[str, _Library | None] = {}
