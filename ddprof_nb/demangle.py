@@ -17,6 +17,8 @@ __all__ = ["demangle"]
 
 _RUST_ESCAPES = {"SP": "@", "BP": "*", "RF": "&", "LT": "<", "GT": ">", "LP": "(", "RP": ")", "C": ","}
 _RUST_HASH = re.compile(r"^h[0-9a-f]{16}$")
+# a mangled name, then compiler clone suffixes (Rust's ".." inside a name is not one)
+_CLONE_SUFFIX = re.compile(r"^(.*?)((?:\.[A-Za-z_]+(?:\.\d+)?|\.\d+)*)$", re.S)
 
 
 @lru_cache(maxsize=1)
@@ -105,10 +107,10 @@ def _rust_part(p: str) -> str:
 
 def demangle(name: str) -> str:
     """The readable form of a linker symbol (unchanged when it is not mangled)."""
-    base, dot, suffix = name.partition(".")  # .cold, .isra.0, .llvm.123: compiler clones
-    if not base.startswith(("_Z", "__Z")):
+    if not name.startswith(("_Z", "__Z")):
         return name
+    base, suffix = _CLONE_SUFFIX.match(name).groups()  # .cold, .isra.0, .llvm.123: compiler clones
     readable = _rust_legacy(base) or _itanium(base)
     if readable is None:
         return name
-    return readable + (f" [{suffix}]" if dot else "")
+    return readable + (f" [{suffix[1:]}]" if suffix else "")

@@ -9,6 +9,7 @@ and ``.dynsym`` (function symbols sorted by address, read once per library), dem
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -31,68 +32,71 @@ class NativeFrame:
 
 
 class _Library:
-    """One mapped ELF file's function symbols: starts, ends and names, sorted by start."""
+    """One mapped ELF file's function symbols: starts and ends sorted by start, names read
+    from the (memory-mapped) string table when first asked for."""
 
-    def __init__(self, path: str, bias: int):
-        self.path, self.bias = path, bias
+    def __init__(self, path: str, bias: int, data):
+        self.path, self.bias, self._data = path, bias, data
         self.starts: list[int] = []
         self.ends: list[int] = []
-        self.names: list[str] = []
+        self._name_at: list[int] = []
+        self._names: dict[int, str] = {}
 
     @classmethod
     def load(cls, path: str, maps: list[elfsyms.Mapping]) -> _Library | None:
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
             bias = elfsyms.load_base(data, maps, path)
-        except (OSError, elfsyms.ElfError):
+            lib = cls(path, bias or 0, data)
+            lib._read_symbols(data)
+        except (OSError, ValueError, struct.error):  # ElfError is a ValueError; a truncated file
             return None
-        lib = cls(path, bias or 0)
-        lib._read_symbols(data)
         return lib
 
-    def _read_symbols(self, data: bytes) -> None:
+    def _read_symbols(self, data) -> None:
         h = elfsyms._header(data)
         shoff, shentsize, shnum = h[6], h[11], h[12]
         sections = [elfsyms._SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)
                     if shoff + (i + 1) * shentsize <= len(data)]
-        best: dict[int, tuple[int, bytes]] = {}
-        sym = elfsyms._SYM
+        best: dict[int, tuple] = {}
+        size_of = elfsyms._SYM.size
         for sh in sections:
             # (name, type, flags, addr, offset, size, link, info, align, entsize); NOBITS tables: stripped
             if sh[1] not in (_SHT_SYMTAB, _SHT_DYNSYM) or sh[6] >= len(sections) or sh[4] + sh[5] > len(data):
                 continue
             strtab = sections[sh[6]]
             s_off, s_end = strtab[4], min(strtab[4] + strtab[5], len(data))
-            table = memoryview(data)[sh[4]:sh[4] + sh[5] // sym.size * sym.size]
-            for name_off, info, _other, shndx, value, size in sym.iter_unpack(table):
-                if not value or not shndx or (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC):
+            table = memoryview(data)[sh[4]:sh[4] + sh[5] // size_of * size_of]
+            for name_off, info, _other, shndx, value, size in elfsyms._SYM.iter_unpack(table):
+                if not value or not shndx or (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC) or s_off + name_off >= s_end:
                     continue
-                at = s_off + name_off
-                if at >= s_end:
-                    continue
-                end = data.find(b"\0", at, s_end)
-                name = data[at:end if end >= 0 else s_end]
+                # aliases at one address: a sized symbol, then one not starting with "_" (getpid,
+                # weak, over __getpid), then a global one (bind 1), then the first
+                key = (size > 0, data[s_off + name_off] != 95, info >> 4 == 1)
                 prev = best.get(value)
-                # aliases at one address: keep the sized, then the global (bind 1), then the shorter
-                key = (size > 0, info >> 4 == 1, -len(name))
-                if prev is None or key > prev[2]:
-                    best[value] = (size, name, key)
+                if prev is None or key > prev[0]:
+                    best[value] = (key, size, s_off + name_off)
+            del table
         for value in sorted(best):
-            size, name, _ = best[value]
+            _, size, at = best[value]
             self.starts.append(value)
-            self.ends.append(value + size if size else value + 1)  # unsized: covers only up to the next
-            self.names.append(name.decode("utf-8", "replace"))
-        # an unsized symbol extends to the next symbol's start
-        for i in range(len(self.starts)):
-            if self.ends[i] == self.starts[i] + 1 and i + 1 < len(self.starts):
-                self.ends[i] = self.starts[i + 1]
+            self.ends.append(value + size if size else -1)  # unsized: up to the next symbol
+            self._name_at.append(at)
+        for i, end in enumerate(self.ends):
+            if end < 0:
+                self.ends[i] = self.starts[i + 1] if i + 1 < len(self.starts) else self.starts[i] + 1
 
     def lookup(self, offset: int) -> str | None:
         i = bisect.bisect_right(self.starts, offset) - 1
-        if i >= 0 and offset < self.ends[i]:
-            return self.names[i]
-        return None
+        if i < 0 or offset >= self.ends[i]:
+            return None
+        name = self._names.get(i)
+        if name is None:
+            at = self._name_at[i]
+            end = self._data.find(b"\0", at)
+            name = self._names[i] = self._data[at:end if end >= 0 else len(self._data)].decode("utf-8", "replace")
+        return name
 
 
 class Symbolizer:
