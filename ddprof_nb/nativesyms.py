@@ -14,12 +14,16 @@ import os
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import elfsyms
 from .demangle import demangle as _default_demangle
 
 __all__ = ["NativeFrame", "Symbolizer"]
 
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _STT_GNU_IFUNC = 2, 11, 2, 10
+_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                       ("value", "<u8"), ("size", "<u8")])
 
 
 @dataclass(frozen=True)
@@ -59,33 +63,35 @@ class _Library:
         shoff, shentsize, shnum = h[6], h[11], h[12]
         sections = [elfsyms._SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)
                     if shoff + (i + 1) * shentsize <= len(data)]
-        best: dict[int, tuple] = {}
-        size_of = elfsyms._SYM.size
+        parts = []
         for sh in sections:
             # (name, type, flags, addr, offset, size, link, info, align, entsize); NOBITS tables: stripped
             if sh[1] not in (_SHT_SYMTAB, _SHT_DYNSYM) or sh[6] >= len(sections) or sh[4] + sh[5] > len(data):
                 continue
             strtab = sections[sh[6]]
             s_off, s_end = strtab[4], min(strtab[4] + strtab[5], len(data))
-            table = memoryview(data)[sh[4]:sh[4] + sh[5] // size_of * size_of]
-            for name_off, info, _other, shndx, value, size in elfsyms._SYM.iter_unpack(table):
-                if not value or not shndx or (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC) or s_off + name_off >= s_end:
-                    continue
-                # aliases at one address: a sized symbol, then one not starting with "_" (getpid,
-                # weak, over __getpid), then a global one (bind 1), then the first
-                key = (size > 0, data[s_off + name_off] != 95, info >> 4 == 1)
-                prev = best.get(value)
-                if prev is None or key > prev[0]:
-                    best[value] = (key, size, s_off + name_off)
-            del table
-        for value in sorted(best):
-            _, size, at = best[value]
-            self.starts.append(value)
-            self.ends.append(value + size if size else -1)  # unsized: up to the next symbol
-            self._name_at.append(at)
-        for i, end in enumerate(self.ends):
-            if end < 0:
-                self.ends[i] = self.starts[i + 1] if i + 1 < len(self.starts) else self.starts[i] + 1
+            syms = np.frombuffer(data, _SYM_DTYPE, count=sh[5] // _SYM_DTYPE.itemsize, offset=sh[4])
+            kind = syms["info"] & 0xF
+            keep = ((syms["value"] != 0) & (syms["shndx"] != 0) & ((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC))
+                    & (syms["name"].astype(np.int64) < s_end - s_off))
+            syms = syms[keep]
+            at = syms["name"].astype(np.int64) + s_off
+            first = np.frombuffer(data, np.uint8)[at] if len(at) else np.zeros(0, np.uint8)
+            # aliases at one address: a sized symbol, then one not starting with "_" (getpid,
+            # weak, over __getpid), then a global one (bind 1), then the first met
+            rank = ((syms["size"] > 0).astype(np.int64) * 4 + (first != 95) * 2 + ((syms["info"] >> 4) == 1))
+            parts.append((syms["value"], syms["size"], at, rank))
+        if not parts:
+            return
+        value, size, at, rank = (np.concatenate(x) for x in zip(*parts))
+        order = np.lexsort((-rank, value))  # by value, best rank first
+        value, size, at = value[order], size[order], at[order]
+        uniq = np.ones(len(value), bool)
+        uniq[1:] = value[1:] != value[:-1]
+        value, size, at = value[uniq], size[uniq], at[uniq]
+        nxt = np.append(value[1:], value[-1:] + 1) if len(value) else value
+        end = np.where(size > 0, value + size, nxt)  # unsized: up to the next symbol
+        self.starts, self.ends, self._name_at = value.tolist(), end.tolist(), at.tolist()
 
     def lookup(self, offset: int) -> str | None:
         i = bisect.bisect_right(self.starts, offset) - 1

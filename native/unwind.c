@@ -26,8 +26,28 @@ typedef struct {
     uintptr_t lo, hi; /* executable range */
     uintptr_t base;   /* load bias: identifies the object with its name */
     uw_table t;
+    uint32_t *page;   /* per 4 KiB page of [lo, hi): its first row, so a lookup searches one page */
     char *name;
 } uw_lib;
+
+#define PAGE_SHIFT 12
+
+/* The page index of a table: page[k] = the last row starting at or before page k's start. */
+static uint32_t *page_index(const uw_table *t, uintptr_t lo, uintptr_t hi)
+{
+    size_t pages = ((hi - lo) >> PAGE_SHIFT) + 1;
+    uint32_t *page = malloc((pages + 1) * sizeof *page);
+    if (!page)
+        return NULL;
+    uint32_t r = 0;
+    for (size_t k = 0; k <= pages; k++) {
+        uint64_t start = (uint64_t)k << PAGE_SHIFT;
+        while (r + 1 < t->n && t->rows[r + 1].loc <= start)
+            r++;
+        page[k] = r;
+    }
+    return page;
+}
 
 typedef struct {
     int n;
@@ -138,8 +158,13 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *ctx)
         l->lo = lo, l->hi = hi, l->base = info->dlpi_addr;
         l->name = strdup(name);
         l->t = eh_build(hdr, seg_lo, seg_hi, lo, hi);
-        if (!l->name) {
+        l->page = l->t.n ? page_index(&l->t, lo, hi) : NULL;
+        if (!l->page && l->t.n) {
             free(l->t.rows);
+            l->t.rows = NULL, l->t.n = 0;
+        }
+        if (!l->name) {
+            free(l->t.rows), free(l->page);
             b->oom = 1;
             return 1;
         }
@@ -170,7 +195,7 @@ int uw_refresh(void)
         for (int i = 0; i < b.new->n; i++) {
             const uw_lib *was = old ? find_lib(old, b.new->libs[i].lo) : NULL;
             if (!was || was->t.rows != b.new->libs[i].t.rows)
-                free(b.new->libs[i].t.rows), free(b.new->libs[i].name);
+                free(b.new->libs[i].t.rows), free(b.new->libs[i].page), free(b.new->libs[i].name);
         }
         free(b.new);
         return -1;
@@ -180,7 +205,7 @@ int uw_refresh(void)
     int w = 0;
     for (int i = 0; i < b.new->n; i++) {
         if (w && b.new->libs[i].lo < b.new->libs[w - 1].hi) {
-            retire(b.new->libs[i].t.rows), retire(b.new->libs[i].name);
+            retire(b.new->libs[i].t.rows), retire(b.new->libs[i].page), retire(b.new->libs[i].name);
             continue;
         }
         b.new->libs[w++] = b.new->libs[i];
@@ -191,7 +216,7 @@ int uw_refresh(void)
         for (int i = 0; i < old->n; i++) {
             const uw_lib *now = find_lib(b.new, old->libs[i].lo);
             if (!now || now->t.rows != old->libs[i].t.rows)
-                retire(old->libs[i].t.rows), retire(old->libs[i].name);
+                retire(old->libs[i].t.rows), retire(old->libs[i].page), retire(old->libs[i].name);
         }
         retire(old);
     }
@@ -211,7 +236,10 @@ static const uw_row *find_row(const uw_lib *l, uintptr_t pc)
     if (!l->t.n)
         return NULL;
     uint32_t off = (uint32_t)(pc - l->lo);
-    uint32_t lo = 0, hi = l->t.n;
+    uint32_t k = off >> PAGE_SHIFT; /* the rows of this page: from page[k] to page[k + 1] */
+    uint32_t lo = l->page[k], hi = l->page[k + 1] + 1;
+    if (hi > l->t.n)
+        hi = l->t.n;
     while (hi - lo > 1) { /* the last row with loc <= off */
         uint32_t mid = lo + (hi - lo) / 2;
         if (l->t.rows[mid].loc <= off)
