@@ -47,6 +47,15 @@ uint32_t ddp_compiled_python_version(void);
 #define DDP_READ_GUARDED 0   /* direct loads, a SIGSEGV/SIGBUS handler recovers faults */
 #define DDP_READ_SYSCALL 1   /* process_vm_readv: EFAULT instead of a fault */
 
+/* A native frame in a record (native_frames on): after the Python frames, leaf first, as
+ * {code = DDP_NATIVE_CODE, fp = its pc}; DDP_NATIVE_CUT ends a walk that stopped early.
+ * (A code object's address is never odd.)  A Python frame that began an eval loop's run
+ * (the interpreter's entry frame) has DDP_FRAME_ENTRY in firstlineno: each native eval-loop
+ * frame runs the Python frames up to and including the next such one. */
+#define DDP_NATIVE_CODE 1
+#define DDP_NATIVE_CUT 3
+#define DDP_FRAME_ENTRY 1073741824
+
 /* One frame as captured: enough to resolve later, with the GIL, through safe reads. */
 typedef struct {
     uint64_t code;         /* PyCodeObject address at sample time (never trusted later) */
@@ -105,6 +114,8 @@ typedef struct {
     /* ---- end allocations ---- */
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
     int32_t cpu_timer_scale;     /* tests: the CPU timers' period is interval_ns times this (0 = 1): late timers */
+    int32_t native_frames;       /* 1: samples a thread takes of itself (CPU, alloc, lock/park) carry its native frames */
+    int32_t native_reserved2;
 } ddp_config;
 
 typedef struct {

@@ -150,6 +150,8 @@ static int parse_cie(const uint8_t *at, const uint8_t *seg_end, cie_t *out)
     if (rd(&c, 4) != 0)
         return -1; /* not a CIE */
     uint8_t version = (uint8_t)rd(&c, 1);
+    if (c.bad || c.p >= end)
+        return -1;
     const char *aug = (const char *)c.p;
     size_t alen = strnlen(aug, (size_t)(end - c.p));
     if (alen == (size_t)(end - c.p))

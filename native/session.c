@@ -14,6 +14,7 @@
 #include <string.h>
 #include <Python.h>
 #include "core.h"
+#include "unwind.h"
 
 #define DEFAULT_RING_RECORDS 4096
 #define RING_BUDGET_BYTES (32u << 20)
@@ -78,6 +79,8 @@ static void engines_stop(int with_gil)
 
 void engines_tick(int64_t now, int final)
 {
+    if (sess_cfg.native_frames && !final)
+        uw_refresh(); /* objects loaded or unloaded since: their tables (cheap when none was) */
     for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         if (ddp_engines[i]->tick && atomic_load(&engine_on[i]))
             ddp_engines[i]->tick(now, final);
@@ -117,6 +120,7 @@ static void free_session(void)
     ddp_ring_free(sess_ring);
     sess_ring = NULL;
     drain_free();
+    uw_collect(); /* unwind tables replaced during the session: no walk can see them now */
     int n = atomic_load(&sess_nslots);
     for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++) {
         free(sess_slots[i].wlast);
@@ -231,6 +235,8 @@ int ddp_start(const ddp_config *c)
     /* engines that need the GIL (allocations: the PyMem hooks) start now: it is held */
     if ((rc = engines_start(1)) != DDP_OK)
         goto fail_gil;
+    if (sess_cfg.native_frames && uw_refresh() < 0) /* native frames: the loaded objects' unwind tables */
+        sess_cfg.native_frames = 0;
     sess_stats.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ typedef struct {
 } uw_snap;
 
 static _Atomic(uw_snap *) current;
+static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER; /* refreshes and collects, one at a time */
 static unsigned long long seen_adds = ~0ULL, seen_subs = ~0ULL;
 
 /* Retired (a replaced snapshot, an unloaded object's rows): freed by uw_collect. */
@@ -74,12 +76,14 @@ static void retire(void *p)
 
 void uw_collect(void)
 {
+    pthread_mutex_lock(&refresh_lock);
     while (graveyard) {
         retired *r = graveyard;
         graveyard = r->next;
         free(r->p);
         free(r);
     }
+    pthread_mutex_unlock(&refresh_lock);
 }
 
 static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
@@ -129,17 +133,16 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *ctx)
             hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
         }
     }
-    if (!eh || lo >= hi)
+    if (lo >= hi)
         return 0;
-    uintptr_t hdr = info->dlpi_addr + eh->p_vaddr;
-    for (int i = 0; i < info->dlpi_phnum; i++) { /* the loaded segment the header (and .eh_frame) lie in */
+    /* (an object without unwind tables is kept too, without rows: its code is known code) */
+    uintptr_t hdr = eh ? info->dlpi_addr + eh->p_vaddr : 0;
+    for (int i = 0; hdr && i < info->dlpi_phnum; i++) { /* the loaded segment the header (and .eh_frame) lie in */
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t a = info->dlpi_addr + ph->p_vaddr;
         if (ph->p_type == PT_LOAD && hdr >= a && hdr < a + ph->p_filesz)
             seg_lo = a, seg_hi = a + ph->p_filesz;
     }
-    if (!seg_hi)
-        return 0;
     if (b->new->n == b->cap) {
         int cap = b->cap * 2;
         uw_snap *g = realloc(b->new, sizeof *g + (size_t)cap * sizeof(uw_lib));
@@ -157,7 +160,7 @@ static int build_cb(struct dl_phdr_info *info, size_t size, void *ctx)
     } else {
         l->lo = lo, l->hi = hi, l->base = info->dlpi_addr;
         l->name = strdup(name);
-        l->t = eh_build(hdr, seg_lo, seg_hi, lo, hi);
+        l->t = seg_hi ? eh_build(hdr, seg_lo, seg_hi, lo, hi) : (uw_table){ NULL, 0 };
         l->page = l->t.n ? page_index(&l->t, lo, hi) : NULL;
         if (!l->page && l->t.n) {
             free(l->t.rows);
@@ -179,7 +182,17 @@ static int lib_cmp(const void *a, const void *b)
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+static int refresh(void);
+
 int uw_refresh(void)
+{
+    pthread_mutex_lock(&refresh_lock);
+    int n = refresh();
+    pthread_mutex_unlock(&refresh_lock);
+    return n;
+}
+
+static int refresh(void)
 {
     unsigned long long c[2] = { 0, 0 };
     dl_iterate_phdr(counters_cb, c);
@@ -254,10 +267,71 @@ static const uw_row *find_row(const uw_lib *l, uintptr_t pc)
 #define FP_SPAN (8u << 20)
 static int plausible_fp(uint64_t fp, uint64_t sp) { return !(fp & 7) && fp >= sp && fp - sp < FP_SPAN; }
 
+/* A return address: in a known object, right after a call instruction (call rel32, or an
+ * indirect call FF /2 of 2, 3, 4, 6 or 7 bytes), at a pc with an unwind rule. */
+static int is_return_address(const uw_snap *snap, uint64_t v, int mode)
+{
+    const uw_lib *l = find_lib(snap, (uintptr_t)(v - 1));
+    if (!l || v - 7 < l->lo)
+        return 0;
+    const uw_row *row = find_row(l, (uintptr_t)(v - 1));
+    if (!row || row->cfa_reg == UW_CFA_NONE)
+        return 0;
+    uint8_t b[7];
+    if (ddp_safe_read(b, v - 7, 7, mode))
+        return 0;
+    if (b[2] == 0xE8)
+        return 1;
+    static const int at[] = { 5, 4, 3, 1, 0 }; /* FF modrm at v-2, v-3, v-4, v-6, v-7 */
+    for (int i = 0; i < 5; i++)
+        if (b[at[i]] == 0xFF && ((b[at[i] + 1] >> 3) & 7) == 2)
+            return 1;
+    return 0;
+}
+
+/* 64 KiB of stack: an assembly kernel's saved registers and buffers (OpenBLAS's gemm
+ * kernels keep ~28 KiB of packed panels below their return address) */
+#define SCAN_WORDS 8192
+
+/* The first return address at or above sp into [lo, hi); *cfa is the slot's address + 8. */
+static int scan_range(const uw_snap *snap, uint64_t sp, uint64_t lo, uint64_t hi, int mode, uint64_t *cfa,
+                      uint64_t *ra)
+{
+    uint64_t chunk[64];
+    for (int base = 0; base < SCAN_WORDS; base += 64) {
+        if (ddp_safe_read(chunk, sp + 8 * (uint64_t)base, sizeof chunk, mode))
+            return 0;
+        for (int i = 0; i < 64; i++)
+            if (chunk[i] > lo && chunk[i] <= hi && is_return_address(snap, chunk[i], mode)) {
+                *cfa = sp + 8 * (uint64_t)(base + i) + 8;
+                *ra = chunk[i];
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* A frame without a rule at pc: its return address by scanning the stack.  Stale return
+ * addresses of earlier, deeper calls lie in the same stretch (a kernel's uninitialized
+ * buffers), so one into pc's own object is taken first: an assembly routine is called by
+ * its library's C code (a BLAS driver calling its kernel); then one into any object. */
+static int scan_for_return(const uw_snap *snap, uint64_t pc, uint64_t sp, int mode, uint64_t *cfa, uint64_t *ra)
+{
+    if (!snap || !snap->n)
+        return 0;
+    const uw_lib *own = find_lib(snap, (uintptr_t)pc);
+    if (own && scan_range(snap, sp, own->lo, own->hi, mode, cfa, ra))
+        return 1;
+    return scan_range(snap, sp, snap->libs[0].lo, snap->libs[snap->n - 1].hi, mode, cfa, ra);
+}
+
 /* mcontext's general registers in the ucontext a signal trampoline's rsp points at */
 #define UC_GREGS offsetof(ucontext_t, uc_mcontext.gregs)
 
-int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int mode, uint16_t *flags)
+/* restart: the walk starts on the signal handler's side of a signal frame (the sampling
+ * thread's own stack): at the first signal frame, forget the frames found so far. */
+static int walk(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int mode, uint16_t *flags,
+                int restart)
 {
     volatile int n = 0;
     if (max < 1)
@@ -295,6 +369,10 @@ int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max
                 break;
             pc = r[0], sp = r[1], fp = r[2];
             exact = 1;
+            if (restart) {
+                restart = 0;
+                n = 0;
+            }
             continue;
         }
         if (row && row->cfa_reg != UW_CFA_NONE) {
@@ -304,12 +382,14 @@ int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max
             if (row->fp_off != UW_FP_SAME && ddp_safe_read(&fp, cfa + row->fp_off, 8, mode))
                 break;
         } else {
-            if (!plausible_fp(fp, sp))
-                break;
+            /* no rule: rbp as a frame pointer if it leads into code, else a scan of the stack
+             * for a return address (hand-written assembly without CFI: BLAS kernels) */
             uint64_t pair[2];
-            if (ddp_safe_read(pair, fp, 16, mode))
+            if (plausible_fp(fp, sp) && ddp_safe_read(pair, fp, 16, mode) == 0 && find_lib(snap, pair[1] - 1)) {
+                cfa = fp + 16, fp = pair[0], ra = pair[1];
+            } else if (!scan_for_return(snap, look, sp, mode, &cfa, &ra)) {
                 break;
-            cfa = fp + 16, fp = pair[0], ra = pair[1];
+            }
         }
         if (ra < 4096) {
             done = ra == 0 ? 2 : 0; /* a zero return address ends a stack (thread start) */
@@ -322,6 +402,70 @@ int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max
     if (done != 2)
         *flags |= UW_TRUNCATED;
     return n;
+}
+
+int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int mode, uint16_t *flags)
+{
+    return walk(pc, sp, fp, pcs, max, mode, flags, 0);
+}
+
+/* The calling thread's own stack from here: registers read together, so the row at `pc`
+ * describes this very rsp.  noinline: this frame is a real one with its own CFI. */
+__attribute__((noinline)) static int walk_here(uint64_t *pcs, int max, int mode, uint16_t *flags, int restart)
+{
+    uint64_t pc, sp, fp;
+    __asm__ __volatile__("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(fp));
+    return walk(pc, sp, fp, pcs, max, mode, flags, restart);
+}
+
+/* This module's executable range (its frames are the profiler's, never shown). */
+static uintptr_t own_lo, own_hi;
+
+static int in_own(uint64_t pc) { return pc >= own_lo && pc < own_hi; }
+
+#define NATIVE_MAX 256
+
+int uw_append_own(ddp_frame *out, int room, int mode)
+{
+    if (room < 1)
+        return 0;
+    uw_snap *snap = atomic_load_explicit(&current, memory_order_acquire);
+    if (!snap)
+        return 0;
+    if (!own_hi) {
+        const uw_lib *l = find_lib(snap, (uintptr_t)&uw_append_own);
+        if (!l)
+            return 0;
+        own_lo = l->lo, own_hi = l->hi;
+    }
+    uint64_t pcs[NATIVE_MAX];
+    uint16_t flags = 0;
+    /* in a signal handler the walk restarts at the interrupted context; in a hook (no signal
+     * frame) the profiler's own frames at the leaf are skipped */
+    int n = walk_here(pcs, NATIVE_MAX, mode, &flags, 1);
+    int i = 0;
+    while (i < n && in_own(pcs[i]))
+        i++;
+    if (i == n && n)
+        return 0; /* (no frame outside the profiler: nothing to show) */
+    int w = 0;
+    int cut = (flags & UW_TRUNCATED) != 0;
+    for (; i < n && w < room; i++, w++) {
+        out[w].code = DDP_NATIVE_CODE;
+        out[w].fp = pcs[i];
+        out[w].lasti = -1;
+        out[w].firstlineno = 0;
+    }
+    if (i < n)
+        cut = 1, w--; /* no room for all: the last slot says so */
+    if (cut && w >= 0 && w < room) {
+        out[w].code = DDP_NATIVE_CUT;
+        out[w].fp = 0;
+        out[w].lasti = -1;
+        out[w].firstlineno = 0;
+        w++;
+    }
+    return w < 0 ? 0 : w;
 }
 
 int uw_unwind(const ucontext_t *uc, uint64_t *pcs, int max, int mode, uint16_t *flags)

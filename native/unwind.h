@@ -50,6 +50,11 @@ uw_table eh_build(uintptr_t hdr, uintptr_t seg_lo, uintptr_t seg_hi, uintptr_t l
 int uw_unwind(const ucontext_t *uc, uint64_t *pcs, int max, int mode, uint16_t *flags);
 int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int mode, uint16_t *flags);
 
+/* The calling thread's own native frames (from its SIGPROF handler: the interrupted ones;
+ * from a hook: below the profiler's frames) as ddp_frames (DDP_NATIVE_CODE, then
+ * DDP_NATIVE_CUT if the walk stopped early or room ran out); returns how many, <= room. */
+int uw_append_own(ddp_frame *out, int room, int mode);
+
 /* Off the hot path: tables for the objects loaded now (new ones parsed, unloaded ones
  * retired); cheap when nothing was loaded or unloaded since the last call.  Returns the
  * number of objects with tables, or -1 without memory. */
