@@ -1,0 +1,128 @@
+"""Native frames in profiles (native=True): merged between the Python frames, named.
+
+Acceptance of native frames: a C extension's two burners (70/30 under one Python call, built
+with and without frame pointers) split within 3 points under the right Python frame with
+exact names; numpy's matmul on one BLAS thread runs >= 60 % of its caller's CPU through a
+*gemm* frame whose file is the BLAS library.  Each scenario runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from nhelpers import PRELUDE, run_script
+from test_native_unwind import EXT_CDEF, EXT_SOURCE, FLAVOURS
+
+
+@pytest.fixture(scope="module")
+def ext_dir(tmp_path_factory):
+    cffi = pytest.importorskip("cffi")
+    out = tmp_path_factory.mktemp("frames_ext")
+    for flavour in ("fp", "nofp"):
+        ffi = cffi.FFI()
+        ffi.cdef(EXT_CDEF)
+        ffi.set_source(f"_ddpx_{flavour}", EXT_SOURCE, extra_compile_args=FLAVOURS[flavour])
+        ffi.compile(tmpdir=str(out), verbose=False)
+    return str(out)
+
+
+HELPERS = '''
+def native_engine(native=True, events=("cpu",)):
+    return NativeEngine(SamplerConfig.make(events=events, interval="5ms", native=native))
+
+def under(p, fn):
+    """CPU samples whose stack holds the Python function fn: (stack root first, weight)"""
+    out = []
+    for s in p.samples():
+        if s.event is EventType.CPU and any(f.kind is FrameKind.PYTHON and f.name == fn for f in s.stack):
+            out.append((s.stack, s.values[1]))
+    return out
+
+def below(stack, fn):
+    """the frames below (leafward of) the last frame of Python function fn"""
+    i = max(i for i, f in enumerate(stack) if f.kind is FrameKind.PYTHON and f.name == fn)
+    return stack[i + 1:]
+'''
+
+
+def run(body: str, ext: str = "", timeout: float = 120, env_blas: bool = False) -> dict:
+    head = "import os\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n" if env_blas else ""
+    path = f"sys.path.insert(0, {ext!r})\n" if ext else ""
+    return run_script(head + path + HELPERS + textwrap.dedent(body), timeout=timeout)
+
+
+@pytest.mark.parametrize("flavour", ["fp", "nofp"])
+def test_extension_split_70_30_under_the_calling_python_function(ext_dir, flavour):
+    # GIVEN the extension built `flavour`, its burners run 7:3 under ddpx_burn, called by
+    #   the Python function burn_it
+    # WHEN profiled with native=True
+    # THEN under burn_it come exactly _cffi_f_ddpx_burn, ddpx_burn, ddpx_mid, then a burner,
+    #   each with the extension as its file; the burners split 70/30 within 3 points of CPU
+    res = run(f'''
+        import importlib
+        m = importlib.import_module("_ddpx_{flavour}")
+        def burn_it():
+            m.lib.ddpx_burn(40, 2_500_000)
+        e = native_engine(); e.start(); burn_it(); p = e.stop()
+        got = collections.Counter()
+        shapes = collections.Counter()
+        for stack, w in under(p, "burn_it"):
+            tail = below(stack, "burn_it")
+            names = [f.name for f in tail if f.kind is FrameKind.NATIVE and f.filename == m.__file__]
+            shapes[" > ".join(f.name for f in tail[-5:])] += w
+            if [f.kind for f in tail[-4:]] == [FrameKind.NATIVE] * 4 and names[-4:-1] == ["_cffi_f_ddpx_burn", "ddpx_burn", "ddpx_mid"]:
+                got[names[-1]] += w
+        emit(got=got, total=sum(w for _, w in under(p, "burn_it")), shapes=shapes.most_common(4))
+    ''', ext_dir)
+    total = res["total"]
+    assert total > 1e9 * 0.8, res  # CPU weights are ns: about 1.5 s of burning
+    got = res["got"]
+    assert set(got) == {"ddpx_hot_a", "ddpx_hot_b"}, res
+    assert sum(got.values()) >= 0.97 * total, res
+    assert abs(got["ddpx_hot_a"] / sum(got.values()) - 0.7) <= 0.03, res
+
+
+def test_without_native_no_native_frames(ext_dir):
+    # GIVEN the same burn profiled with native=False
+    # THEN no stack holds a native frame: the Python call is the leaf, as before
+    res = run('''
+        import importlib
+        m = importlib.import_module("_ddpx_nofp")
+        def burn_it():
+            m.lib.ddpx_burn(10, 2_500_000)
+        e = native_engine(native=False); e.start(); burn_it(); p = e.stop()
+        kinds = collections.Counter(f.kind.name for s in p.samples() for f in s.stack)
+        emit(kinds=kinds, leaves=collections.Counter(stack[-1].name for stack, _ in under(p, "burn_it")))
+    ''', ext_dir)
+    assert "NATIVE" not in res["kinds"], res
+    assert set(res["leaves"]) == {"burn_it"}, res
+
+
+def test_numpy_matmul_runs_through_gemm_in_the_blas_library():
+    # GIVEN numpy's matmul on one BLAS thread, called by the Python function crunch
+    # WHEN profiled with native=True
+    # THEN >= 60 % of the CPU under crunch has a *gemm* frame whose file is the BLAS library,
+    #   below crunch (no Python frame between)
+    res = run('''
+        import numpy as np
+        a = np.random.rand(400, 400)
+        def crunch():
+            for _ in range(60):
+                a @ a
+        e = native_engine(); e.start(); crunch(); p = e.stop()
+        total = gemm = 0
+        files = collections.Counter()
+        for stack, w in under(p, "crunch"):
+            total += w
+            tail = below(stack, "crunch")
+            hits = [f for f in tail if f.kind is FrameKind.NATIVE and "gemm" in f.name.lower()
+                    and "blas" in os.path.basename(f.filename).lower()]
+            if hits and all(f.kind is not FrameKind.PYTHON for f in tail):
+                gemm += w
+                files[os.path.basename(hits[0].filename)] += 1
+        emit(total=total, gemm=gemm, files=files)
+    ''', env_blas=True)
+    assert res["total"] > 0.3e9, res
+    assert res["gemm"] >= 0.6 * res["total"], res
