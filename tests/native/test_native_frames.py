@@ -126,3 +126,37 @@ def test_numpy_matmul_runs_through_gemm_in_the_blas_library():
     ''', env_blas=True)
     assert res["total"] > 0.3e9, res
     assert res["gemm"] >= 0.6 * res["total"], res
+
+
+def test_native_frames_survive_pprof_speedscope_and_folded(ext_dir, tmp_path):
+    # GIVEN a native=True profile of the extension
+    # WHEN saved as pprof, speedscope and folded, and loaded back
+    # THEN pprof and speedscope keep each native frame's name, library (file) and kind; folded
+    #   (names only) keeps them as native frames
+    res = run(f'''
+        import importlib
+        from ddprof_nb.loading import load
+        m = importlib.import_module("_ddpx_nofp")
+        def burn_it():
+            m.lib.ddpx_burn(6, 2_500_000)
+        e = native_engine(); e.start(); burn_it(); p = e.stop()
+        def natives(q):
+            return sorted({{(f.name, f.filename, f.kind.name) for s in q.samples() for f in s.stack
+                            if f.kind is FrameKind.NATIVE and "ddpx" in f.name}})
+        out = {{"orig": natives(p)}}
+        for ext in ("pprof", "speedscope.json"):
+            path = os.path.join({str(tmp_path)!r}, "p." + ext)
+            p.save(path)
+            out[ext] = natives(load(path))
+        path = os.path.join({str(tmp_path)!r}, "cpu.folded")
+        p.save(path)
+        out["folded"] = sorted({{(f.name, f.kind.name) for s in load(path).samples() for f in s.stack if "ddpx" in f.name}})
+        emit(**out)
+    ''', ext_dir)
+    orig = res["orig"]
+    assert {n for n, _, _ in orig} >= {"ddpx_burn", "ddpx_mid", "ddpx_hot_a", "ddpx_hot_b"}, res
+    assert all(f.endswith(".so") for _, f, _ in orig), res
+    assert res["pprof"] == orig, res
+    assert res["speedscope.json"] == orig, res
+    # (folded writes a frame that is not Python's as its bracketed name, read back as native)
+    assert {(n, k) for n, k in res["folded"]} == {(f"[{n}]", "NATIVE") for n, _, _ in orig}, res
