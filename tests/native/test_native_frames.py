@@ -160,3 +160,33 @@ def test_native_frames_survive_pprof_speedscope_and_folded(ext_dir, tmp_path):
     assert res["speedscope.json"] == orig, res
     # (folded writes a frame that is not Python's as its bracketed name, read back as native)
     assert {(n, k) for n, k in res["folded"]} == {(f"[{n}]", "NATIVE") for n, _, _ in orig}, res
+
+
+def test_alloc_and_park_samples_carry_native_frames():
+    # GIVEN numpy arrays allocated by make, and a time.sleep in nap
+    # WHEN profiled for alloc and park with native=True
+    # THEN the [numpy] allocations under make pass through numpy's C allocator
+    #   (PyDataMem_UserNEW) below make, and the sleep's park sample through time_sleep below nap
+    res = run('''
+        import numpy as np
+        def make():
+            for _ in range(2000):
+                a = np.ones(20000)
+        def nap():
+            time.sleep(0.3)
+        e = NativeEngine(SamplerConfig.make(events=("alloc", "park"), native=True))
+        e.start(); make(); nap(); p = e.stop()
+        alloc_total = alloc_hit = park_total = park_hit = 0
+        for s in p.samples():
+            names = [f.name for f in s.stack]
+            if s.event is EventType.ALLOC and "make" in names:
+                alloc_total += s.values[1]
+                tail = names[names.index("make") + 1:]
+                alloc_hit += s.values[1] * ("PyDataMem_UserNEW" in tail and tail[-1] == "[numpy]")
+            if s.event is EventType.PARK and "nap" in names:
+                park_total += s.values[1]
+                park_hit += s.values[1] * ("time_sleep" in names[names.index("nap") + 1:])
+        emit(alloc_total=alloc_total, alloc_hit=alloc_hit, park_total=park_total, park_hit=park_hit)
+    ''')
+    assert res["alloc_total"] > 0 and res["alloc_hit"] >= 0.9 * res["alloc_total"], res
+    assert res["park_total"] > 0 and res["park_hit"] == res["park_total"], res
