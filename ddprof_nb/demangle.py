@@ -1,8 +1,9 @@
-"""Readable names for C++ (Itanium) and Rust (legacy) symbols.
+"""Readable names for C++ (Itanium) and Rust (legacy and v0) symbols.
 
 C++ goes through libstdc++'s own ``__cxa_demangle`` (ctypes; no dependency), when the
 library is there.  Rust's legacy scheme (``_ZN...17h<hash>E``) is decoded here: it is an
-Itanium-shaped path plus ``$..$`` escapes, and ``__cxa_demangle`` would keep the hash.
+Itanium-shaped path plus ``$..$`` escapes, and ``__cxa_demangle`` would keep the hash;
+Rust's v0 scheme (``_R...``) in ``demangle_rust_v0.py``.
 A name that is not mangled, or not understood, comes back unchanged.
 """
 
@@ -13,11 +14,14 @@ import ctypes.util
 import re
 from functools import lru_cache
 
+from .demangle_rust_v0 import demangle_v0
+
 __all__ = ["demangle"]
 
 _RUST_ESCAPES = {"SP": "@", "BP": "*", "RF": "&", "LT": "<", "GT": ">", "LP": "(", "RP": ")", "C": ","}
 _RUST_HASH = re.compile(r"^h[0-9a-f]{16}$")
 # a mangled name, then compiler clone suffixes (Rust's ".." inside a name is not one)
+_LLVM_SUFFIX = re.compile(r"\.llvm\.\d+|^\.\d+$")  # uniquing suffixes: LTO's, a bare .N
 _CLONE_SUFFIX = re.compile(r"^(.*?)((?:\.[A-Za-z_]+(?:\.\d+)?|\.\d+)*)$", re.S)
 
 
@@ -107,10 +111,14 @@ def _rust_part(p: str) -> str:
 
 def demangle(name: str) -> str:
     """The readable form of a linker symbol (unchanged when it is not mangled)."""
-    if not name.startswith(("_Z", "__Z")):
+    if not name.startswith(("_Z", "__Z", "_R", "__R")):
         return name
     base, suffix = _CLONE_SUFFIX.match(name).groups()  # .cold, .isra.0, .llvm.123: compiler clones
-    readable = _rust_legacy(base) or _itanium(base)
+    if base.startswith(("_R", "__R")):
+        readable = demangle_v0(base)
+    else:
+        readable = _rust_legacy(base) or _itanium(base)
     if readable is None:
         return name
+    suffix = _LLVM_SUFFIX.sub("", suffix)  # (uniquing: says nothing to a reader)
     return readable + (f" [{suffix[1:]}]" if suffix else "")

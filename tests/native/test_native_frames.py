@@ -190,3 +190,42 @@ def test_alloc_and_park_samples_carry_native_frames():
     ''')
     assert res["alloc_total"] > 0 and res["alloc_hit"] >= 0.9 * res["alloc_total"], res
     assert res["park_total"] > 0 and res["park_hit"] == res["park_total"], res
+
+
+def test_rust_and_cpp_extensions_from_pypi_show_demangled_namespaced_names():
+    # GIVEN rpds-py (Rust, v0 mangling) inserting into a persistent map, and numpy's stable
+    #   sort (timsort, a C++ template over npy:: tag types), each under its own Python function
+    # WHEN profiled with native=True
+    # THEN frames in rpds's library and in numpy's C++ sort have namespaced names ("::"),
+    #   and no native frame anywhere is a mangled name (_Z..., _R...)
+    res = run('''
+        import numpy as np
+        import rpds
+        def rust():
+            for _ in range(4):
+                m = rpds.HashTrieMap()
+                for i in range(60000):
+                    m = m.insert(i, i)
+        x = np.random.rand(1_000_000)
+        def cpp():
+            for _ in range(4):
+                np.sort(x, kind="stable")
+        e = native_engine(); e.start(); rust(); cpp(); p = e.stop()
+        names = collections.Counter()
+        mangled = set()
+        for fn in ("rust", "cpp"):
+            for stack, w in under(p, fn):
+                for f in below(stack, fn):
+                    if f.kind is FrameKind.NATIVE:
+                        if f.name.startswith(("_Z", "_R", "__Z", "__R")):
+                            mangled.add(f.name)
+                        lib_ = os.path.basename(f.filename)
+                        if fn == "rust" and lib_.startswith("rpds") or fn == "cpp" and "sort" in f.name.lower():
+                            names[(fn, f.name, lib_)] += w
+        emit(names=[[*k, v] for k, v in names.most_common(12)], mangled=sorted(mangled))
+    ''')
+    assert not res["mangled"], res
+    rust = [n for fn, n, _, _ in res["names"] if fn == "rust"]
+    cpp = [n for fn, n, _, _ in res["names"] if fn == "cpp"]
+    assert any("rpds::" in n for n in rust), res
+    assert any(n.startswith("int timsort_<npy::double_tag>(") for n in cpp), res
