@@ -11,6 +11,9 @@
    time, and adjacent pairs of --slice s of burn with the timer walking and without, order
    alternating, in one process: the median with/bare ratio of the thread's CPU time ± its
    standard error (0.93 x IQR / sqrt(pairs)).  Goal: <= +2 % at 100 Hz, 128 deep included.
+3. Sessions: CPU + wall at --hz with native frames on against off (each slice its own
+   session), on call-heavy Python (fib) and numpy matmul + sha256 (one BLAS thread): the
+   median on/off ratio of the workload thread's CPU time ± its standard error.  Goal: <= +2 %.
 --quick: 30 pairs of 0.1 s slices, 3 repeats; default 40 pairs of 0.2 s, 5 repeats.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: its CPU is the timed thread's
 import random
 import signal
 import statistics
@@ -123,6 +128,41 @@ def bench_walk(ext, depth: int, pairs: int, slice_s: float, hz: int):
     return ratios, walk_ns, depths
 
 
+def bench_sessions(pairs: int, slice_s: float, hz: int) -> dict:
+    """Sessions with native frames on against off: per workload, the with/without ratios of
+    the workload thread's CPU time over adjacent slices, each slice inside its own session
+    (start and stop outside the timed part), order alternating."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from workloads import Numeric, calibrate, call_heavy
+
+    from ddprof_nb.config import SamplerConfig
+    from ddprof_nb.engines.native import NativeEngine
+
+    interval = f"{1000 // hz}ms"
+    out = {}
+    for label, work in (("call-heavy Python (fib)", call_heavy), ("numpy matmul + sha256", Numeric())):
+        units = calibrate(work, slice_s)
+
+        def timed(native: bool) -> float:
+            e = NativeEngine(SamplerConfig.make(events=("cpu", "wall"), interval=interval, native=native))
+            e.start()
+            t0 = time.thread_time()
+            work(units)
+            dt = time.thread_time() - t0
+            e.stop()
+            return dt
+
+        ratios = []
+        for p in range(pairs):
+            if p % 2:
+                on, off = timed(True), timed(False)
+            else:
+                off, on = timed(False), timed(True)
+            ratios.append(on / off)
+        out[label] = ratios
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -138,6 +178,10 @@ def main(argv=None) -> None:
     sym = bench_symbolize(repeats)
     print(f"symbolize 10,000 distinct addresses (cold): median {statistics.median(sym):.3f} s "
           f"(min {min(sym):.3f}, max {max(sym):.3f}; goal <= 0.5 s)")
+    for label, ratios in bench_sessions(pairs, slice_s, a.hz).items():
+        med, se = median_se(ratios)
+        print(f"session, native on vs off, {label}: CPU {(med - 1) * 100:+.2f} % ± {se * 100:.2f} "
+              f"over {len(ratios)} pairs (goal <= +2 %)")
     with tempfile.TemporaryDirectory() as tmp:
         ext = build_ext(tmp)
         for depth in (3, 128):
