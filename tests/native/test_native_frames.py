@@ -8,6 +8,7 @@ exact names; numpy's matmul on one BLAS thread runs >= 60 % of its caller's CPU 
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -53,6 +54,7 @@ def run(body: str, ext: str = "", timeout: float = 120, env_blas: bool = False) 
     return run_script(head + path + HELPERS + textwrap.dedent(body), timeout=timeout)
 
 
+@pytest.mark.alone  # a CPU share within 3 points: a 3.5-point miss was seen at load 10
 @pytest.mark.parametrize("flavour", ["fp", "nofp"])
 def test_extension_split_70_30_under_the_calling_python_function(ext_dir, flavour):
     # GIVEN the extension built `flavour`, its burners run 7:3 under ddpx_burn, called by
@@ -64,7 +66,7 @@ def test_extension_split_70_30_under_the_calling_python_function(ext_dir, flavou
         import importlib
         m = importlib.import_module("_ddpx_{flavour}")
         def burn_it():
-            m.lib.ddpx_burn(40, 2_500_000)
+            m.lib.ddpx_burn(60, 2_500_000)
         e = native_engine(); e.start(); burn_it(); p = e.stop()
         got = collections.Counter()
         shapes = collections.Counter()
@@ -77,7 +79,7 @@ def test_extension_split_70_30_under_the_calling_python_function(ext_dir, flavou
         emit(got=got, total=sum(w for _, w in under(p, "burn_it")), shapes=shapes.most_common(4))
     ''', ext_dir)
     total = res["total"]
-    assert total > 1e9 * 0.8, res  # CPU weights are ns: about 1.5 s of burning
+    assert total > 1e9 * 1.2, res  # CPU weights are ns: about 2.2 s of burning
     got = res["got"]
     assert set(got) == {"ddpx_hot_a", "ddpx_hot_b"}, res
     assert sum(got.values()) >= 0.97 * total, res
@@ -229,3 +231,45 @@ def test_rust_and_cpp_extensions_from_pypi_show_demangled_namespaced_names():
     cpp = [n for fn, n, _, _ in res["names"] if fn == "cpp"]
     assert any("rpds::" in n for n in rust), res
     assert any(n.startswith("int timsort_<npy::double_tag>(") for n in cpp), res
+
+
+def test_libraries_loaded_and_unloaded_during_the_session(ext_dir, tmp_path):
+    # GIVEN 30 copies of the extension's library, each loaded (ctypes), burned in for ~40 ms
+    #   of CPU and unloaded (dlclose) during one native=True session at 1 ms
+    # WHEN profiled
+    # THEN nothing crashes, and most samples in a copy's burners walk up through ddpx_mid and
+    #   ddpx_burn to the Python caller: each copy's tables were built after it was loaded
+    #   (which copy a frame names is not checked: they are unloaded before the drain names
+    #   them, the README's limit)
+    import glob
+    import shutil
+
+    src = glob.glob(os.path.join(ext_dir, "_ddpx_nofp*.so"))[0]
+    for i in range(30):
+        shutil.copy(src, tmp_path / f"copy{i}.so")
+    res = run(f'''
+        import ctypes, _ctypes
+        def load_burn_unload():
+            for i in range(30):
+                lib_ = ctypes.CDLL(os.path.join({str(tmp_path)!r}, f"copy{{i}}.so"))
+                lib_.ddpx_burn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+                t = time.thread_time()
+                while time.thread_time() - t < 0.04:
+                    lib_.ddpx_burn(1, 200_000)
+                _ctypes.dlclose(lib_._handle)
+                del lib_
+        e = NativeEngine(SamplerConfig.make(events=("cpu",), interval="1ms", native=True))
+        e.start(); load_burn_unload(); p = e.stop()
+        total = whole = 0
+        files = set()
+        for s in p.samples():
+            names = [f.name for f in s.stack]
+            if s.stack[-1].name in ("ddpx_hot_a", "ddpx_hot_b"):
+                total += 1
+                if names[-3:-1] == ["ddpx_burn", "ddpx_mid"] and "load_burn_unload" in names:
+                    whole += 1
+                    files.add(os.path.basename(s.stack[-1].filename))
+        emit(total=total, whole=whole, files=len(files))
+    ''', ext_dir)
+    assert res["total"] >= 100, res
+    assert res["whole"] >= 0.6 * res["total"], res

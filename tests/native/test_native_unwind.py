@@ -107,6 +107,7 @@ def run(body: str, ext: str, timeout: float = 120) -> dict:
     return run_script(f"sys.path.insert(0, {ext!r})\n" + PRELUDE + textwrap.dedent(body), timeout=timeout)
 
 
+@pytest.mark.alone  # a CPU share within 3 points
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_two_burners_split_70_30_in_call_order(ext_dir, flavour):
     # GIVEN the extension built `flavour`, two burners run 7:3 under ddpx_mid under ddpx_burn
