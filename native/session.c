@@ -191,6 +191,10 @@ int ddp_start(const ddp_config *c)
     drain_begin();
     atomic_store(&ddp_fault_count, 0);
     atomic_store(&ddp_graveyard_overflow, 0);
+    /* native frames: the loaded objects' unwind tables, before the GIL is taken (the loader's
+     * lock, which dl_iterate_phdr takes, may be held by a thread waiting for the GIL) */
+    if (sess_cfg.native_frames && uw_refresh() < 0)
+        sess_cfg.native_frames = 0;
 
     int rc = DDP_OK;
     PyGILState_STATE g = PyGILState_Ensure();
@@ -235,8 +239,6 @@ int ddp_start(const ddp_config *c)
     /* engines that need the GIL (allocations: the PyMem hooks) start now: it is held */
     if ((rc = engines_start(1)) != DDP_OK)
         goto fail_gil;
-    if (sess_cfg.native_frames && uw_refresh() < 0) /* native frames: the loaded objects' unwind tables */
-        sess_cfg.native_frames = 0;
     sess_stats.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();
