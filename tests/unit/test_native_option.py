@@ -92,3 +92,24 @@ def test_each_eval_frame_becomes_the_python_frames_of_one_entry():
     k = NativeMerger(_Builder(), keep_eval=True, symbolizer=_Symbols(names))
     ids = k.merge(_raw([(0x1000, True)], [1, 3]), lambda code, fp, lasti: k.builder.frame_id(Frame(py[code])))
     assert [k.builder.frames[i].name for i in ids] == ["kernel", "_PyEval_EvalFrameDefault", "f"]
+
+
+def test_a_stripped_interpreter_keeps_the_frames_above_it():
+    # GIVEN no native frame named as an eval loop (a stripped interpreter): kernel, ufunc in
+    #   a library, then unnamed frames in the interpreter's object, and Python frames f | g
+    # WHEN merged
+    # THEN the library's frames, then the Python frames; the interpreter's are left out
+    from ddprof_nb.engines.native.nativeframes import NativeMerger
+    from ddprof_nb.nativesyms import NativeFrame
+
+    class Symbols:
+        def resolve(self, pc):
+            return NativeFrame(f"f{pc}", "/lib/x.so" if pc < 10 else "/usr/bin/python3", pc)
+
+    b = _Builder()
+    m = NativeMerger(b, symbolizer=Symbols())
+    m._interp = "/usr/bin/python3"
+    py = {0x1000: "f", 0x2000: "g"}
+    ids = m.merge(_raw([(0x1000, True), (0x2000, True)], [1, 2, 11, 12, 13]),
+                  lambda code, fp, lasti: b.frame_id(Frame(py[code])))
+    assert [b.frames[i].name for i in ids] == ["f1", "f2", "f", "g"]

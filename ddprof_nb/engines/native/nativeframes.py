@@ -6,7 +6,9 @@ they are encoded).  Merged as py-spy merges them: walking the native frames leaf
 each of the interpreter's eval-loop frames is replaced by the Python frames it runs — those
 up to and including the next entry frame (a frame the interpreter marks as the first of
 an eval loop's run) — and every other native frame stays where it is.  A walk that stopped
-early ends in ``[truncated]``; Python frames left over go above it, at the root.
+early ends in ``[truncated]``; Python frames left over go above it, at the root.  When no
+eval-loop frame has a name (a stripped interpreter), the native frames above the
+interpreter's own go below the leaf Python frame and the interpreter's are left out.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class NativeMerger:
         self.symbolizer = symbolizer or Symbolizer()
         self._by_pc: dict[int, tuple[int, bool]] = {}  # pc -> (frame id, an eval-loop frame)
         self._cut = builder.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+        self._interp: str | None = None  # the interpreter's object (libpython or the executable)
 
     def _native(self, pc: int) -> tuple[int, bool]:
         got = self._by_pc.get(pc)
@@ -67,10 +70,12 @@ class NativeMerger:
                     groups.append([])
         if not groups[-1]:
             groups.pop()
+        resolved = [self._native(pc) for pc in natives]
+        if groups and not self.keep_eval and not any(is_eval for _, is_eval in resolved):
+            return self._unnamed_interpreter(natives, resolved, groups)
         out: list[int] = []
         g = 0
-        for pc in natives:
-            fid, is_eval = self._native(pc)
+        for fid, is_eval in resolved:
             if is_eval:
                 if g < len(groups):
                     out.extend(groups[g])
@@ -82,3 +87,25 @@ class NativeMerger:
         for rest in groups[g:]:
             out.extend(rest)
         return out
+
+    def _unnamed_interpreter(self, natives, resolved, groups) -> list[int]:
+        """No eval-loop frame could be named (a stripped interpreter: Debian's python3.14 keeps
+        only exported symbols, and its eval loop is split in unnamed pieces): the native frames
+        above the interpreter's own, then the Python frames; the interpreter's frames between
+        Python frames cannot be placed, and are left out."""
+        out: list[int] = []
+        for pc, (fid, _) in zip(natives, resolved):
+            if self._in_interpreter(pc):
+                break
+            out.append(fid)
+        for g in groups:
+            out.extend(g)
+        return out
+
+    def _in_interpreter(self, pc: int) -> bool:
+        if self._interp is None:
+            import ctypes
+
+            at = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, ctypes.c_void_p).value
+            self._interp = self.symbolizer.resolve(at).library
+        return self.symbolizer.resolve(pc).library == self._interp
