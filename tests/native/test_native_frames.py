@@ -49,8 +49,11 @@ def interpreter_file():
 
 def has_symtab(path):
     """the file keeps its full symbol table (a stripped one names exported functions only)"""
+    from ddprof_nb import elfsyms
     with open(path, "rb") as f:
-        return b".symtab" in f.read()
+        data = f.read()
+    h = elfsyms._header(data)
+    return any(elfsyms._SHDR.unpack_from(data, h[6] + i * h[11])[1] == 2 for i in range(h[12]))
 
 def below(stack, fn):
     """the frames below (leafward of) the last frame of Python function fn"""
