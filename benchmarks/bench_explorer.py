@@ -5,7 +5,7 @@
 Builds a profile of N samples (half CPU, half wall with a ``state`` label) over S unique
 stacks on 8 threads spread over 60 s, then times the Explorer's default view and each
 kind of control change, and prints a table (median of --repeat runs).  The budget
-from the issue: every filter change <= 300 ms for 1 M samples / 50 k stacks.  Browser
+the goal: every filter change <= 300 ms for 1 M samples / 50 k stacks.  Browser
 draw times are measured by tests/integration/test_browser.py.
 
 Each change is timed in wall time and in process CPU time (this machine is shared: wall

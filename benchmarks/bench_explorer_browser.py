@@ -24,7 +24,7 @@ Playwright:
 Each interaction is undone between runs; a regex gets a never-seen spelling every run (an
 empty group appended) so no memo hits.  The table gives the median wall time of
 ``--repeat`` runs and, for that run, the CPU time the kernel and Chromium (every process)
-spent, beside the issue's goals: <= 2 s for the first chart in a new kernel, <= 0.5 s for
+spent, beside the goals: <= 2 s for the first chart in a new kernel, <= 0.5 s for
 every interaction.  The goals are printed, never enforced (a shared machine moves them).
 """
 

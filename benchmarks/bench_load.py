@@ -20,8 +20,8 @@ right after the stop:
   (sampling, and moving records into the aggregates), in % of the session;
 - RSS: the process's resident memory at the end, and its growth over the row.
 
-Goal (issue "Nothing lost under load"): every row 0 dropped; CPU and wall within 3 % of
-the clocks; split within 3 points.  Rows (the issue's table, then two more):
+Goal (nothing lost under load): every row 0 dropped; CPU and wall within 3 % of
+the clocks; split within 3 points.  Rows (the goal's table, then two more):
 
     py8_10ms     8 pure-Python threads, 10 ms
     py8_1ms      8 pure-Python threads, 1 ms

@@ -13,7 +13,7 @@ medians and 90th percentiles.  The cell variants, cumulatively:
 - static: the above with the static text + HTML fallback instead of the explorer.
 
 Parts are also timed alone: Sampler start+stop, and Explorer(profile) + its mimebundle.
-The goal from the issue: start + stop + building the explorer <= 50 ms added to a
+The goal: start + stop + building the explorer <= 50 ms added to a
 trivial cell (the "widget" row), judged on the steady state: the first profiled cell
 of a session also pays one-time imports (plotly, ipywidgets, anywidget), shown apart
 in the "first cell" columns.

@@ -4,7 +4,7 @@ then time a focus filter, a top table, a pprof export, and loading that profile 
 
     python benchmarks/bench_model.py [--samples 1000000] [--stacks 50000] [--no-load]
 
-Goals (issue: foundation): ingest >= 1 M samples/s; filter + top < 0.5 s.  Loading (issue
+Goals: ingest >= 1 M samples/s; filter + top < 0.5 s.  Loading (goal
 "every profile opens"): a 1 M-sample pprof in <= 5 s.  Load rows give wall and process CPU
 time (on a shared machine CPU time is the steadier one).
 Peak memory is the process's peak RSS growth over the run (ru_maxrss).

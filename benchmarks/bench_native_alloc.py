@@ -19,9 +19,9 @@ random; tools' start/stop lie outside the timed slice, ddprof_nb's slices end wi
 inside it (its background drain is off).  Reported per tool and workload: the median
 with/bare ratio ± its standard error (0.93 x IQR / sqrt(pairs)) and the IQR, of wall time,
 wall minus run-queue wait, and the workload thread's CPU; ddprof_nb's samples per second of
-slice.  The goal (issue 22): native_alloc on costs <= 5 points of wall time more than off
+slice.  The goal: native_alloc on costs <= 5 points of wall time more than off
 (the difference of the two medians, its standard error from theirs).
-Accuracy (--frame-gb, default 1; --quick 0.25; 0 skips): the issue's 1 GB DataFrame (20 float64
+Accuracy (--frame-gb, default 1; --quick 0.25; 0 skips): a 1 GB DataFrame (20 float64
 columns, an int64 id, unique strings) built in one statement inside an alloc+live session:
 LIVE at that line against df.memory_usage(deep=True).sum() (goal: within 5 %), and how it
 splits between the calls below the line (pandas' DataFrame construction, the strings' list).

@@ -4,11 +4,13 @@
 folder first on ``sys.path``, ``__name__ == "__main__"``, its own ``sys.argv``, its exit
 code (``SystemExit`` codes included) — under the sampler, then writes the profile.  An
 exception in the script prints its traceback and exits 1; the profile is still written.
-``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the top
-table.  ``dump PID`` prints the Python stack of every thread of another CPython process;
-``record --pid PID`` samples one from outside (ddprof_nb.remote): a target of another
-Python minor version is handed to its own interpreter when ddprof_nb is importable
-there.  Our own errors (bad options, unreadable files, unreadable processes) print one
+``convert IN OUT`` rewrites a profile in another format; ``report IN`` prints the summary
+line and the top tables (``--notes``: every note, warnings first).  ``dump PID`` prints the
+Python stack of every thread of another CPython process; ``record --pid PID`` samples one
+from outside (ddprof_nb.remote: any CPython 3.11-3.15, with the target's own layout); an
+option of the in-process sampler given with ``--pid`` is refused, by name.  ``record`` ends with at most three short lines
+on stderr: the summary, the first warning (when there is one), the paths written.  Our own
+errors (bad options, unreadable files, unreadable processes) print one
 line on stderr and exit 2.  The magics never import this module.
 """
 
@@ -28,15 +30,20 @@ from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, Sam
 from .errors import ProfilerError
 from .events import EventType
 from .loading import load
-from .remote import RemoteError, Target, VersionMismatch, format_dump
+from .remote import RemoteError, Target, format_dump
 from .remote_record import record
-from .render.text import status_line, top_table
+from .render.notes import sorted_notes
+from .render.text import notes_text, status_line, top_table
 from .sampler import Sampler
 
-__all__ = ["main"]
+__all__ = ["main", "subcommands", "PID_OPTIONS"]
 
 PROG = "python -m ddprof_nb"
 _OUTPUT_SUFFIXES = (".pprof", ".pb.gz", ".speedscope.json", ".folded", ".html")
+_LINE_MAX = 300  # the longest line record prints at its end
+# what sampling a process from outside takes (dests); any other record option given with
+# --pid is refused, so a new option cannot be silently ignored there
+PID_OPTIONS = frozenset({"help", "pid", "duration", "events", "interval", "label", "output", "folded", "html"})
 _RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "--asyncio", "-o", "--output",
                          "--folded", "--html", "-l", "--label", "--max-depth", "--pid", "--duration"}
 
@@ -57,7 +64,8 @@ def _parser() -> _Parser:
         "record", help="run a script or module under the profiler",
         usage=f"{PROG} record [options] -- script.py [args ...]\n"
               f"       {PROG} record [options] -m module [args ...]\n"
-              f"       {PROG} record --pid PID [--duration S] [-i INTERVAL] [-o out.pprof]")
+              f"       {PROG} record --pid PID [--duration S] [-e cpu,wall] [-i INTERVAL] [-l KEY=VALUE] "
+              "[-o out.pprof] [--folded DIR] [--html FILE]")
     events = ",".join(e.label for e in DEFAULT_EVENTS)  # the defaults, as config.py has them
     interval, alloc_rate = f"{DEFAULT_INTERVAL_NS // 1_000_000}ms", f"{DEFAULT_ALLOC_RATE // 1024}KiB"
     rec.add_argument("-e", "--events", default=events, help=f"event types: cpu,wall,alloc,lock,park (default {events})")
@@ -91,12 +99,20 @@ def _parser() -> _Parser:
     conv.add_argument("input", metavar="IN")
     conv.add_argument("output", metavar="OUT", help="format from the name (.pprof, .speedscope.json, .folded, .html, or a folder)")
     rep = sub.add_parser("report", help="print the top functions of a profile file",
-                         usage=f"{PROG} report IN [--top N] [-e EVENT] [--by function|line]")
+                         usage=f"{PROG} report IN [--top N] [-e EVENT] [--by function|line] [--notes]")
     rep.add_argument("input", metavar="IN")
     rep.add_argument("--top", type=int, default=20, metavar="N", help="rows per event (default 20)")
     rep.add_argument("-e", "--event", default=None, help="only this event (default: every event)")
     rep.add_argument("--by", choices=("function", "line"), default="function")
+    rep.add_argument("--notes", action="store_true",
+                     help="print the summary line and every note (warnings first) instead of the tables")
     return p
+
+
+def subcommands(parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser, by name (what walks every option: the --pid check, the tests)."""
+    parser = parser or _parser()
+    return next(dict(a.choices) for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def _split_record(argv: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
@@ -181,13 +197,18 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _record_config(args) -> SamplerConfig:
+def _labels(args) -> dict[str, str]:
     labels = {}
     for item in args.label:
         k, sep, v = item.partition("=")
         if not sep or not k:
             raise CLIError(f"{PROG} record: invalid label {item!r}: use KEY=VALUE")
         labels[k] = v
+    return labels
+
+
+def _record_config(args) -> SamplerConfig:
+    labels = _labels(args)
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
                               native_alloc=not args.no_native_alloc, engine=args.engine, labels=labels,
@@ -246,7 +267,7 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
     if args.pid is not None:
         if script is not None or module is not None:
             raise CLIError(f"{PROG} record: --pid samples a running process; give it no script or module")
-        return _record_pid(args, ["record", *options])
+        return _record_pid(args)
     if args.duration is not None:
         raise CLIError(f"{PROG} record: --duration goes with --pid")
     if script is None and module is None:
@@ -282,6 +303,13 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+    _write_outputs(profile, output, args, elapsed)
+    return code
+
+
+def _write_outputs(profile, output: str | None, args, wall_s: float | None = None) -> None:
+    """Write every output asked for, then at most three short lines: the summary, the
+    first warning (and where every note is), the paths written."""
     written = []
     try:
         for path, shown, write in ((output, output, profile.save), (args.folded, f"{args.folded}{os.sep}", profile.save),
@@ -291,13 +319,35 @@ def _record(options: list[str], script: str | None, module: str | None, target_a
                 written.append(shown)
     except (OSError, ValueError, ImportError) as exc:
         raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
-    print(f"ddprof_nb: wrote {', '.join(written)} — {status_line(profile, wall_s=elapsed).split(': ', 1)[1]}",
-          file=sys.stderr)
-    return code
+    lines = [status_line(profile, wall_s=wall_s).replace("ddprof: ", "ddprof_nb: ", 1)]
+    warnings = sorted_notes(profile)[0]
+    if warnings:
+        more = f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        notes_of = next((w for w in written if not w.endswith((".html", os.sep))), None)
+        where = f"; every note: {PROG} report --notes {notes_of}" if notes_of else ""
+        lines.append(f"ddprof_nb: warning: {_clip(warnings[0], _LINE_MAX - 30 - len(more) - len(where))}{more}{where}")
+    for line in lines:
+        print(_clip(line, _LINE_MAX), file=sys.stderr)
+    print(f"ddprof_nb: wrote {', '.join(written)}", file=sys.stderr)  # paths are never clipped
 
 
-def _record_pid(args, argv: list[str]) -> int:
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
+
+def _refuse_in_process_options(args) -> None:
+    """--pid samples from outside: an in-process option given with it is refused, by name."""
+    actions = subcommands()["record"]._actions
+    given = [a for a in actions if a.dest not in PID_OPTIONS and getattr(args, a.dest) != a.default]
+    if given:
+        names = ", ".join(a.option_strings[-1] for a in given)
+        takes = ", ".join(a.option_strings[-1] for a in actions if a.dest in PID_OPTIONS - {"help", "pid"})
+        raise CLIError(f"{PROG} record --pid: {names} {'applies' if len(given) == 1 else 'apply'} to the in-process "
+                       f"sampler only (a script, or %%ddprof in the kernel); sampling from outside takes {takes}")
+
+
+def _record_pid(args) -> int:
+    _refuse_in_process_options(args)
     if args.duration is not None and not args.duration > 0:
         raise CLIError(f"{PROG} record: --duration must be a positive number of seconds")
     try:
@@ -308,24 +358,17 @@ def _record_pid(args, argv: list[str]) -> int:
     if other:
         raise CLIError(f"{PROG} record --pid: samples cpu and wall only; {', '.join(other)} need the in-process "
                        "sampler (record a script, or %%ddprof in the kernel)")
-    output = args.output or f"pid{args.pid}.pprof"
-    _check_output(output, "-o")
-    target = _remote_target(args.pid, argv)
+    labels = _labels(args)
+    output = _record_output(args, f"pid{args.pid}", None)
+    target = _remote_target(args.pid)
     print(f"ddprof_nb: sampling process {args.pid} (CPython {target.version_text})"
           f"{'' if args.duration is None else f' for {args.duration:g} s'}; Ctrl-C stops", file=sys.stderr)
     try:
         with target:
-            profile = record(target, args.duration, config.interval_ns, events=config.events)
+            profile = record(target, args.duration, config.interval_ns, events=config.events, labels=labels)
     except RemoteError as exc:
         raise CLIError(f"{PROG} record: {exc}") from None
-    try:
-        profile.save(output)
-        if args.html:
-            profile.to_html(args.html)
-    except (OSError, ValueError, ImportError) as exc:
-        raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
-    written = ", ".join([output] + ([args.html] if args.html else []))
-    print(f"ddprof_nb: wrote {written} — {status_line(profile).split(': ', 1)[1]}", file=sys.stderr)
+    _write_outputs(profile, output, args)
     return 0
 
 
@@ -352,6 +395,10 @@ def _report(args) -> int:
     if args.top < 1:
         raise CLIError(f"{PROG} report: --top must be at least 1")
     profile = _load(args.input)
+    if args.notes:
+        print(status_line(profile, Path(args.input).name))
+        print(notes_text(profile))
+        return 0
     try:
         events = [args.event] if args.event else list(profile.events)
         tables = [top_table(profile, e, n=args.top, by=args.by) for e in events]
@@ -360,45 +407,23 @@ def _report(args) -> int:
     print(status_line(profile, Path(args.input).name))
     print()
     print("\n\n".join(tables) if tables else "(no samples)")
+    warnings, others = sorted_notes(profile)
+    if warnings or others:
+        print(f"\n{len(warnings)} warning(s), {len(others)} note(s): {PROG} report --notes {args.input}")
     return 0
 
 
-def _remote_target(pid: int, argv: list[str]):
-    """Open ``pid`` for reading; a target of another Python version is handed to its own
-    interpreter (this process is replaced) when ddprof_nb can read it from there."""
-
+def _remote_target(pid: int):
+    """Open ``pid`` for reading, or a one-line error naming why it cannot be read."""
     try:
         return Target(pid)
-    except VersionMismatch as exc:
-        _reexec(exc, argv)
     except RemoteError as exc:
         raise CLIError(f"{PROG}: {exc}") from None
 
 
-def _reexec(exc, argv: list[str]) -> None:
-    """Run this command with the target's interpreter if ddprof_nb's native engine loads there
-    (this process is replaced); otherwise refuse, naming both versions."""
-    import subprocess
+def _dump(args) -> int:
 
-    probe = "import sys, ddprof_nb.engines.native.binding as b; sys.exit(b.unavailable_reason() is not None)"
-    handed_over = bool(os.environ.get("DDPROF_NB_REEXEC"))  # once only: never loop between interpreters
-    for exe in [] if handed_over else exc.interpreters:
-        try:
-            ok = subprocess.run([exe, "-c", probe], capture_output=True, timeout=60).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        if ok:
-            sys.stderr.flush()
-            os.execve(exe, [exe, "-m", "ddprof_nb", *argv], {**os.environ, "DDPROF_NB_REEXEC": "1"})
-    want = ".".join(map(str, exc.version))
-    tried = ", ".join(exc.interpreters) or "its executable"
-    raise CLIError(f"{PROG}: {exc}. ddprof_nb's native engine cannot be loaded by the target's interpreter "
-                   f"({tried}): install ddprof_nb for CPython {want} there, or run this command with it")
-
-
-def _dump(args, argv: list[str]) -> int:
-
-    target = _remote_target(args.pid, argv)
+    target = _remote_target(args.pid)
     try:
         with target:
             text = format_dump(target, target.dump())
@@ -419,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             return _record(options, script, module, target_args)
         args = _parser().parse_args(argv)
         if args.command == "dump":
-            return _dump(args, argv)
+            return _dump(args)
         if args.command == "convert":
             return _convert(args)
         if args.command == "report":

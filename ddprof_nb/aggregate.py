@@ -14,25 +14,14 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .events import EventType, FrameKind
-from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns
+from .events import EventType
+from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns, columns
 
-__all__ = ["filter", "merge", "map_stacks", "top", "top_values", "TopRow", "frame_matches", "compile_regex", "drop_threads_only_in"]
-
-
-class TopRow(NamedTuple):
-    """One row of a top table: values in the event's chosen value (quantity by default)."""
-
-    name: str
-    filename: str
-    line: int  # the line for by="line", the function's first line for by="function"
-    self: int  # value of samples where this function/line is the leaf
-    total: int  # value of samples where it appears anywhere in the stack (counted once)
-    kind: FrameKind
+__all__ = ["filter", "merge", "map_stacks", "top_values", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
 
 def compile_regex(pattern: str | None, what: str = "regex"):
@@ -131,10 +120,7 @@ def _select(profile: Profile, rows: np.ndarray) -> Profile:
         # (six columns of a 1 M-row profile: ~55 ms by masks, ~10-30 ms by indices)
         idx = np.flatnonzero(rows)
         cols = tuple(np.take(c, idx, axis=0) for c in cols)
-    view = Profile(profile.frames, profile.stacks, profile.threads, profile.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
-    view._flat = profile._flat  # same stacks table: reuse its CSR form
-    return view
+    return profile.replace(**columns(cols))  # (the same stacks table: its flat form is shared)
 
 
 def filter(
@@ -212,7 +198,7 @@ def _hide(view: Profile, rx) -> Profile:
                 o[k:] = g
                 out.append(o)
             cols = tuple(out)
-    out = Profile(view.frames, stacks, view.threads, view.labelsets, *cols, view.metadata, view.tick_ns)
+    out = view.replace(stacks=stacks, **columns(cols))
     out._flat = flat
     return out
 
@@ -345,7 +331,21 @@ def _rebuild(profile: Profile, builder: ProfileBuilder, *, stack_map: np.ndarray
         profile.values,
     )
     built = builder.build()
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, profile.metadata, profile.tick_ns)
+    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)
+
+
+def _merged_sample_counts(profiles) -> dict[str, str]:
+    """The engines' ``samples_<event>`` counts, added up; "" (unknown) where a profile
+    holding the event does not say its count, since the sum would then be short."""
+    out = {}
+    for key in {k for p in profiles for k in p.metadata.extra if k.startswith("samples_")}:
+        try:
+            event = EventType.parse(key[len("samples_"):])
+            out[key] = str(sum(int(p.metadata.extra[key]) for p in profiles
+                               if key in p.metadata.extra or event in p.events))
+        except (KeyError, ValueError):
+            out[key] = ""
+    return out
 
 
 def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | None = None) -> Profile:
@@ -371,6 +371,7 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
         end_ns=end,
         dropped=dropped,
         notes=tuple(dict.fromkeys(n for p in profiles for n in p.metadata.notes)),
+        extra={**first.extra, **_merged_sample_counts(profiles)},
     )
     builder = ProfileBuilder(meta)
     parts = []
@@ -390,31 +391,7 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
         cols = aggregate_columns(ev, st, th, lb, (t // tick) * tick, v)
     else:
         cols = (built.event, built.stack, built.thread, built.labels, built.time_ns, built.values)
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols, meta, tick)
-
-
-def top(profile: Profile, event=None, n: int | None = 20, by: str = "function", value_index: int = 1) -> list[TopRow]:
-    """Self and total per function (or per line) for one event, sorted by self, then total.
-
-    ``event`` defaults to the profile's first event type.  ``total`` counts a function
-    once per stack even when it recurses.  ``n=None`` returns every row.
-    """
-    if by not in ("function", "line"):
-        raise ValueError(f"top(by={by!r}): expected 'function' or 'line'")
-    if event is None:
-        if not profile.events:
-            return []
-        event = profile.events[0]
-    reps, self_v, total_v = top_values(profile, event, by, value_index)
-    order = np.lexsort((-total_v, -self_v))
-    order = order[total_v[order] > 0]
-    if n is not None:
-        order = order[:n]
-    return [
-        TopRow(reps[i].name, reps[i].filename, reps[i].first_line if by == "function" else reps[i].line,
-               int(self_v[i]), int(total_v[i]), reps[i].kind)
-        for i in order
-    ]
+    return built.replace(**columns(cols), metadata=meta, tick_ns=tick)
 
 
 def top_values(profile: Profile, event, by: str = "function", value_index: int = 1):

@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from . import aggregate
-from .model import Frame, Profile, ProfileBuilder, aggregate_columns
+from .model import Frame, Profile, ProfileBuilder, aggregate_columns, columns
 
 __all__ = ["cell_number", "cell_label", "is_cell_file", "cell_frame", "name_cells", "reroot", "filename_map"]
 
@@ -171,5 +171,4 @@ def reroot(
         profile.values[keep],
     )
     built = builder.build()
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
+    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)

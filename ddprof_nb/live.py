@@ -86,8 +86,9 @@ class LiveAggregate:
         n = len(agg[0])
         zeros = np.zeros(n, dtype=np.int64)
         elapsed_ns = max(0, time.monotonic_ns() - self.start_mono_ns)
-        profile = Profile(frames, stacks, threads, [EMPTY_LABELS], agg[0], agg[1], agg[2], zeros, zeros, agg[3],
-                          Metadata(end_ns=elapsed_ns))
+        profile = Profile(frames=frames, stacks=stacks, threads=threads, labelsets=[EMPTY_LABELS], event=agg[0],
+                          stack=agg[1], thread=agg[2], labels=zeros, time_ns=zeros, values=agg[3],
+                          metadata=Metadata(end_ns=elapsed_ns))
         return LiveSnapshot(profile, elapsed_ns / 1e9, {EventType.from_id(e): n for e, n in self._samples.items()},
                             self._recent(elapsed_ns // _NS), refresh)
 

@@ -317,6 +317,16 @@ class CSRStacks(Sequence):
         return (tuple, (tuple(self),))
 
 
+# a Profile's row columns, in the order aggregate_columns and ProfileBuilder give them
+COLUMNS = ("event", "stack", "thread", "labels", "time_ns", "values")
+FIELDS = ("frames", "stacks", "threads", "labelsets") + COLUMNS + ("metadata", "tick_ns")
+
+
+def columns(cols: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The six row columns (as aggregate_columns returns them) by name, for ``Profile.replace``."""
+    return dict(zip(COLUMNS, cols, strict=True))
+
+
 class Profile:
     """An immutable, aggregated profile.  Build one with ``ProfileBuilder``.
 
@@ -324,11 +334,13 @@ class Profile:
     ``threads`` (Thread), ``labelsets`` (LabelSet).  Columns, one row per unique
     (event, stack, thread, labels, tick): ``event`` uint8, ``stack``/``thread``/
     ``labels`` int32 indexes, ``time_ns`` int64 tick start, ``values`` int64 (n, 2).
-    Transforms (``filter``, ``merge``, ``diff``…) return new Profiles.
+    Transforms (``filter``, ``merge``, ``diff``…) return new Profiles, made with ``replace``.
+    Every field is given by name: twelve positional arguments read as a riddle.
     """
 
     def __init__(
         self,
+        *,
         frames: Sequence[Frame],
         stacks: Sequence[tuple[int, ...]],
         threads: Sequence[Thread],
@@ -421,11 +433,20 @@ class Profile:
             self._flat = (flat, offsets)
         return self._flat
 
+    def replace(self, **changes) -> "Profile":
+        """This profile with some fields replaced (tables, columns, ``metadata``, ``tick_ns``);
+        the rest is shared, and so is the stacks table's flat form while ``stacks`` stays."""
+        unknown = set(changes) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"Profile has no field(s) {', '.join(sorted(unknown))}")
+        out = Profile(**{name: changes[name] if name in changes else getattr(self, name) for name in FIELDS})
+        if "stacks" not in changes and out._flat is None:
+            out._flat = self._flat
+        return out
+
     def with_metadata(self, **changes) -> "Profile":
         """The same samples with metadata fields replaced."""
-        return Profile(self.frames, self.stacks, self.threads, self.labelsets, self.event, self.stack,
-                       self.thread, self.labels, self.time_ns, self.values,
-                       self.metadata.replace(**changes), self.tick_ns)
+        return self.replace(metadata=self.metadata.replace(**changes))
 
     # -- transforms (implemented in aggregate.py; each returns a new Profile) -----------
     def filter(self, **criteria) -> "Profile":
@@ -435,11 +456,13 @@ class Profile:
 
         return aggregate.filter(self, **criteria)
 
-    def top(self, event=None, n: int = 20, by: str = "function", value_index: int = 1):
-        """Top rows (function, file, line, self, total) for ``event``; see ``aggregate.top``."""
-        from . import aggregate
+    def top(self, event=None, n: int | None = 20, by: str = "function", sort: str = "self",
+            before: "Profile | None" = None, normalize: bool = True):
+        """Top rows of ``event`` (name, filename, line, kind, self, total, their counts, and a
+        diff's change against ``before``), grouped by function, line or file; see ``top.top``."""
+        from . import top
 
-        return aggregate.top(self, event, n=n, by=by, value_index=value_index)
+        return top.top(self, event, n=n, by=by, sort=sort, before=before, normalize=normalize)
 
     # -- call-tree transforms (implemented in transforms.py; each returns a new Profile) --
     def sandwich(self, function, event=None) -> "tuple[Profile, Profile]":

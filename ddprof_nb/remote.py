@@ -1,17 +1,19 @@
 """Another CPython process, read from outside: its threads, their stacks and states.
 
-The native frame walker (native/pyframes.c) reads the target's memory with
-process_vm_readv instead of its own: the target's ``_PyRuntime`` and type objects are
-found from its ELF symbols (libpython, or the executable of a static build) plus their
-load base in /proc/PID/maps; thread and frame layouts are those of the CPython version
-the native module is compiled for, so the target must run that minor version (3.13+:
-its published ``debug_offsets`` are compared with ours before anything else is read).
-Thread names and states come from /proc/PID/task/TID: ``comm``, ``stat`` (state, CPU
-times) and ``syscall`` (a futex wait on the GIL's own memory is a wait for the GIL).
+The target's ``_PyRuntime`` and type objects are found from its ELF symbols (libpython, or
+the executable of a static build) plus their load base in /proc/PID/maps.  A target of this
+interpreter's minor version is read by the native frame walker (native/pyframes.c), compiled
+with that version's layout (3.13+: the target's published ``debug_offsets`` are compared with
+ours before anything else is read); any other CPython 3.11 to 3.15 is read by the Python
+reader (ddprof_nb.remote_walk), which takes the target's layout as data: its published
+offsets (3.13+) or a built-in table (3.11, 3.12).  Thread names and states come from
+/proc/PID/task/TID: ``comm``, ``stat`` (state, CPU times) and ``syscall`` (a futex wait on
+the GIL's own memory is a wait for the GIL).
 
 Everything that can go wrong is a ``RemoteError`` with a message naming the problem:
-no such process, not CPython, another version (``VersionMismatch``), no ptrace rights
-(with the Yama setting and how to allow it), the process exiting while read.
+no such process, not CPython, a version or build it cannot read (older than 3.11,
+free-threaded, a layout it does not know), no ptrace rights (with the Yama setting and how
+to allow it), the process exiting while read.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from dataclasses import dataclass, field
 
 from . import elfsyms
 from .model import Frame
+from .remote_layouts import LayoutError, line_of
+from .remote_walk import PyReader, Torn, read_memory
 
-__all__ = ["RemoteError", "TornRead", "VersionMismatch", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
+__all__ = ["RemoteError", "TornRead", "Target", "ThreadInfo", "thread_stat", "permission_help", "format_dump",
            "dump_text"]
 
 _SYMBOLS = ("_PyRuntime", "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version")
@@ -41,15 +45,6 @@ class RemoteError(Exception):
 
 class TornRead(RemoteError):
     """The target's interpreter state changed under every try of a read (a sampler skips the look)."""
-
-
-class VersionMismatch(RemoteError):
-    """The target runs another CPython minor version than this interpreter."""
-
-    def __init__(self, message: str, version: tuple[int, int, int], interpreters: list[str]):
-        super().__init__(message)
-        self.version = version
-        self.interpreters = interpreters  # candidate executables of the target's version
 
 
 def _yama_scope() -> int | None:
@@ -158,22 +153,12 @@ def _free_threaded_name(path: str) -> bool:
     return bool(hit.group(3)) if hit else bool(re.search(r"/python\d+\.\d+t$", path))
 
 
-def _python_from_argv0(pid: int) -> str | None:
-    raw = _read_text(f"/proc/{pid}/cmdline") or ""
-    argv0 = raw.split("\0", 1)[0]
-    if argv0.startswith("/") and os.access(argv0, os.X_OK):
-        return argv0
-    return None
-
-
 class Target:
     """A CPython process opened for reading; ``close()`` (or ``with``) when done."""
 
     def __init__(self, pid: int):
-        from .engines.native.binding import ffi, lib, unavailable_reason
+        from .engines.native.binding import ffi, lib
 
-        if lib is None:
-            raise RemoteError(f"cannot read other processes: {unavailable_reason()}")
         self._ffi, self._lib = ffi, lib
         if pid <= 0:
             raise RemoteError(f"invalid process id {pid}")
@@ -208,21 +193,43 @@ class Target:
         if self.free_threaded:
             raise RemoteError(f"process {pid} runs a free-threaded CPython {self.version_text} ({binary}): its layout "
                               "is not supported")
-        ours = sys.version_info[:2]
-        if self.version[:2] != ours:
-            raise VersionMismatch(
-                f"process {pid} runs CPython {self.version_text}; this is CPython {platform.python_version()}, and "
-                "ddprof_nb's native module reads the internal layout of the version it was built for",
-                self.version, [p for p in (_python_from_argv0(pid), os.path.realpath(f"/proc/{pid}/exe")) if p])
+        if not (3, 11) <= self.version[:2]:
+            raise RemoteError(f"process {pid} runs CPython {self.version_text} ({binary}); ddprof_nb reads CPython "
+                              "3.11 and later")
+        missing = [s for s in _SYMBOLS if s not in syms]
+        if missing:
+            raise RemoteError(f"process {pid}: {binary} lacks the symbols {', '.join(missing)}")
+        self._codes: dict[tuple[int, int], tuple[str, str, int, bytes] | None] = {}
+        self._frame_cache: dict[tuple[int, int, int], Frame] = {}
+        self._py: PyReader | None = None
+        if self.version[:2] != sys.version_info[:2] or lib is None:
+            self._open_foreign(base, syms)
+        else:
+            self._open_native(base, syms)
+
+    def _open_foreign(self, base: int, syms: dict[str, int]) -> None:
+        """Read the target with the Python reader and the target's own layout."""
+        try:
+            self._py = PyReader(self.pid, self.version[:2], base + syms["_PyRuntime"], base + syms["PyCode_Type"],
+                                base + syms["PyUnicode_Type"], base + syms["PyBytes_Type"])
+        except LayoutError as exc:
+            raise RemoteError(f"process {self.pid}: {exc}") from None
+        except Torn as exc:
+            raise RemoteError(f"process {self.pid} (CPython {self.version_text}) cannot be read now: {exc}") from None
+        except OSError as exc:
+            raise _os_error(self.pid, exc.errno or errno.EPERM, "opening it") from None
+        self.layout_note = (f"read by ddprof_nb's Python reader, with {self._py.layout_source} (this is CPython "
+                            f"{platform.python_version()})")
+
+    def _open_native(self, base: int, syms: dict[str, int]) -> None:
+        """Read the target with the native walker, compiled for this (the target's) version."""
+        ffi, lib, pid = self._ffi, self._lib, self.pid
         # 3.13+ targets have their published offsets checked at open; 3.11/3.12 publish none,
         # so another patch release is read with this build's layout (every read validated)
         self.layout_note = ""
         if self.version != tuple(sys.version_info[:3]) and self.version[:2] < (3, 13):
             self.layout_note = (f"read with CPython {platform.python_version()}'s layout ({self.version_text} publishes "
                                 "no offsets to check it against; every read is validated)")
-        missing = [s for s in _SYMBOLS if s not in syms]
-        if missing:
-            raise RemoteError(f"process {pid}: {binary} lacks the symbols {', '.join(missing)}")
         t = self._t = ffi.new("ddp_remote *")
         t.pid = pid
         t.runtime = base + syms["_PyRuntime"]
@@ -240,8 +247,6 @@ class Target:
         self._flags = ffi.new("uint16_t *")
         self._info = ffi.new("ddp_code_info *")
         self._bufs = [ffi.new("char[]", 512), ffi.new("char[]", 4096), ffi.new("uint8_t[]", 16384)]
-        self._codes: dict[tuple[int, int], tuple[str, str, int, bytes] | None] = {}
-        self._frame_cache: dict[tuple[int, int, int], Frame] = {}
 
     # -- discovery ------------------------------------------------------------------------
     def _exe_name(self) -> str:
@@ -265,11 +270,12 @@ class Target:
         return exe, _free_threaded_name(exe)
 
     def _read_version(self, addr: int) -> tuple[int, int, int]:
-        buf = self._ffi.new("uint64_t *")
-        rc = self._lib.ddp_remote_peek(self.pid, addr, buf, 8)
-        if rc != 0:
-            raise _os_error(self.pid, self._lib.ddp_last_errno(), "reading its Python version")
-        v = buf[0]
+        try:
+            v = int.from_bytes(read_memory(self.pid, addr, 8), "little")
+        except Torn:
+            raise RemoteError(f"process {self.pid}: its Py_Version symbol points to no memory") from None
+        except OSError as exc:
+            raise _os_error(self.pid, exc.errno or errno.EPERM, "reading its Python version") from None
         return (v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF
 
     @property
@@ -286,9 +292,22 @@ class Target:
             raise RemoteError(f"process {self.pid} exited while {what}")
         raise TornRead(f"process {self.pid}: its interpreter state changed while {what}; try again")
 
+    def _foreign(self, read, what: str):
+        """``read()`` of the Python reader, its failures as this module's errors."""
+        try:
+            return read()
+        except Torn:
+            if not os.path.exists(f"/proc/{self.pid}"):
+                raise RemoteError(f"process {self.pid} exited while {what}") from None
+            raise TornRead(f"process {self.pid}: its interpreter state changed while {what}; try again") from None
+        except OSError as exc:
+            raise _os_error(self.pid, exc.errno or errno.EPERM, what) from None
+
     # -- reading --------------------------------------------------------------------------
     def threads(self) -> list[tuple[int, int]]:
         """(thread state address, native tid) of every thread of the main interpreter."""
+        if self._py is not None:
+            return self._foreign(self._py.threads, "listing its threads")
         while True:
             n = self._lib.ddp_remote_threads(self._t, self._tstates, self._tids, self._cap)
             if n < 0:
@@ -301,14 +320,23 @@ class Target:
 
     def gil_holder(self) -> int:
         """The thread state holding the GIL (0: none)."""
+        if self._py is not None:
+            return self._py.gil_holder()
         return self._lib.ddp_remote_gil_holder(self._t)
 
     def gil_range(self) -> tuple[int, int]:
+        if self._py is not None:
+            return self._py.gil_range()
         return self._t.gil, self._t.gil + self._t.gil_size
 
     def raw_stack(self, tstate: int, tid: int) -> tuple[list[tuple[int, int, int, int]], bool] | None:
         """(code, fingerprint, lasti, firstlineno) per frame, innermost first, and whether it was
         truncated; None for a torn read (the thread moved under it: the next look may work)."""
+        if self._py is not None:
+            try:
+                return self._foreign(lambda: self._py.walk(tstate, tid, MAX_DEPTH), "reading a thread's stack")
+            except TornRead:
+                return None
         depth = self._lib.ddp_remote_walk(self._t, tstate, tid, self._frames, MAX_DEPTH, self._flags)
         if depth == self._lib.DDP_EINVAL:
             return None
@@ -328,7 +356,10 @@ class Target:
         if info is None:
             return None
         qualname, filename, first, lt = info
-        line = self._lib.ddp_addr2line(lt, len(lt), first, lasti) if lt else first
+        if self._py is not None:
+            line = line_of(lt, first, lasti)
+        else:
+            line = self._lib.ddp_addr2line(lt, len(lt), first, lasti) if lt else first
         out = self._frame_cache[key] = Frame(qualname, filename, line, first)
         return out
 
@@ -336,6 +367,8 @@ class Target:
         key = (code, fp)
         if key in self._codes:
             return self._codes[key]
+        if self._py is not None:
+            return self._foreign(lambda: self._py.code(code, fp), "reading a code object")
         lib, ffi = self._lib, self._ffi
         for _ in range(2):
             q, f, lt = self._bufs

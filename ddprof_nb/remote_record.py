@@ -39,18 +39,19 @@ class _Thread:
 
 
 def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_000, should_stop=None,
-           events=(EventType.CPU, EventType.WALL)) -> Profile:
+           events=(EventType.CPU, EventType.WALL), labels: dict[str, str] | None = None) -> Profile:
     """Sample ``target`` for ``duration_s`` seconds (None: until it exits or ``should_stop()``
-    says so) into a profile of ``events`` (cpu and/or wall).  The profile ends early, with a
-    note, when the target exits."""
+    says so) into a profile of ``events`` (cpu and/or wall), every sample labelled with
+    ``labels``.  The profile ends early, with a note, when the target exits."""
     want_wall, want_cpu = EventType.WALL in events, EventType.CPU in events
     if not (want_wall or want_cpu) or set(events) - {EventType.CPU, EventType.WALL}:
         raise ValueError("sampling from outside records cpu and wall only")
     start_ns, start_mono = time.time_ns(), time.monotonic_ns()
     builder = ProfileBuilder(Metadata(start_ns=start_ns, interval_ns=interval_ns, engine="remote", pid=target.pid,
                                       python_version=target.version_text))
-    states = {s: builder.labels_id({"state": s}) for s in ("cpu", "off-cpu", "gil")}
-    unknown = builder.labels_id(None)
+    labels = dict(labels or {})
+    states = {s: builder.labels_id({**labels, "state": s}) for s in ("cpu", "off-cpu", "gil")}
+    unknown = builder.labels_id(labels or None)
     truncated = builder.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
     stacks: dict[tuple, int] = {}
     threads: dict[int, _Thread] = {}
@@ -102,7 +103,7 @@ def record(target: Target, duration_s: float | None, interval_ns: int = 10_000_0
                                 sample_at - th.last_wall)
                 th.last_wall = sample_at
                 if want_cpu:
-                    _account_cpu(builder, th, st.cpu_ticks, sid, state == "cpu", rel)
+                    _account_cpu(builder, th, st.cpu_ticks, sid, state == "cpu", rel, unknown)
             if end_reason:
                 break
     except KeyboardInterrupt:
@@ -151,7 +152,8 @@ def _stack_id(target: Target, builder: ProfileBuilder, stacks: dict, truncated: 
     return None
 
 
-def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int, on_cpu: bool, rel: int) -> None:
+def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int, on_cpu: bool, rel: int,
+                 labels_id: int) -> None:
     """Spread the thread's CPU increase since its previous sample over the samples waiting for
     it, evenly per sample (so per stack in proportion to its samples)."""
     th.pending_any[sid] = th.pending_any.get(sid, 0) + 1
@@ -172,5 +174,5 @@ def _account_cpu(builder: ProfileBuilder, th: _Thread, cpu_ticks: int, sid: int,
     for i, (owner, n) in enumerate(owners.items()):
         part = ns - given if i == len(owners) - 1 else ns * n // samples  # the last takes the rounding
         given += part
-        builder.add(EventType.CPU, owner, th.index, 0, rel, n, part)
+        builder.add(EventType.CPU, owner, th.index, labels_id, rel, n, part)
     th.pending.clear(), th.pending_any.clear()

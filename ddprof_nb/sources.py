@@ -64,18 +64,6 @@ def register(option: str, factory: Factory) -> None:
     _factories[option] = factory
 
 
-def _task_sampler(config, _value) -> "Source | None":
-    if config.asyncio == "off":
-        return None
-    # the task sampler imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    from .aio.tasks import TaskSampler
-
-    return TaskSampler(config)
-
-
-register("asyncio", _task_sampler)  # (from the config, not an option: sampled unless asyncio="off")
-
-
 def make_sources(config, options: dict) -> list:
     """The sources of a session: one per registered factory that gives one, in registry
     order.  ``options``: the Sampler's source options (``children``, ``dask``...)."""

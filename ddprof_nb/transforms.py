@@ -45,7 +45,7 @@ import numpy as np
 
 from . import aggregate
 from .events import EventType
-from .model import CSRStacks, Frame, Profile, aggregate_columns
+from .model import CSRStacks, Frame, Profile, aggregate_columns, columns
 
 __all__ = [
     "sandwich", "inverted", "merge_function", "drop_function", "collapse_recursion",
@@ -71,8 +71,7 @@ def _restack(profile: Profile, fn: Callable[[tuple[int, ...]], Sequence[int]], e
         stack_map[s] = sid
     cols = aggregate_columns(profile.event, stack_map[profile.stack], profile.thread, profile.labels,
                              profile.time_ns, profile.values)
-    return Profile(profile.frames + tuple(extra), new_stacks, profile.threads, profile.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
+    return profile.replace(frames=profile.frames + tuple(extra), stacks=new_stacks, **columns(cols))
 
 
 def _frame_index(profile: Profile, extra: list[Frame]) -> Callable[[Frame], int]:
@@ -96,10 +95,7 @@ def inverted(profile: Profile) -> Profile:
     """The bottom-up profile: every stack reversed, so its roots are the leaves.  Reversal
     maps distinct stacks to distinct stacks: rows stay as they are, and the stacks table
     is reversed segment by segment in numpy."""
-    out = Profile(profile.frames, _reversed_stacks(profile), profile.threads, profile.labelsets, profile.event,
-                  profile.stack, profile.thread, profile.labels, profile.time_ns, profile.values,
-                  profile.metadata, profile.tick_ns)
-    return out
+    return profile.replace(stacks=_reversed_stacks(profile))
 
 
 # The explorer's filters make views that share their base's stacks table, and the call

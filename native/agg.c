@@ -67,6 +67,8 @@ static int same_key(const ddp_record *a, const ddp_record *b)
 
 ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes)
 {
+    if (max_keys > DDP_AGG_MAX_KEYS)
+        return NULL; /* (the index's doubling would wrap to 0 and never end) */
     ddp_agg *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;

@@ -78,7 +78,6 @@
 #define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
 #define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
 #define LIVE_MAX (LIVE_CAP / 4 * 3)
-#define NOTES_CAP 4096       /* type notes waiting for the drain */
 #define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
 #define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> FILTER_SHIFT) mod FILTER_SIZE */
 #define FILTER_SHIFT 8       /* 256-byte granules: a 4 KiB pymalloc pool is 16 adjacent bytes */
@@ -111,8 +110,6 @@ typedef struct {
 static layer_t layers[2][N_SLOTS];
 static layer_t *top[2];      /* the layers installed by the current session */
 static _Atomic int active_slot = -1; /* the slot of the running session, -1 = none */
-static double rate = 512 * 1024.0;
-static _Atomic uint64_t seq;
 
 static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
 static uint32_t live_n;
@@ -122,14 +119,8 @@ static uint8_t filter[FILTER_SIZE];
 static ddp_alloc_info *frozen; /* the live list at stop */
 static int frozen_n;
 
-/* Type notes: pushed by sampling threads, popped by the drain without the GIL (taking it
- * there would force a GIL hand-off from the profiled thread at every drain). */
-static ddp_alloc_info notes[NOTES_CAP];
-static uint32_t notes_head, notes_len;
-static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
-
 static struct {
-    _Atomic uint64_t sampled, emit_failed, live_overflow, notes_dropped, typed, untyped, reentered, sample_ns, type_ns;
+    _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
     int left_installed;
     int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
     int reclaimed;           /* layers found out of every chain at start and reused */
@@ -174,30 +165,10 @@ static inline double uniform01(void) /* in (0, 1] */
  * it below zero is the one whose bytes reach G. */
 static inline int64_t draw_gap(void)
 {
-    double g = -rate * log(uniform01()); /* >= 0 */
+    double g = -ddp_alloc_mean_gap() * log(uniform01()); /* >= 0 */
     return g > 9e18 ? (int64_t)9e18 : (int64_t)g;
 }
 
-/* ---- shared with the C allocation hooks (nalloc.c) ------------------------------------------ */
-double ddp_alloc_mean_gap(void) { return rate; }
-
-/* The Horvitz-Thompson weights of a sampled allocation of n bytes (p = 1 - exp(-n/R)):
- * count = 1/p rounded stochastically with u in (0, 1], bytes = n/p.  -1 when n == 0. */
-int ddp_alloc_weigh(size_t n, double u, int64_t *count, int64_t *bytes)
-{
-    double s = (double)n;
-    double prob = -expm1(-s / rate);
-    if (!(prob > 0))
-        return -1;
-    double c = 1.0 / prob;
-    *count = (int64_t)c;
-    if (u <= c - (double)*count)
-        ++*count;
-    *bytes = (int64_t)llround(s * c);
-    return 0;
-}
-
-uint64_t ddp_alloc_new_id(void) { return atomic_fetch_add_explicit(&seq, 1, memory_order_relaxed) + 1; }
 
 /* ---- known static types: no read needed ------------------------------------------------- */
 static const struct {
@@ -389,37 +360,14 @@ static uintptr_t block_type(uintptr_t p, uint64_t size, int safe)
     return 0;
 }
 
-static void note_add(const ddp_alloc_info *note);
-
 static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 {
     ddp_alloc_info note = { .id = id, .size = size };
     if (copy_type_name(type, note.type_name) != 0)
         return;
-    note_add(&note);
+    ddp_alloc_note_info(&note);
 }
 
-/* A sample's leaf named outright (the C allocation hooks: "malloc", "numpy", ...). */
-void ddp_alloc_note(uint64_t id, uint64_t size, const char *name)
-{
-    ddp_alloc_info note = { .id = id, .size = size };
-    size_t len = strnlen(name, TYPE_NAME_CAP - 1);
-    memcpy(note.type_name, name, len);
-    note.type_name[len] = 0;
-    note_add(&note);
-}
-
-static void note_add(const ddp_alloc_info *note)
-{
-    pthread_mutex_lock(&notes_lock);
-    if (notes_len < NOTES_CAP) {
-        notes[(notes_head + notes_len) % NOTES_CAP] = *note;
-        notes_len++;
-    } else {
-        atomic_fetch_add_explicit(&ast.notes_dropped, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&notes_lock);
-}
 
 /* The thread's last sampled OBJ block, once its object is initialised. */
 static void pending_try(void)
@@ -561,10 +509,10 @@ static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
     return p;
 }
 
-static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize)
+static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nelem, size_t elsize, size_t n)
 {
     void *p = L->prev.calloc(L->prev.ctx, nelem, elsize);
-    slow_path(L, p, nelem * elsize);
+    slow_path(L, p, n);
     return p;
 }
 
@@ -606,9 +554,10 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     }                                                                                                 \
     static void *h_calloc_##D##K(void *ctx, size_t nelem, size_t elsize)                              \
     {                                                                                                 \
-        if (__builtin_expect(count_skip(K, nelem * elsize), 1))                                       \
+        size_t n; /* an overflowing size is no allocation (the allocator fails it): not counted */    \
+        if (__builtin_expect(__builtin_mul_overflow(nelem, elsize, &n) || count_skip(K, n), 1))       \
             return layers[D][K].prev.calloc(ctx, nelem, elsize);                                      \
-        return calloc_slow(&layers[D][K], nelem, elsize);                                             \
+        return calloc_slow(&layers[D][K], nelem, elsize, n);                                          \
     }                                                                                                 \
     static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
     {                                                                                                 \
@@ -651,25 +600,35 @@ static int same_allocator(const PyMemAllocatorEx *a, const PyMemAllocatorEx *b)
 }
 
 /* The slots whose layer a call into domain d's allocator reaches now (a bit per slot), with
- * the GIL: every slot's countdown is forced below zero for one 1-byte allocation, and each
- * slow path it reaches notes itself instead of sampling.  A layer someone took out of the
- * chain (tracemalloc.stop() puts back what it saved, which may be older than ours) is then
- * seen to be unreachable: no call can reach it, so its slot may serve again. */
+ * the GIL: every slot's countdown is forced below zero for a few allocations, and each slow
+ * path one reaches notes itself instead of sampling.  A layer someone took out of the chain
+ * (tracemalloc.stop() puts back what it saved, which may be older than ours) is then seen to
+ * be unreachable: no call can reach it, so its slot may serve again.  The calls span sizes
+ * and entry points: an allocator above ours that serves small blocks itself and passes
+ * large ones down (as pymalloc does) hid a layer still linked from a 1-byte probe, and
+ * reinstalling that layer on top made its calls go round the two for good.  (Sizes up to
+ * 32 MiB: mapped, never touched.) */
+static const size_t probe_sizes[] = { 1, 513, 4097, 65537, (1u << 20) + 1, 1u << 25 };
+
 static unsigned reachable_layers(int d)
 {
     int64_t saved[N_SLOTS];
     memcpy(saved, smp.remaining, sizeof saved);
-    for (int k = 0; k < N_SLOTS; k++)
-        smp.remaining[k] = 0;
     probing = 1;
     probe_mask = 0;
-    void *p = d == DOM_MEM ? PyMem_Malloc(1) : PyObject_Malloc(1);
+    for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++) {
+        size_t n = probe_sizes[i];
+        void *p[3];
+        for (int k = 0; k < N_SLOTS; k++)
+            smp.remaining[k] = 0;
+        p[0] = d == DOM_MEM ? PyMem_Malloc(n) : PyObject_Malloc(n);
+        p[1] = d == DOM_MEM ? PyMem_Calloc(1, n) : PyObject_Calloc(1, n);
+        p[2] = d == DOM_MEM ? PyMem_Realloc(NULL, n) : PyObject_Realloc(NULL, n);
+        for (int j = 0; j < 3; j++)
+            d == DOM_MEM ? PyMem_Free(p[j]) : PyObject_Free(p[j]);
+    }
     probing = 0;
     memcpy(smp.remaining, saved, sizeof saved);
-    if (d == DOM_MEM)
-        PyMem_Free(p);
-    else
-        PyObject_Free(p);
     return probe_mask;
 }
 
@@ -738,11 +697,7 @@ static int alloc_start(const ddp_config *c)
     free(frozen);
     frozen = NULL;
     frozen_n = 0;
-    pthread_mutex_lock(&notes_lock);
-    notes_head = notes_len = 0;
-    pthread_mutex_unlock(&notes_lock);
-    atomic_store(&seq, 0);
-    rate = (double)r;
+    ddp_alloc_scheme_start((double)r);
     smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
     smp.busy = smp.parked = 0;
     smp.pending = 0;
@@ -855,8 +810,7 @@ static void alloc_after_fork(void)
     smp.pending = 0;
     live_n = 0;
     filter_clear();
-    pthread_mutex_init(&notes_lock, NULL); /* another thread may have held it at fork */
-    notes_head = notes_len = 0;
+    ddp_alloc_scheme_after_fork();
 }
 
 const ddp_engine ddp_alloc_engine = {
@@ -871,20 +825,6 @@ const ddp_engine ddp_alloc_engine = {
 };
 
 /* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
-int ddp_alloc_types_pop(ddp_alloc_info *out, int max)
-{
-    if (!out || max < 0)
-        return DDP_EINVAL;
-    int n = 0;
-    pthread_mutex_lock(&notes_lock);
-    while (n < max && notes_len) {
-        out[n++] = notes[notes_head];
-        notes_head = (notes_head + 1) % NOTES_CAP;
-        notes_len--;
-    }
-    pthread_mutex_unlock(&notes_lock);
-    return n;
-}
 
 int ddp_alloc_live_ids(uint64_t *out, int max)
 {
@@ -933,7 +873,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->sampled = atomic_load(&ast.sampled);
     out->emit_failed = atomic_load(&ast.emit_failed);
     out->live_overflow = atomic_load(&ast.live_overflow);
-    out->notes_dropped = atomic_load(&ast.notes_dropped);
+    out->notes_dropped = ddp_alloc_notes_dropped();
     out->typed = atomic_load(&ast.typed);
     out->untyped = atomic_load(&ast.untyped);
     out->reentered = atomic_load(&ast.reentered);
@@ -977,15 +917,39 @@ static void *f_calloc(void *ctx, size_t n, size_t e) { PyMemAllocatorEx *a = ctx
 static void *f_realloc(void *ctx, void *p, size_t n) { PyMemAllocatorEx *a = ctx; return a->realloc(a->ctx, p, n); }
 static void f_free(void *ctx, void *p) { PyMemAllocatorEx *a = ctx; a->free(a->ctx, p); }
 
+/* on == 2: one that serves blocks up to 512 bytes from the allocator under the session's layer
+ * (skipping ours, as an allocator serving small blocks itself) and passes larger ones down
+ * through ours: the same underlying allocator either way, so any block frees either way. */
+static PyMemAllocatorEx foreign_base[2];
+static void *f2_malloc(void *ctx, size_t n)
+{
+    PyMemAllocatorEx *a = n <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->malloc(a->ctx, n);
+}
+static void *f2_calloc(void *ctx, size_t n, size_t e)
+{
+    PyMemAllocatorEx *a = n * e <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->calloc(a->ctx, n, e);
+}
+static void *f2_realloc(void *ctx, void *p, size_t n)
+{
+    PyMemAllocatorEx *a = !p && n <= 512 ? &foreign_base[(PyMemAllocatorEx *)ctx - foreign_prev] : ctx;
+    return a->realloc(a->ctx, p, n);
+}
+
 int ddp_alloc_test_foreign(int on)
 {
-    if (!Py_IsInitialized() || (on ? foreign_on : !foreign_on))
+    if (!Py_IsInitialized() || (on ? foreign_on : !foreign_on) || on < 0 || on > 2 || (on == 2 && (!top[0] || !top[1])))
         return DDP_EINVAL;
     PyGILState_STATE g = PyGILState_Ensure();
     for (int d = 0; d < 2; d++) {
         if (on) {
             PyMem_GetAllocator(domains[d], &foreign_prev[d]);
+            if (on == 2)
+                foreign_base[d] = top[d]->prev;
             PyMemAllocatorEx f = { &foreign_prev[d], f_malloc, f_calloc, f_realloc, f_free };
+            if (on == 2)
+                f.malloc = f2_malloc, f.calloc = f2_calloc, f.realloc = f2_realloc;
             PyMem_SetAllocator(domains[d], &f);
         } else {
             PyMem_SetAllocator(domains[d], &foreign_prev[d]);

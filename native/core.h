@@ -32,7 +32,6 @@ typedef struct {
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
     _Atomic int64_t cpu_acct_ns;  /* its CPU clock when its CPU was last accounted (handler; timer_arm); 0 unknown */
-    _Atomic int32_t kick_pending; /* the sampler thread sent it a SIGPROF the handler has not taken yet */
     /* below: owned by the sampler thread (or by start/stop when it is not running) */
     int has_timer;
     int timer_failed;
@@ -59,6 +58,11 @@ typedef struct {
     int dead;                     /* its thread exited: the slot goes back to the pool once flushed */
     int64_t cpu_used_stop;        /* at stop: CPU its clock says it used since first seen (timer threads) */
     int recycled;                 /* in the pool */
+    /* set on the thread itself (thread_start.c): where it started, and its CPU clock as it exited */
+    ddp_record *start_rec;        /* its stack as its own code began (rec_size bytes, kept like wlast) */
+    _Atomic int32_t start_ready;  /* start_rec written: its unsampled CPU goes there */
+    _Atomic int64_t exit_cpu_ns;  /* its clock in its last moments (a TSD destructor); 0 unknown */
+    int exit_done;                /* its CPU is with the exited threads' */
 } slot_t;
 
 typedef struct {
@@ -70,7 +74,9 @@ typedef struct {
     _Atomic uint64_t timer_failures, threads_seen, threads_overflow, stale_signals;
     _Atomic int32_t timer_errno; /* errno of the first failed timer_create/settime */
     _Atomic uint64_t handler_ns, handler_calls, wall_ticks, wall_ns, wall_records, wall_unchanged;
-    _Atomic uint64_t cpu_kicks;          /* CPU samples taken on the sampler thread's SIGPROF (timer late) */
+    _Atomic uint64_t cpu_kicks;          /* CPU samples the sampler thread took (the timer's signal late) */
+    uint64_t cpu_at_start, cpu_exits_dropped; /* threads whose CPU went to their start stack; exits not kept */
+    int64_t cpu_at_start_ns;
     int64_t start_mono_ns, stop_mono_ns;
     int64_t cpu_used_ns, cpu_sampled_ns; /* at stop, threads with a CPU timer then */
     _Atomic int32_t prof_replaced;       /* another SIGPROF handler replaced ours: CPU sampling stopped */
@@ -131,13 +137,20 @@ int thread_born_in_session(int32_t tid); /* not among the process's threads at t
 int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
 int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
 void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */
-/* sampler thread: its clock now and at the previous read; a lagging timer -> a SIGPROF sent */
+/* sampler thread: its clock now and at the previous read; a lagging timer -> a sample taken */
 void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 void cpu_prof_forget(void);             /* put the saved disposition back (failed start, fork child) */
 void cpu_prof_stop(void);               /* at stop: restore only if still ours, wait for handlers */
 int cpu_handlers_inside(void);
 void cpu_totals_at_stop(void);          /* each timer thread's CPU used, against its samples */
 void cpu_after_fork(void);
+/* sampler thread: a thread the start hook saw exited before any scan found it */
+void cpu_thread_exited_unseen(slot_t *s);
+
+/* ---- threads as they start (thread_start.c) ------------------------------------------- */
+int thread_start_hook_on(void);         /* with the GIL, at start (CPU sessions): threading's hook is ours */
+void thread_start_hook_off(void);       /* takes the GIL: threading's hook is back */
+int thread_exits_inside(void);          /* exiting threads writing their clock into a slot now */
 
 /* ---- producing records (records.c) ---------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };

@@ -7,10 +7,10 @@
  * was last accounted (cpu_acct_ns), not period * (1 + overruns): a loaded kernel delivers a
  * thread's timer signals late (seen: 2-14 periods, once 2.5 s of CPU in one signal), and a late
  * signal's overrun count put all that CPU on whatever ran at delivery.  So the sampler thread,
- * which reads each thread's clock every tick anyway, sends SIGPROF itself (rt_tgsigqueueinfo,
- * SI_QUEUE) to a thread that ran 2 periods past its last accounting: it takes the sample when
- * it next runs, where it was burning CPU if it was preempted.  Weights are clock deltas, so a
- * kick and a timer signal never count one stretch of CPU twice.  At stop, each thread's CPU
+ * which reads each thread's clock every tick anyway, samples a running thread that ran 2
+ * periods past its last accounting itself (a walk of its frames, no signal: cpu_kick_check).
+ * Weights are clock deltas, so the sampler's sample and a timer signal never count one
+ * stretch of CPU twice.  At stop, each thread's CPU
  * clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
  *
  * Includes: core.h.
@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core.h"
 
@@ -66,7 +67,6 @@ void timer_arm(slot_t *s)
     /* its first sample weighs the CPU since now (set before the timer can fire) */
     int64_t c = thread_cpu_ns(s);
     atomic_store(&s->cpu_acct_ns, c > 0 ? c : 0);
-    atomic_store(&s->kick_pending, 0);
     struct itimerspec its;
     its.it_interval.tv_sec = period / 1000000000LL;
     its.it_interval.tv_nsec = period % 1000000000LL;
@@ -97,9 +97,10 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     (void)sig, (void)uc;
     int saved_errno = errno;
     atomic_fetch_add(&in_handler, 1);
-    /* a timer's signal, or the sampler thread's kick (SI_QUEUE from this process: only it can) */
-    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si ||
-        (si->si_code != SI_TIMER && (si->si_code != SI_QUEUE || si->si_pid != sess_pid)))
+    /* Only our timers' signals (SI_TIMER: the kernel's alone).  Anyone may queue a SIGPROF
+     * with any si_code < 0, pid and value (rt_sigqueueinfo), so no other is taken; the slot
+     * checks below guard the timer's value anyway. */
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
         goto out;
     slot_t *s = si->si_value.sival_ptr;
     slot_t *base = sess_slots;
@@ -111,9 +112,6 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add(&sess_stats.stale_signals, 1);
         goto out;
     }
-    /* Any SIGPROF of ours answers a kick: a kick sent while one was pending was dropped
-     * (one instance of a standard signal is queued), and this signal takes its sample. */
-    atomic_store(&s->kick_pending, 0);
     if (!atomic_load(&s->active) || atomic_load(&s->excluded))
         goto out;
     int64_t t0 = ddp_now_ns();
@@ -123,7 +121,7 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL; /* our fault handler was replaced: never risk a fault */
-    int64_t overrun = si->si_code == SI_TIMER && si->si_overrun > 0 ? si->si_overrun : 0;
+    int64_t overrun = si->si_overrun > 0 ? si->si_overrun : 0;
     int64_t used = prev > 0 && cpu >= prev ? cpu - prev : sess_cfg.interval_ns * (1 + overrun);
     int64_t weight = used + s->cpu_carry;
     if (weight <= 0)
@@ -135,8 +133,6 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
         atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
-    if (r == PROD_OK && si->si_code == SI_QUEUE)
-        atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     atomic_fetch_add_explicit(&sess_stats.handler_calls, 1, memory_order_relaxed);
 out:
@@ -163,41 +159,53 @@ void cpu_prof_check(void)
         timer_disarm(&sess_slots[i]);
 }
 
-/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) samples
- * itself now: SIGPROF from us, taken when it next runs.  Only a thread that ran since the
- * previous read and that /proc says is running or runnable (not in a syscall): one gone to
- * sleep would take the sample at its sleep, and see its sleep cut short (EINTR where
- * SA_RESTART does not restart: poll, select, nanosleep in a C extension).  The pread (~5 us)
- * is paid only for a lagging thread. */
+/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) is sampled
+ * by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
+ * weighing the CPU since its last accounting.  Only a thread that ran since the previous read
+ * and that /proc says is running or runnable (not in a syscall): its frames are where it is
+ * burning CPU.  No signal: a SIGPROF sent after that read could find the thread gone to sleep
+ * meanwhile and cut a C extension's poll, select or nanosleep short (EINTR, never restarted
+ * by SA_RESTART).  The pread (~5 us) is paid only for a lagging thread. */
 void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
 {
-    if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&s->kick_pending) ||
-        atomic_load(&sess_stats.prof_replaced))
+    if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&sess_stats.prof_replaced) ||
+        atomic_load(&s->excluded))
         return;
     int64_t acct = atomic_load(&s->cpu_acct_ns);
     if (acct <= 0 || cpu_now - acct < 2 * sess_cfg.interval_ns)
         return;
     if (!thread_runnable(atomic_load(&s->tid)))
         return;
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    si.si_signo = SIGPROF;
-    si.si_code = SI_QUEUE;
-    si.si_pid = sess_pid;
-    si.si_uid = getuid();
-    si.si_value.sival_ptr = s; /* the handler validates it as a timer's */
-    atomic_store(&s->kick_pending, 1);
-    if (syscall(SYS_rt_tgsigqueueinfo, sess_pid, (int)atomic_load(&s->tid), SIGPROF, &si) != 0)
-        atomic_store(&s->kick_pending, 0); /* (the thread exited: its slot goes at the next scan) */
+    /* The CPU from acct to cpu_now is this sample's, unless the thread's handler accounted it
+     * meanwhile (the exchange there makes this fail) */
+    if (!atomic_compare_exchange_strong(&s->cpu_acct_ns, &acct, cpu_now))
+        return;
+    int64_t weight = cpu_now - acct;
+    int mode = atomic_load(&ddp_read_mode_now);
+    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, ddp_now_ns());
+    if (r == PROD_OK) {
+        atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);
+    } else {
+        /* torn or full: the weight back to the thread's next sample (acct moves back by it,
+         * whatever the handler exchanged since) */
+        atomic_fetch_sub(&s->cpu_acct_ns, weight);
+        if (r == PROD_FULL)
+            atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+    }
 }
 
 /* Threads that exited (or left Python) during the session, with the CPU their clocks said
  * they used in it: their slots serve new threads, and the calibration at stop must still
- * see them, or a short worker keeps only what its timer's signals carried. */
-#define MAX_EXITED 4096
-static int32_t exited_tid[MAX_EXITED];
-static int64_t exited_used[MAX_EXITED], exited_sampled[MAX_EXITED];
-static int n_exited;
+ * see them, or a short worker keeps only what its timer's signals carried.  Grown as needed
+ * (sampler thread only; a session of thread-per-task churn has as many as it had threads);
+ * one that cannot be kept (no memory) is counted. */
+typedef struct {
+    int32_t tid;
+    int64_t used, sampled;
+} exited_t;
+static exited_t *exited;
+static int n_exited, cap_exited;
 
 void cpu_begin(void)
 {
@@ -207,26 +215,86 @@ void cpu_begin(void)
     n_exited = 0;
 }
 
+static void keep_exited(int32_t tid, int64_t used, int64_t sampled)
+{
+    if (n_exited == cap_exited) {
+        int cap = cap_exited ? cap_exited * 2 : 1024;
+        exited_t *grown = cap > 0 ? realloc(exited, sizeof *exited * (size_t)cap) : NULL;
+        if (!grown) {
+            sess_stats.cpu_exits_dropped++;
+            return;
+        }
+        exited = grown;
+        cap_exited = cap;
+    }
+    exited[n_exited++] = (exited_t){ tid, used, sampled };
+}
+
+/* A thread's CPU that no sample carried, on the stack where its own code began (the start
+ * hook's record): 1 when written. */
+static int emit_at_start(slot_t *s, int64_t ns)
+{
+    if (ns <= 0 || !atomic_load_explicit(&s->start_ready, memory_order_acquire))
+        return 0;
+    const ddp_record *p = s->start_rec;
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec) {
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+        return 0;
+    }
+    memcpy(rec, p, sizeof(ddp_record) + (size_t)p->depth * sizeof(ddp_frame));
+    rec->value = ns;
+    rec->ts_ns = ddp_now_ns();
+    ddp_ring_publish(sess_ring, ticket);
+    atomic_fetch_add_explicit(&sess_stats.samples[DDP_EVENT_CPU], 1, memory_order_relaxed);
+    sess_stats.cpu_at_start++;
+    sess_stats.cpu_at_start_ns += ns;
+    return 1;
+}
+
+/* Its CPU from cpu_base_ns to `now`: kept with the exited threads', on its start stack when
+ * no sample carried any of it. */
+static void account_exit(slot_t *s, int64_t now)
+{
+    int64_t sampled = atomic_exchange(&s->cpu_sampled, 0);
+    if (now < s->cpu_base_ns)
+        return;
+    int64_t used = now - s->cpu_base_ns;
+    if (sampled <= 0 && emit_at_start(s, used))
+        sampled = used;
+    keep_exited(atomic_load(&s->tid), used, sampled);
+}
+
 void cpu_thread_left(slot_t *s)
 {
     if (!s->cpu_counted)
         return;
     s->cpu_counted = 0;
-    int64_t now = s->cpu_seen_ns;
+    int64_t now = s->cpu_seen_ns, at_exit = atomic_load(&s->exit_cpu_ns);
     if (!s->dead) { /* alive, out of Python: its clock still reads */
         int64_t c = thread_cpu_ns(s);
         if (c >= 0)
             now = c;
+    } else if (at_exit > now) {
+        now = at_exit; /* its own last read, later than the sampler's */
     }
-    int64_t sampled = atomic_exchange(&s->cpu_sampled, 0);
-    if (now >= s->cpu_base_ns && n_exited < MAX_EXITED) {
-        exited_tid[n_exited] = atomic_load(&s->tid);
-        exited_used[n_exited] = now - s->cpu_base_ns;
-        exited_sampled[n_exited] = sampled;
-        n_exited++;
-    }
+    account_exit(s, now);
+    s->exit_done = s->dead;
     s->cpu_first_ns = 0; /* back in Python later: a new base */
     s->cpu_left = 1;
+}
+
+void cpu_thread_exited_unseen(slot_t *s)
+{
+    int64_t at_exit = atomic_load(&s->exit_cpu_ns);
+    /* (one a scan found is the registry's: timer or not, as any thread) */
+    if (s->exit_done || s->cpu_counted || s->cpu_first_ns || s->cpu_left || at_exit <= 0 ||
+        atomic_load(&sess_stats.prof_replaced) || atomic_load(&s->excluded))
+        return;
+    s->exit_done = 1;
+    s->cpu_base_ns = 0; /* born during the session: the start hook saw it begin */
+    account_exit(s, at_exit);
 }
 
 int cpu_prof_foreign(void)
@@ -295,14 +363,17 @@ void cpu_totals_at_stop(void)
     int n = atomic_load(&sess_nslots);
     if (n > MAX_SLOTS)
         n = MAX_SLOTS;
+    for (int i = 0; sess_slots && i < n; i++) /* started and ended since the sampler's last tick */
+        if (!atomic_load(&sess_slots[i].active) && atomic_load(&sess_slots[i].start_ready))
+            cpu_thread_exited_unseen(&sess_slots[i]);
     for (int i = 0; sess_slots && i < n; i++) {
         slot_t *s = &sess_slots[i];
         s->cpu_used_stop = 0;
         if (!s->cpu_counted || s->cpu_first_ns <= 0)
             continue;
         int64_t now = s->has_timer ? thread_cpu_ns(s) : -1;
-        if (now < 0)
-            now = s->cpu_seen_ns; /* exited since the last tick: its latest read */
+        if (now < 0) /* exited since the last tick: its own last read, else the sampler's */
+            now = atomic_load(&s->exit_cpu_ns) > s->cpu_seen_ns ? atomic_load(&s->exit_cpu_ns) : s->cpu_seen_ns;
         if (now >= s->cpu_base_ns) {
             s->cpu_used_stop = now - s->cpu_base_ns;
             sess_stats.cpu_used_ns += s->cpu_used_stop;
@@ -310,8 +381,8 @@ void cpu_totals_at_stop(void)
         }
     }
     for (int i = 0; i < n_exited; i++) {
-        sess_stats.cpu_used_ns += exited_used[i];
-        sess_stats.cpu_sampled_ns += exited_sampled[i];
+        sess_stats.cpu_used_ns += exited[i].used;
+        sess_stats.cpu_sampled_ns += exited[i].sampled;
     }
 }
 
@@ -342,9 +413,9 @@ int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap
     }
     for (int i = 0; i < n_exited; i++, n++) /* a tid may repeat (it left Python and came back) */
         if (n < cap) {
-            tid[n] = exited_tid[i];
-            used[n] = exited_used[i];
-            sampled[n] = exited_sampled[i];
+            tid[n] = exited[i].tid;
+            used[n] = exited[i].used;
+            sampled[n] = exited[i].sampled;
         }
     return n;
 }

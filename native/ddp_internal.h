@@ -63,6 +63,9 @@ void ddp_ring_prefault(ddp_ring *r);        /* one thread at a time: ddp_ring_ne
 
 /* ---- aggregates (agg.c): records keyed by all a Profile keeps of them, counts summed -- */
 typedef struct ddp_agg ddp_agg;
+/* At most this many keys per aggregate: its index (2 to 4.5 slots a key, a power of two) stays
+ * well inside uint32, and the arena holds far fewer keys anyway. */
+#define DDP_AGG_MAX_KEYS (1u << 24)
 ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes);
 void ddp_agg_free(ddp_agg *a);
 void ddp_agg_reset(ddp_agg *a);

@@ -152,7 +152,10 @@ typedef struct {
     uint64_t agg_bytes;          /* the aggregates' fixed size (keys and arena, both of them) */
     uint64_t agg_folded;         /* records folded into their thread's last record: the aggregate was full */
     uint64_t agg_coarsened;      /* aggregated records merged at drain time, under a coarser time tick */
-    uint64_t cpu_kicks;          /* CPU samples taken on a SIGPROF the sampler thread sent: the timer's was late */
+    uint64_t cpu_kicks;          /* CPU samples the sampler thread took of a running thread: its timer's was late */
+    uint64_t cpu_at_start;       /* exited threads no CPU sample caught: their clock's CPU is on their start stack */
+    int64_t cpu_at_start_ns;     /* ... that CPU */
+    uint64_t cpu_exits_dropped;  /* exited threads whose CPU could not be kept (no memory): not in the totals */
 } ddp_stats;
 
 typedef struct {
@@ -280,6 +283,7 @@ typedef struct {
     uint32_t kinds_foreign;      /* ... and with a slot left alone: it resolves to another library's function */
     uint64_t passes_deferred;    /* passes that met objects still being loaded every try: retried at the next tick */
     uint64_t slots_rebound;      /* hooked slots the loader wrote again (lazy binding, a reload): hooked anew */
+    uint64_t slots_unhooked;     /* slots left alone for want of memory or of room for their symbol version */
 } ddp_wait_stats;
 int ddp_wait_get_stats(ddp_wait_stats *out);
 /* Every GOT slot of a hooked symbol in the loaded objects (patched or not): address, value,
@@ -333,7 +337,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out);
 /* Test helpers: the allocator of a domain (0 RAW, 1 MEM, 2 OBJ) as ctx + 4 function pointers;
  * install (1) / remove (0) a foreign pass-through allocator over MEM and OBJ. */
 int ddp_alloc_test_get_allocator(int domain, uint64_t *out5);
-int ddp_alloc_test_foreign(int on);
+int ddp_alloc_test_foreign(int on);       /* 2: one serving small blocks past ours (in a session) */
 /* C allocations of extension modules (nalloc.c): GOT hooks of PyTraceMalloc_Track/Untrack and
  * of the C allocator, sampled into ALLOC and LIVE like the PyMem hooks. */
 typedef struct {
@@ -353,6 +357,7 @@ typedef struct {
     uint32_t kinds_foreign;
     int32_t tracking_objects;    /* objects calling PyTraceMalloc_Track: counted by it, not by malloc */
     int32_t active_patches;
+    uint64_t slots_unhooked;     /* slots left alone for want of memory or of room for their symbol version */
 } ddp_nalloc_stats;
 enum { DDP_NALLOC_TRACK = 0, DDP_NALLOC_UNTRACK, DDP_NALLOC_MALLOC, DDP_NALLOC_CALLOC, DDP_NALLOC_REALLOC,
        DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN, DDP_NALLOC_MMAP,

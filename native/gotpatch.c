@@ -18,11 +18,23 @@
  * in three steps: collect the (symbol, version) pairs the unscanned objects import (inside
  * the iteration, loads only), resolve them (outside it), patch (inside a second iteration:
  * an object on the list cannot be unmapped under us, dlclose unmaps after unlisting).
- * Restoring also runs inside an iteration, so it only ever writes into mapped objects.
+ * Restoring also runs inside an iteration, so it only ever writes into mapped objects; a fork
+ * child, which must not iterate (see below), reads each slot with a syscall first instead.
  * Objects loaded later are found by the user's periodic call of gp_pass when
  * gp_loaded_since says the loader's load counter moved: dlopen itself is not wrapped,
  * because glibc's dlopen resolves relative names and $ORIGIN against its caller's address,
  * which a wrapper would change for every caller.
+ *
+ * One lock (gp_lock) for every set's slot writes and iterations: waits.c and nalloc.c may
+ * patch the same GOT page at once, and one's mprotect(PROT_READ) would fault the other's
+ * store.  It is never held across dlsym, dlvsym, dladdr or dlopen (the loader's main lock):
+ * fork waits for it in a prepare handler, and glibc before 2.36 runs prepare handlers under
+ * its at-fork lock, which a dlopen'ed constructor calling pthread_atfork waits for while
+ * holding the loader's main lock.  Inside gp_lock only dl_iterate_phdr's own lock is taken,
+ * which nobody holds while waiting for anything, so fork always gets gp_lock.  The child
+ * may not call dl_iterate_phdr (glibc resets only the main loader lock at fork, and another
+ * thread may have held the other), so its restore reads each slot with process_vm_readv:
+ * a slot of an object unloaded since the last pass is skipped, never written.
  *
  * Objects still being loaded (see pass_once) never stop a pass: another thread that loads
  * and unloads libraries nonstop would otherwise defer every pass of a whole session.
@@ -37,11 +49,13 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <Python.h>
 #include "gotpatch.h"
@@ -70,10 +84,36 @@ typedef struct {
     uint64_t *addr, *val;
     int32_t *kind;
     int cap, n;
+    int wants_over;             /* (symbol, version) pairs that found no room in wants */
 } scan_ctx;
 
 static uintptr_t self_base_cache, libpython_base_cache;
 static pthread_once_t bases_once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void gp_atfork_prepare(void) { pthread_mutex_lock(&gp_lock); }
+static void gp_atfork_parent(void) { pthread_mutex_unlock(&gp_lock); }
+static void gp_atfork_child(void) { pthread_mutex_init(&gp_lock, NULL); }
+/* (registered outside every lock: pthread_atfork takes glibc's at-fork lock) */
+static void register_atfork(void) { pthread_atfork(gp_atfork_prepare, gp_atfork_parent, gp_atfork_child); }
+static void lock_slots(void) { pthread_mutex_lock(&gp_lock); }
+static void unlock_slots(void) { pthread_mutex_unlock(&gp_lock); }
+
+/* Room for one more entry in a grown array (under gp_lock, so a fork never sees it half
+ * moved).  0 when memory ran out: the caller counts what it leaves out. */
+static int grow(void **arr, int *cap, int n, size_t size)
+{
+    if (n < *cap)
+        return 1;
+    int ncap = *cap ? *cap * 2 : 64;
+    void *p = realloc(*arr, (size_t)ncap * size);
+    if (!p)
+        return 0;
+    *arr = p;
+    *cap = ncap;
+    return 1;
+}
 
 static uintptr_t fix(uintptr_t base, uintptr_t p) { return p < base ? p + base : p; }
 
@@ -227,6 +267,10 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
     const char *ver = sym_version(o, si);
     want_t *w = want_find(c, (int)(h - s->hooks), ver ? ver : "");
     if (!w || !w->resolved) {
+        if (c->wants_over) { /* no room for its (symbol, version): never hooked, and said so */
+            s->st.slots_unhooked++;
+            return;
+        }
         o->incomplete = 1; /* loaded between the passes with a new version: next pass */
         s->pending = 1;
         return;
@@ -249,8 +293,8 @@ static void patch_one(gp_obj *o, uintptr_t slot, uintptr_t cur, unsigned type, s
         s->st.kinds_foreign |= 1u << kind;
         return;
     }
-    if (s->npatches >= GP_MAX_PATCHES) {
-        o->incomplete = 1;
+    if (!grow((void **)&s->patches, &s->cap_patches, s->npatches, sizeof *s->patches)) {
+        s->st.slots_unhooked++;
         return;
     }
     /* In an object perhaps still being relocated a RELRO page is not touched (the loader
@@ -344,8 +388,11 @@ static void visit_rela(gp_obj *o, const ElfW(Rela) *rel, size_t n, scan_ctx *c)
             const char *ver = sym_version(o, si);
             if (!ver)
                 ver = "";
-            if (cur != (uintptr_t)wrapper && !want_find(c, (int)(h - s->hooks), ver) && c->nwants < GP_MAX_WANTS &&
-                strlen(ver) < sizeof c->wants[0].ver) {
+            if (cur == (uintptr_t)wrapper || want_find(c, (int)(h - s->hooks), ver))
+                continue;
+            if (c->nwants >= GP_MAX_WANTS || strlen(ver) >= sizeof c->wants[0].ver) {
+                c->wants_over++; /* its slots stay unhooked (patch_one finds no entry): counted there */
+            } else {
                 want_t *w = &c->wants[c->nwants++];
                 memset(w, 0, sizeof *w);
                 w->hook = (int)(h - s->hooks);
@@ -457,7 +504,8 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *ctx)
         visit_rela(&o, o.jmprel, o.jmprel_n, c);
     if (o.rela)
         visit_rela(&o, o.rela, o.rela_n, c);
-    if (c->mode == SCAN_PATCH && !o.incomplete && s->ndone < GP_MAX_DONE) {
+    if (c->mode == SCAN_PATCH && !o.incomplete &&
+        grow((void **)&s->done, &s->cap_done, s->ndone, sizeof *s->done)) { /* (else scanned again next pass) */
         s->done[s->ndone].base = base;
         s->done[s->ndone].dyn = o.dyn;
         s->done[s->ndone].seen = s->pass_no;
@@ -543,9 +591,11 @@ static int pass_once(gp_set *s)
     scan_init(&c, s, SCAN_COLLECT);
     c.wants = wants;
     s->seen_adds = loader_adds(); /* before the scan: an object loaded during it is seen next pass */
+    lock_slots();
     s->pass_no++;
     dl_iterate_phdr(visit_object, &c);
     drop_unloaded(s);
+    unlock_slots();
     if (!c.nwants)
         return 1;
     for (int i = 0; i < c.nwants; i++) { /* outside the iteration: dlsym takes the loader lock */
@@ -556,8 +606,10 @@ static int pass_once(gp_set *s)
     }
     c.mode = SCAN_PATCH;
     for (int tries = 0; tries < 4; tries++) {
-        settle(&c);
+        settle(&c); /* (dladdr: outside gp_lock) */
+        lock_slots();
         dl_iterate_phdr(visit_object, &c); /* objects patched by an earlier try are done: skipped */
+        unlock_slots();
         if (!c.unsettled)
             return 1;
     }
@@ -566,6 +618,7 @@ static int pass_once(gp_set *s)
 
 void gp_pass(gp_set *s)
 {
+    pthread_once(&atfork_once, register_atfork);
     s->pending = 0;
     if (!pass_once(s)) {
         s->st.passes_deferred++;
@@ -575,6 +628,16 @@ void gp_pass(gp_set *s)
 
 int gp_loaded_since(const gp_set *s) { return s->pending || loader_adds() != s->seen_adds; }
 
+/* The slot's value, read by the kernel: 0 when the address is no longer mapped. */
+static int read_mapped(uintptr_t slot, uintptr_t *out)
+{
+    struct iovec local = { out, sizeof *out }, remote = { (void *)slot, sizeof *out };
+    int saved = errno;
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    errno = saved;
+    return n == (ssize_t)sizeof *out;
+}
+
 void gp_restore_all(gp_set *s, int check_loaded)
 {
     if (check_loaded) {
@@ -582,14 +645,20 @@ void gp_restore_all(gp_set *s, int check_loaded)
         memset(&c, 0, sizeof c);
         c.s = s;
         c.mode = SCAN_RESTORE;
+        lock_slots();
         dl_iterate_phdr(visit_object, &c);
+        unlock_slots();
         for (int i = 0; i < s->npatches; i++)
             if (!s->patches[i].restored)
                 s->st.restore_unloaded++; /* its object is gone: nothing to put back */
-    } else { /* a fork child: one thread, every object as in the parent */
-        for (int i = 0; i < s->npatches; i++)
-            write_slot(s->patches[i].slot, s->patches[i].relro_lo, s->patches[i].relro_hi, s->patches[i].wrapper,
-                       s->patches[i].original);
+    } else { /* a fork child: one thread, no loader call (see the top of the file) */
+        for (int i = 0; i < s->npatches; i++) {
+            gp_patch *p = &s->patches[i];
+            uintptr_t v;
+            if (p->restored || p->rebound || !read_mapped(p->slot, &v) || v != p->wrapper)
+                continue; /* unloaded since the last pass, or no longer ours */
+            write_slot(p->slot, p->relro_lo, p->relro_hi, p->wrapper, p->original);
+        }
     }
     s->npatches = 0;
     s->ndone = 0;
@@ -604,7 +673,9 @@ int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap)
     c.val = val;
     c.kind = kind;
     c.cap = cap;
+    lock_slots();
     dl_iterate_phdr(visit_object, &c);
+    unlock_slots();
     return c.n;
 }
 

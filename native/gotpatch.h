@@ -17,9 +17,7 @@
 #define GP_NO_ARCH 1
 #endif
 
-#define GP_MAX_PATCHES 4096
-#define GP_MAX_DONE 2048   /* objects scanned this session */
-#define GP_MAX_WANTS 96    /* distinct (symbol, version) imports of the hooked names */
+#define GP_MAX_WANTS 96    /* distinct (symbol, version) imports of the hooked names in one pass */
 
 typedef struct {
     const char *name;
@@ -64,6 +62,7 @@ typedef struct {
     uint64_t passes_deferred;   /* passes that found objects still being loaded every time: retried later */
     uint64_t slots_rebound;     /* hooked slots the loader wrote again (lazy binding in flight, or the
                                  * object unloaded and loaded again at the same address): hooked anew */
+    uint64_t slots_unhooked;    /* slots left alone for want of memory or of a (symbol, version) entry */
     uint32_t kinds_patched, kinds_foreign; /* bit per kind: some slot hooked / left as someone else's */
 } gp_stats;
 
@@ -76,23 +75,28 @@ typedef struct gp_set {
     /* The wrapper for hook h's slot in object o (and its kind in *kind), NULL to leave the
      * slot alone.  Same rules as classify.  NULL: h->wrapper, h->kind. */
     void *(*route)(const gp_obj *o, const gp_hook *h, int *kind);
-    /* state (under the user's lock) */
-    gp_patch patches[GP_MAX_PATCHES];
-    int npatches;
-    struct { uintptr_t base, dyn; int seen; } done[GP_MAX_DONE];
-    int ndone;
+    /* state (under the user's lock, and changed only under gotpatch.c's own lock) */
+    gp_patch *patches;          /* grown as needed: a slot is never left unhooked for a fixed limit */
+    int npatches, cap_patches;
+    struct gp_done { uintptr_t base, dyn; int seen; } *done;
+    int ndone, cap_done;
     int pass_no;
     unsigned long long seen_adds; /* the loader's load counter when the last pass began */
     int pending;                /* the last pass left work to retry or to check: the next call runs one */
     gp_stats st;
 } gp_set;
 
-/* All with the user's lock held, none from inside dl_iterate_phdr. */
+/* All with the user's lock held (one per set: passes, restores and lists of a set never overlap),
+ * none from inside dl_iterate_phdr.  gotpatch.c serializes the slot writes of every set under
+ * one lock of its own, never held across a loader call that takes the loader's main lock, and
+ * fork waits for it (its own pthread_atfork): a user's fork handlers need no lock. */
 void gp_pass(gp_set *s);                       /* hook every loaded object not scanned yet */
 /* 1: a pass is due: objects were loaded since the last pass, or it left slots to retry (an
  * object still being loaded, a slot that changed under it) or to check (a lazy stub it hooked). */
 int gp_loaded_since(const gp_set *s);
-void gp_restore_all(gp_set *s, int check_loaded); /* 0: a fork child (one thread, all objects as in the parent) */
+/* check_loaded 0: a fork child (one thread); a slot is written back only where it is still
+ * mapped and holds our wrapper (its object may have been unloaded since the last pass). */
+void gp_restore_all(gp_set *s, int check_loaded);
 /* The slots of s's hooks in loaded objects now (patched or not): addresses, values, kinds. */
 int gp_list(gp_set *s, uint64_t *addr, uint64_t *val, int32_t *kind, int cap);
 /* Inside classify: 1 when o imports the function `name`. */

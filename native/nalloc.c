@@ -58,6 +58,7 @@
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,6 +106,9 @@ static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page 
 static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
 static uintptr_t page_mask;  /* page size - 1 */
 static _Atomic int n_on;
+/* Threads inside the emit (any thread, no GIL): stop waits for them, and the session's buffers
+ * are freed only once none is left (engine.h's emitting), as for the wait wrappers. */
+static _Atomic int n_emitting;
 static _Atomic uint64_t n_gen;
 static int n_atfork_done;
 
@@ -331,7 +335,9 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
     uint64_t kind = src_name[src] ? (uint64_t)src + 1 : 0;
     uint64_t id = ddp_alloc_new_id() | kind << DDP_ALLOC_KIND_SHIFT;
     atomic_fetch_add_explicit(&ns.sampled, 1, memory_order_relaxed);
-    int rc = ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id);
+    atomic_fetch_add(&n_emitting, 1); /* before the check: a stop after it waits for us */
+    int rc = atomic_load(&n_on) ? ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id) : DDP_ENOTRUNNING;
+    atomic_fetch_sub(&n_emitting, 1);
     if (rc == DDP_EINVAL) {
         atomic_fetch_add_explicit(&ns.not_python, 1, memory_order_relaxed);
         return;
@@ -547,12 +553,11 @@ static int count_tracking(void)
     return n;
 }
 
-/* ---- fork: patch_lock is held around every loader call of this file -------------------------- */
-static void atfork_prepare(void) { pthread_mutex_lock(&patch_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&patch_lock); }
-
+/* ---- fork: no prepare handler (fork must never wait for patch_lock, which a pass holds across
+ * the loader's main lock: see gotpatch.c); gotpatch.c keeps the patch records whole ---------- */
 static void atfork_child(void)
 {
+    atomic_store(&n_emitting, 0); /* (the threads inside are the parent's) */
     atomic_store(&n_on, 0);
     atomic_fetch_add(&n_gen, 1);
     pthread_mutex_init(&patch_lock, NULL);
@@ -571,8 +576,8 @@ static void atfork_child(void)
 static int nalloc_start(const ddp_config *cfg)
 {
     int want = cfg->native_alloc && (cfg->events & (1u << DDP_EVENT_ALLOC));
-    if (!n_atfork_done) { /* (before patch_lock: the prepare handler takes it) */
-        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (!n_atfork_done) { /* (outside patch_lock: pthread_atfork takes glibc's at-fork lock) */
+        pthread_atfork(NULL, NULL, atfork_child);
         n_atfork_done = 1;
     }
     pthread_mutex_lock(&patch_lock);
@@ -632,7 +637,11 @@ static void nalloc_stop(void)
     if (gp.npatches || gp.ndone)
         gp_restore_all(&gp, 1);
     pthread_mutex_unlock(&patch_lock);
+    for (int spins = 0; atomic_load(&n_emitting) && spins < 10000000; spins++)
+        sched_yield(); /* (bounded: a thread frozen inside keeps the buffers, see free_session) */
 }
+
+static int nalloc_emitting(void) { return atomic_load(&n_emitting); }
 
 /* Not with the GIL: patching takes loader locks a GIL holder may wait on (as lock/park);
  * started after alloc's PyMem hooks, stopped before alloc freezes LIVE (engine.h's order). */
@@ -644,7 +653,7 @@ const ddp_engine ddp_nalloc_engine = {
     .start = nalloc_start,
     .stop = nalloc_stop,
     .tick = nalloc_tick,
-    .emitting = NULL,
+    .emitting = nalloc_emitting,
     .after_fork = NULL, /* its own pthread_atfork handlers */
     .settle = nalloc_settle,
 };
@@ -722,6 +731,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
     out->protect_failed = gp.st.protect_failed;
     out->passes = ns.passes;
     out->passes_deferred = gp.st.passes_deferred;
+    out->slots_unhooked = gp.st.slots_unhooked;
     out->kinds_patched = gp.st.kinds_patched;
     out->kinds_foreign = gp.st.kinds_foreign;
     out->tracking_objects = ns.tracking_objects;

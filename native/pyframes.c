@@ -866,7 +866,15 @@ static pthread_mutex_t gy_lock = PTHREAD_MUTEX_INITIALIZER;
 static gy_entry *gy_head, *gy_tail;
 int ddp_graveyard_len; /* entries; written under gy_lock, read by the drain without it (ddprof.h) */
 _Atomic uint64_t ddp_graveyard_overflow;
-#define GY_MAX 65536
+/* Its entries' bytes, at most GY_MAX_BYTES (an entry holds what its code needs, ~0.2-2 KiB;
+ * a count limit with the resolver's buffers kept whole allowed ~350 MB).  Over it, or out of
+ * memory, a death is counted as not kept (noted). */
+#define GY_MAX_BYTES (64u << 20)
+static _Atomic size_t gy_bytes;
+static size_t gy_entry_bytes(const gy_entry *e)
+{
+    return sizeof *e + (size_t)e->info.qualname_len + (size_t)e->info.filename_len + (size_t)e->info.linetable_len;
+}
 static _Atomic int gy_armed; /* deaths are recorded (set with the GIL: watcher start/stop) */
 
 /* With the GIL, while `co` is still intact: if samples may point at it, resolve it now and
@@ -875,13 +883,15 @@ static void bury_if_sampled(PyCodeObject *co)
 {
     if (!atomic_load_explicit(&gy_armed, memory_order_relaxed) || !ddp_bloom_test((uintptr_t)co))
         return;
-    if (__atomic_load_n(&ddp_graveyard_len, __ATOMIC_RELAXED) >= GY_MAX) {
+    if (atomic_load_explicit(&gy_bytes, memory_order_relaxed) >= GY_MAX_BYTES) {
         atomic_fetch_add(&ddp_graveyard_overflow, 1);
         return;
     }
     gy_entry *e = calloc(1, sizeof *e);
-    if (!e)
+    if (!e) {
+        atomic_fetch_add(&ddp_graveyard_overflow, 1);
         return;
+    }
     int qcap = 256, fcap = 1024, lcap = 4096;
     for (int attempt = 0; attempt < 2; attempt++) {
         e->q = malloc(qcap);
@@ -897,11 +907,18 @@ static void bury_if_sampled(PyCodeObject *co)
         }
         if (rc != 0) {
             free(e->q), free(e->f), free(e->lt), free(e);
+            if (rc == DDP_ENOMEM)
+                atomic_fetch_add(&ddp_graveyard_overflow, 1);
             return;
         }
         break;
     }
+    /* the buffers down to what they hold (+1: a zero length stays a live block) */
+    char *q = realloc(e->q, (size_t)e->info.qualname_len + 1), *f = realloc(e->f, (size_t)e->info.filename_len + 1);
+    uint8_t *lt = realloc(e->lt, (size_t)e->info.linetable_len + 1);
+    e->q = q ? q : e->q, e->f = f ? f : e->f, e->lt = lt ? lt : e->lt;
     e->info.death_ns = ddp_now_ns();
+    atomic_fetch_add(&gy_bytes, gy_entry_bytes(e));
     pthread_mutex_lock(&gy_lock);
     if (gy_tail)
         gy_tail->next = e;
@@ -1067,6 +1084,7 @@ int ddp_graveyard_pop(ddp_code_info *info, char *q, int qcap, char *f, int fcap,
     memcpy(q, e->q, e->info.qualname_len);
     memcpy(f, e->f, e->info.filename_len);
     memcpy(lt, e->lt, e->info.linetable_len);
+    atomic_fetch_sub(&gy_bytes, gy_entry_bytes(e));
     free(e->q), free(e->f), free(e->lt), free(e);
     return 1;
 }
@@ -1080,6 +1098,7 @@ void ddp_py_graveyard_clear(void)
     pthread_mutex_unlock(&gy_lock);
     while (e) {
         gy_entry *n = e->next;
+        atomic_fetch_sub(&gy_bytes, gy_entry_bytes(e));
         free(e->q), free(e->f), free(e->lt), free(e);
         e = n;
     }
@@ -1094,6 +1113,7 @@ void ddp_py_after_fork_child(void)
     pthread_mutex_init(&gy_lock, NULL);
     gy_head = gy_tail = NULL; /* leak the copies rather than walk a list another thread may have been editing */
     __atomic_store_n(&ddp_graveyard_len, 0, __ATOMIC_RELAXED);
+    atomic_store(&gy_bytes, 0);
 }
 
 /* ---- another process: dump and sampling from outside ------------------------------------

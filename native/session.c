@@ -97,7 +97,7 @@ static int engines_emitting(void)
 /* ---- sessions ------------------------------------------------------------------------------- */
 /* Producers that may still be inside the ring or a slot: a signal handler, an engine's
  * emit.  Stop waits for them (bounded); release frees only when none is left. */
-static int producers_inside(void) { return cpu_handlers_inside() || engines_emitting(); }
+static int producers_inside(void) { return cpu_handlers_inside() || engines_emitting() || thread_exits_inside(); }
 
 static void free_session(void)
 {
@@ -125,6 +125,7 @@ static void free_session(void)
     for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++) {
         free(sess_slots[i].wlast);
         free(sess_slots[i].park);
+        free(sess_slots[i].start_rec);
     }
     free(sess_slots);
     sess_slots = NULL;
@@ -164,7 +165,7 @@ int ddp_start(const ddp_config *c)
     if (!c)
         return DDP_EINVAL;
     if (c->interval_ns < 100000 || c->interval_ns > 60000000000LL || c->max_depth < 1 || c->max_depth > 4096 ||
-        c->ring_records < 0 || c->agg_keys < 0 || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
+        c->ring_records < 0 || c->agg_keys < 0 || (uint32_t)c->agg_keys > DDP_AGG_MAX_KEYS || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
     uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL) | engines_events();
@@ -242,6 +243,8 @@ int ddp_start(const ddp_config *c)
     sess_stats.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
     register_at_start();
+    if (want_cpu)
+        thread_start_hook_on(); /* (without it, threads are found by the scan alone) */
     atomic_store(&drain_new_thread, 0); /* the engine names the threads present at start itself */
     ddp_py_watcher_start(); /* resolve sampled code objects as they die (3.12+ watcher, 3.11 dealloc wrapper) */
     PyGILState_Release(g);
@@ -279,6 +282,7 @@ int ddp_stop(void)
         return DDP_ENOTRUNNING;
     drain_end();
     engines_stop(0); /* lock/park: restore the GOT slots first (a no-op without them) */
+    thread_start_hook_off();
     wall_thread_stop();
     engines_stop(1); /* allocations: takes the GIL, restores the allocators, freezes LIVE */
     atomic_store_explicit(&ddp_session_active, 0, memory_order_release);
@@ -346,6 +350,9 @@ int ddp_get_stats(ddp_stats *out)
     out->timer_errno = atomic_load(&sess_stats.timer_errno);
     out->prof_replaced = atomic_load(&sess_stats.prof_replaced);
     out->parked_at_start = sess_stats.parked_at_start;
+    out->cpu_at_start = sess_stats.cpu_at_start;
+    out->cpu_at_start_ns = sess_stats.cpu_at_start_ns;
+    out->cpu_exits_dropped = sess_stats.cpu_exits_dropped;
     for (int i = 0; i < 8; i++)
         out->carried_full[i] = atomic_load(&sess_stats.carried_full[i]);
     out->agg_in = sess_stats.agg_in;

@@ -71,10 +71,11 @@ static int slot_take(int32_t tid)
     else
         return -1;
     slot_t *s = &sess_slots[idx];
-    ddp_record *wlast = s->wlast, *park = s->park; /* buffers are kept for the next thread */
+    ddp_record *wlast = s->wlast, *park = s->park, *start_rec = s->start_rec; /* buffers are kept for the next thread */
     memset(s, 0, sizeof *s);
     s->wlast = wlast;
     s->park = park;
+    s->start_rec = start_rec;
     atomic_store(&s->tid, tid);
     s->clock = ((~(clockid_t)tid) << 3) | 6; /* CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED */
     atomic_fetch_add(&sess_stats.threads_seen, 1);
@@ -119,6 +120,9 @@ static void slot_recycle(int idx)
     pthread_mutex_lock(&map_lock);
     if (syscall(SYS_tgkill, sess_pid, (int)tid, 0) == 0) { /* the kernel gave its tid to a new thread */
         s->dead = 0;
+        s->exit_done = 0; /* (the old thread's start and exit are not the new one's) */
+        atomic_store(&s->start_ready, 0);
+        atomic_store(&s->exit_cpu_ns, 0);
         pthread_mutex_unlock(&map_lock);
         return;
     }
@@ -278,6 +282,16 @@ static void scan_cb(uintptr_t tstate, long tid, void *ctx)
     }
 }
 
+/* A slot the start hook took that no scan has made active: its thread exited before a scan
+ * found it (its CPU, from its own last clock read, is accounted), or it is still starting. */
+static void start_only_check(slot_t *s)
+{
+    if (!s->exit_done && !s->cpu_counted && atomic_load(&s->exit_cpu_ns) > 0)
+        cpu_thread_exited_unseen(s);
+    if (s->exit_done && syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0)
+        s->dead = 1; /* its slot serves new threads */
+}
+
 void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
 {
     int mode = atomic_load(&ddp_read_mode_now);
@@ -303,8 +317,11 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
         n = MAX_SLOTS;
     for (int i = 0; i < n; i++) {
         slot_t *s = &sess_slots[i];
-        if (!atomic_load(&s->active))
+        if (!atomic_load(&s->active)) {
+            if (atomic_load(&s->start_ready) && !s->dead)
+                start_only_check(s);
             continue;
+        }
         if (atomic_load(&s->excluded)) {
             atomic_store(&s->active, 0);
             s->cpu_counted = 0; /* the profiler's own thread: not the user's CPU */
@@ -337,10 +354,11 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
     }
     /* Near full: slots that never became active (a thread seen only by its own records, e.g.
      * an allocation, that exited before a scan found it) are checked too, a few per tick. */
-    static int sweep;
+    static int sweep; /* kept in [0, n): a counter that only grew overflowed after hours of churn */
     if (n >= MAX_SLOTS / 4 * 3 && nfree < 1024)
         for (int k = 0; k < 512 && n; k++) {
-            slot_t *s = &sess_slots[sweep++ % n];
+            sweep = sweep + 1 < n ? sweep + 1 : 0;
+            slot_t *s = &sess_slots[sweep];
             if (!s->dead && !atomic_load(&s->active) && !atomic_load(&s->excluded) &&
                 syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0)
                 s->dead = 1;

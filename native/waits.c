@@ -205,37 +205,39 @@ typedef struct {
 } inflight_t;
 static inflight_t inflight[INFLIGHT_MAX];
 static _Atomic int32_t inflight_hi;
-static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
 static DDP_TLS inflight_t *w_inflight;
 static DDP_TLS int32_t w_tid; /* this thread's tid, cached (a fork child's thread forgets it) */
 
+/* Lock-free: a wrapper may run inside a C signal handler that interrupted this very thread's
+ * claim (a handler calling poll or recv), and a mutex there would deadlock.  An entry is ours
+ * once its tid moves from 0 to ours. */
 static inflight_t *inflight_claim(int32_t tid)
 {
-    pthread_mutex_lock(&inflight_lock);
-    inflight_t *e = NULL;
-    int n = atomic_load(&inflight_hi);
-    for (int pass = 0; pass < 2 && !e; pass++) {
-        for (int i = 0; i < n && !e; i++) {
+    for (int pass = 0; pass < 2; pass++) {
+        int n = atomic_load(&inflight_hi);
+        for (int i = 0; i < n; i++) {
             int32_t zero = 0;
             if (atomic_compare_exchange_strong(&inflight[i].tid, &zero, tid))
-                e = &inflight[i];
+                return &inflight[i];
         }
-        if (!e && n < INFLIGHT_MAX) {
-            e = &inflight[n];
-            atomic_store(&e->tid, tid);
-            atomic_store(&inflight_hi, n + 1);
-        }
-        if (!e && pass == 0) /* full: entries of threads gone from the process are free again */
-            for (int i = 0; i < n; i++) {
-                int32_t t = atomic_load(&inflight[i].tid);
-                if (t > 0 && syscall(SYS_tgkill, getpid(), t, 0) != 0 && errno == ESRCH) {
-                    atomic_store(&inflight[i].t0, 0);
-                    atomic_store(&inflight[i].tid, 0);
-                }
+        while (n < INFLIGHT_MAX) { /* a new entry (claimed by its tid too: a scan may race us to it) */
+            if (atomic_compare_exchange_weak(&inflight_hi, &n, n + 1)) {
+                int32_t zero = 0;
+                if (atomic_compare_exchange_strong(&inflight[n].tid, &zero, tid))
+                    return &inflight[n];
+                n = atomic_load(&inflight_hi);
             }
+        }
+        /* full: entries of threads gone from the process are free again */
+        for (int i = 0; i < n && pass == 0; i++) {
+            int32_t t = atomic_load(&inflight[i].tid);
+            if (t > 0 && syscall(SYS_tgkill, getpid(), t, 0) != 0 && errno == ESRCH) {
+                atomic_store(&inflight[i].t0, 0); /* (before the tid: a new owner's wait is never cleared) */
+                atomic_compare_exchange_strong(&inflight[i].tid, &t, 0);
+            }
+        }
     }
-    pthread_mutex_unlock(&inflight_lock);
-    return e;
+    return NULL;
 }
 
 static inflight_t *inflight_mine(void)
@@ -444,19 +446,15 @@ static void patch_pass(void) { gp_pass(&gp); }
 
 static void restore_all(int check_loaded) { gp_restore_all(&gp, check_loaded); }
 
-/* fork() waits until no thread of ours is inside the loader (patch_lock is held around every
- * dl_iterate_phdr, dlsym and dladdr of this file): a loader lock copied held into the child
- * would hang its first dlopen (an import of an extension module) forever. */
-static void atfork_prepare(void) { pthread_mutex_lock(&patch_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&patch_lock); }
-
+/* No prepare handler: fork must never wait for patch_lock, which a pass holds across dlvsym
+ * (the loader's main lock; see gotpatch.c on the cycle through glibc's at-fork lock).
+ * gotpatch.c's own handler keeps the patch records whole across the fork. */
 static void atfork_child(void)
 {
     /* The child records nothing and runs on the original functions. */
     atomic_store(&w_on, 0);
     atomic_store(&w_emitting, 0);
     pthread_mutex_init(&patch_lock, NULL);
-    pthread_mutex_init(&inflight_lock, NULL);
     w_tid = 0;
     w_inflight = NULL;
     int n = atomic_load(&inflight_hi); /* every other thread is gone: so are their waits */
@@ -479,8 +477,8 @@ static int waits_start(const ddp_config *cfg)
     (void)cfg;
     return DDP_EUNSUPPORTED;
 #else
-    if (!w_atfork_done) { /* (before patch_lock: the prepare handler takes it) */
-        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (!w_atfork_done) { /* (outside patch_lock: pthread_atfork takes glibc's at-fork lock) */
+        pthread_atfork(NULL, NULL, atfork_child);
         w_atfork_done = 1;
     }
     pthread_mutex_lock(&patch_lock);
@@ -596,7 +594,7 @@ const ddp_engine ddp_waits_engine = {
     .stop = waits_stop,
     .tick = waits_tick,
     .emitting = waits_emitting,
-    .after_fork = NULL, /* its own pthread_atfork: the prepare handler takes patch_lock */
+    .after_fork = NULL, /* its own pthread_atfork child handler: runs before any engine's */
 };
 
 int ddp_wait_get_stats(ddp_wait_stats *out)
@@ -623,6 +621,7 @@ int ddp_wait_get_stats(ddp_wait_stats *out)
     out->kinds_foreign = gp.st.kinds_foreign;
     out->passes_deferred = gp.st.passes_deferred;
     out->slots_rebound = gp.st.slots_rebound;
+    out->slots_unhooked = gp.st.slots_unhooked;
     return DDP_OK;
 }
 

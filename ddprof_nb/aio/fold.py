@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from ..events import FrameKind
-from ..model import Frame, Profile, ProfileBuilder, aggregate_columns
+from ..model import Frame, Profile, ProfileBuilder, aggregate_columns, columns
 
 LOOP_FRAME = Frame("[asyncio loop]", kind=FrameKind.THREAD)
 IDLE_FRAME = Frame("[idle]", kind=FrameKind.BLOCKER)
@@ -201,5 +201,4 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
     cols = aggregate_columns(profile.event, new_ids[inverse], thread_map[profile.thread],
                              label_map[profile.labels], profile.time_ns, profile.values)
     built = builder.build()
-    return Profile(built.frames, built.stacks, built.threads, built.labelsets, *cols,
-                   profile.metadata, profile.tick_ns)
+    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)

@@ -1,6 +1,7 @@
-"""The Explorer's controls: made, laid out in rows, and described (banner, tooltips,
-thread list, label placeholder).  A mixin of ``Explorer``: the controls are its
-attributes, read by the pipeline (``pipeline.py``) and wired in ``widget.py``."""
+"""The Explorer's controls: made, laid out (the summary line, one toolbar of the most used
+controls, the rest behind "more"), and described (banner, tooltips, thread list, label
+placeholder).  A mixin of ``Explorer``: the controls are its attributes, read by the
+pipeline (``pipeline.py``) and wired in ``widget.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from .. import render as F
 from ..events import EventType
 from .threads import user_first
-from .top_rows import GROUPS
+from ..top import GROUPS
 from .top_table import TopTable
 
 __all__ = ["ControlsMixin", "parse_label_filter"]
@@ -21,9 +22,7 @@ _CSS = """<style>
 .ddprof-msg { color: #d33; font-size: 12px; }
 .ddprof-status { font-size: 12px; opacity: .85; }
 .ddprof-legend { font-size: 12px; opacity: .85; }
-.ddprof-banner { font-size: 12px; }
-.ddprof-banner summary { cursor: pointer; }
-.ddprof-banner div { margin-left: 1.2em; opacity: .85; }
+.ddprof-banner { font-size: 12px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 </style>"""
 
 
@@ -51,7 +50,8 @@ class ControlsMixin:
 
     def _make_controls(self, events: list[EventType], first: EventType, min_pct: float) -> None:
         self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
-                                   description="event", layout=W.Layout(width="210px"))
+                                   description="event", layout=W.Layout(width="190px"),
+                                   style={"description_width": "40px"})
         self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
                                         style={"button_width": "78px"})
         self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
@@ -68,12 +68,14 @@ class ControlsMixin:
         self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
         self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
         self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
-        self.search_txt = W.Text(description="search", placeholder="highlight functions/files", **text)
+        self.search_txt = W.Text(description="search", placeholder="highlight functions/files",
+                                 **{**text, "layout": W.Layout(width="210px")})
         self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
                                            layout=W.Layout(width="auto", display="" if self._hidden else "none"))
-        threads = self._thread_options()
-        self.threads_sel = W.SelectMultiple(options=threads, value=(), rows=min(4, max(2, len(threads))),
-                                            description="threads", layout=W.Layout(width="300px"))
+        # two rows: the toolbar stays one line high
+        self.threads_sel = W.SelectMultiple(options=self._thread_options(), value=(), rows=2,
+                                            description="threads", layout=W.Layout(width="225px"),
+                                            style={"description_width": "52px"})
         self.threads_sel.tooltip = "none selected = all threads"
         self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
         self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
@@ -92,6 +94,11 @@ class ControlsMixin:
         self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
+        self.more_tb = W.ToggleButton(value=False, description="more", icon="sliders", layout=W.Layout(width="78px"))
+        self.more_tb.observe(self._on_more, names="value")
+        for widget in (self.value_tb, self.only_mine_cb, self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
+            widget.observe(lambda _: self._mark_more(), names="value")
+        self.range_btn.observe(lambda _: self._mark_more(), names="disabled")
         # every labelled control says on hover what it does (with no tooltip, ipywidgets
         # writes title="null" on its label)
         for widget, tip in (
@@ -110,21 +117,31 @@ class ControlsMixin:
             (self.top_group_tb, "one row per function, per line or per file"),
             (self.range_btn, "show the whole time axis again"),
             (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
+            (self.more_tb, "more controls: count or time, only my code, min %, focus/ignore/hide, labels, "
+                           "transforms, time range"),
         ):
             widget.tooltip = tip
 
     def _rows(self) -> list:
-        row1 = [self.event_dd, self.value_tb, self.chart_tb, self.inverted_tb, self.only_mine_cb, self.min_pct_sl]
-        rows = [self.banner, W.HBox(row1, layout=W.Layout(flex_flow="row wrap"))]
+        """The summary, one toolbar of the most used controls (event, chart, inverted,
+        search, threads; diff views in a diff), the rest behind "more", then the charts:
+        the flame starts within the first screen under the cell."""
+        wrap = W.Layout(flex_flow="row wrap", align_items="center")
+        toolbar = [self.event_dd, self.chart_tb, self.inverted_tb, self.search_txt, self.threads_sel, self.more_tb]
         if self.diff:
-            rows.append(W.HBox([W.Label("compare:"), self.diff_view_tb, self.diff_norm_tb],
-                               layout=W.Layout(flex_flow="row wrap")))
-        rows += [
-            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.search_txt],
-                   layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.threads_sel, self.machinery_tb, self.labels_txt, self.clear_btn, self.range_btn],
-                   layout=W.Layout(flex_flow="row wrap", align_items="flex-start")),
+            toolbar[1:1] = [self.diff_view_tb, self.diff_norm_tb]
+        self.more_box = W.VBox([
+            W.HBox([self.value_tb, self.only_mine_cb, self.min_pct_sl, self.machinery_tb, self.clear_btn,
+                    self.range_btn], layout=wrap),
+            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt], layout=wrap),
             self.transform_bar.box,
+        ], layout=W.Layout(display="none"))
+        bar = W.HBox(toolbar, layout=wrap)
+        bar.add_class("ddprof-toolbar")
+        return [
+            self.banner,
+            bar,
+            self.more_box,
             self.message,
             self.status,
             self.flame,
@@ -140,8 +157,22 @@ class ControlsMixin:
             ),
             W.HTML(_CSS),
         ]
-        return rows
 
+    def _on_more(self, change) -> None:
+        self.more_box.layout.display = "" if change["new"] else "none"
+
+    def more_in_force(self) -> int:
+        """How many of the controls behind "more" change the view now."""
+        return (sum(bool(w.value.strip()) for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt))
+                + (self.value_tb.value != 1) + bool(self.only_mine_cb.value) + (not self.range_btn.disabled)
+                + len(self.transform_bar.steps))
+
+    def _mark_more(self) -> None:
+        """The "more" button says when a control it hides is in force (a focus from a
+        click, a transform, a time range): the chart never changes for a hidden reason."""
+        n = self.more_in_force()
+        self.more_tb.description = f"more ({n})" if n else "more"
+        self.more_tb.layout.width = "96px" if n else "78px"
 
     @staticmethod
     def _value_options(e: EventType):
@@ -163,11 +194,10 @@ class ControlsMixin:
         return [(f"{t.name} ({t.tid})", t.tid) for t in user_first(seen.values())]
 
     def _banner_html(self) -> str:
-        """One line (engine, duration, samples, what is hidden or dropped); the details
-        (notes, hidden threads, dropped samples explained) one click away."""
+        """One line (engine, duration, each event's total and samples, warnings, what is
+        hidden); the notes, warnings first, and what is hidden, one click away."""
         meta = self.profile.metadata
-        n = int(self.profile.values[:, 0].sum()) if len(self.profile) else 0
-        line = [meta.engine or "unknown engine", F.format_duration(meta.duration_ns), f"{n:,} samples"]
+        line = F.summary_parts(self.profile)
         details = []
         if self._hidden:
             line.append(self._hidden.describe())
@@ -176,20 +206,11 @@ class ControlsMixin:
                                + ", ".join(sorted(set(self._hidden.threads))) + ".")
             if self._hidden.own_samples:
                 details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
-        dropped = sum(int(v) for v in dict(meta.dropped).values())
-        if dropped:
-            line.append(f"{dropped:,} samples lost")
-            per = ", ".join(f"{EventType.parse(e).label} {int(v):,}" for e, v in dict(meta.dropped).items() if int(v))
-            details.append(
-                f"{dropped:,} samples were lost while recording ({per}): the sampler's buffer was full, or a stack "
-                "changed while it was being read.  The totals shown are that much lower than what ran.")
-        details += [f"Note: {note}" for note in meta.notes]
         if meta.python_version or meta.host:
             details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
         summary = F.esc(" · ".join(line))
-        body = "".join(f"<div>{F.esc(d)}</div>" for d in details)
-        return (f"<details class='ddprof-banner'><summary>{summary}</summary>{body}</details>" if body
-                else f"<div class='ddprof-banner'>{summary}</div>")
+        return (f"<div class='ddprof-banner' title='{summary}'>{summary}</div>"
+                + F.notes_html(self.profile, details))
 
     def _on_machinery(self, change) -> None:
         """Show or hide the kernel's threads and the profiler's work in every view."""

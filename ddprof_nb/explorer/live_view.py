@@ -87,14 +87,12 @@ class LiveView(W.VBox):
         if self._skeleton is None or self._skeleton[0] != (n, len(raw.stacks), len(raw.threads)):
             tick = raw.tick_ns
             rows = np.arange(n, dtype=np.int64)
-            skeleton = Profile(raw.frames, raw.stacks, raw.threads, raw.labelsets, raw.event, raw.stack, raw.thread,
-                               raw.labels, rows * tick, np.ones((n, 2), dtype=np.int64), raw.metadata, tick_ns=tick)
+            skeleton = raw.replace(time_ns=rows * tick, values=np.ones((n, 2), dtype=np.int64))
             shaped = self.shape(skeleton) if self.shape is not None else skeleton
             view, machinery = hide_machinery(shaped)
             self._skeleton = ((n, len(raw.stacks), len(raw.threads)), view, view.time_ns // tick, machinery)
         _, v, rows, machinery = self._skeleton
-        view = Profile(v.frames, v.stacks, v.threads, v.labelsets, v.event, v.stack, v.thread, v.labels,
-                       np.zeros(len(rows), dtype=np.int64), raw.values[rows], raw.metadata, tick_ns=v.tick_ns)
+        view = v.replace(time_ns=np.zeros(len(rows), dtype=np.int64), values=raw.values[rows], metadata=raw.metadata)
         return view, machinery
 
     def finish(self, profile: Profile | None, error: str | None = None) -> None:

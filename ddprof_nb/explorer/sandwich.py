@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 
 import ipywidgets as W
 
-from .. import aggregate
+from .. import top as _top
 from .. import render as F
 from ..model import Frame, Profile
 from .figure_widget import figure_widget, remember_state, send_update
@@ -34,8 +34,7 @@ def sandwich_data(view: Profile, event, value_index: int, function: Frame, *, mi
     fds = [F.flame_data(t, min_pct=min_pct, max_nodes=max_nodes, orientation=o)
            for t, o in zip(trees, ("flame", "icicle"))]
     key = function.function_key
-    self_v = sum(r.self for r in aggregate.top(view, event, n=None, value_index=value_index)
-                 if (r.name, r.filename, r.line, r.kind) == key)
+    self_v = sum(r.values(value_index)[0] for r in _top.top(view, event, n=None) if r.key == key)
     total = int(trees[1].totals[-1]) if trees[1].totals else 0
     return SandwichData(function, fds[0], fds[1], int(self_v), total, F.value_unit(event, value_index), tuple(trees))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .. import aggregate
+from .. import top as _top
 from .. import render as F
 from ..exporters import write_atomic
 from ..render.figures import report as interactive_report
@@ -26,7 +26,7 @@ class StaticMixin:
     def _top_now(self, n: int) -> tuple[list, int]:
         """The top ``n`` functions of the current view (by self) and the view's total."""
         e, vi = self.event, self.value_index
-        return aggregate.top(self._view, e, n=n, value_index=vi), self._view.total(e, vi)
+        return _top.top(self._view, e, n=n, sort=_top.SELF[vi]), self._view.total(e, vi)
 
     def top_text(self, n: int = 20, rows=None) -> str:
         """The current view's top table as fixed-width text (the table ``%ddprof top`` prints)."""
@@ -54,7 +54,7 @@ class StaticMixin:
         if self._view_name is not None:
             bundle["application/vnd.jupyter.widget-view+json"] = {
                 "version_major": 2, "version_minor": 0, "model_id": self._model_id}
-        rows, _ = self._top_now(20)  # one aggregate.top for both fallbacks
+        rows, _ = self._top_now(20)  # one top for both fallbacks
         bundle["text/plain"] = self.top_text(rows=rows)
         bundle["text/html"] = self.static_html(rows=rows)
         return bundle

@@ -7,7 +7,7 @@ State lives in the controls; every change runs one pipeline:
     aggregate.filter (time range from the timeline)                 -> view
     render.call_tree / diff_tree (of the inverted view if asked)   -> tree
     render.flame_data (min %, search, flame/icicle)                 -> flame chart
-    first_rows (grouped by function/line/file, sorted, cut)         -> top table
+    top.top (grouped by function/line/file, sorted, cut)            -> top table
     sandwich.sandwich_data (the selected function)                  -> sandwich
 
 and stops at the first step the change touches (a search or min-% change re-prunes
@@ -37,7 +37,8 @@ from .pipeline import PipelineMixin
 from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
 from .static_view import StaticMixin
-from .top_rows import cells, columns, first_rows
+from ..top import top
+from .top_rows import cells, columns
 
 __all__ = ["Explorer", "parse_label_filter"]
 
@@ -151,8 +152,8 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         """The table's rows: grouped, sorted by the clicked header, cut to ``top_n``."""
         t0 = time.perf_counter()
         e, group = self.event, self.top_group_tb.value
-        self._top = rows = first_rows(self._view, e, group, self.top_table.sort, self.top_n,
-                                      self._view_before if self.diff else None, normalize=bool(self.diff_norm_tb.value))
+        self._top = rows = top(self._view, e, self.top_n, by=group, sort=self.top_table.sort,
+                               before=self._view_before if self.diff else None, normalize=bool(self.diff_norm_tb.value))
         self.timings["top"] = time.perf_counter() - t0
         total = self._view.total(e, 1)
         busy, self._busy = self._busy, True
@@ -257,6 +258,7 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
 
     def _on_transforms(self) -> None:
         """The chips changed: every view starts again from the transformed base."""
+        self._mark_more()
         self._make_bases()
         self._update("filter", timeline=True, top=True)
 

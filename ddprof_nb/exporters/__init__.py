@@ -26,7 +26,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from ..model import MIN_TICK_NS, Profile
+from ..model import MIN_TICK_NS
 
 __all__ = [
     "save", "write_atomic", "read_source", "finish_profile", "gc_paused", "human_size",
@@ -130,11 +130,7 @@ def finish_profile(builder, meta, tick_ns: int = 0):
         tick = tick_ns
     if p.metadata == meta and tick == p.tick_ns:
         return p
-    return Profile(
-        frames=p.frames, stacks=p.stacks, threads=p.threads, labelsets=p.labelsets,
-        event=p.event, stack=p.stack, thread=p.thread, labels=p.labels, time_ns=p.time_ns,
-        values=p.values, metadata=meta, tick_ns=tick,
-    )
+    return p.replace(metadata=meta, tick_ns=tick)
 
 
 @contextlib.contextmanager

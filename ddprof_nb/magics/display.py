@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from ..model import Profile
-from ..render import html as render_html, text as render_text
+from ..render import html as render_html, notes as render_notes, text as render_text
 from ..render.format import esc
 
 
@@ -89,6 +89,9 @@ def show_as(mode: str, profile: Profile, name: str | None = None, other: Profile
         # the status line was printed already; a terminal gets the tables
         if other is None:
             print("\n\n".join(render_text.top_table(profile, e, n=10) for e in profile.events) or "(no samples)")
+            warnings = render_notes.sorted_notes(profile)[0]  # the status line counted them
+            if warnings:
+                print("\n" + "\n".join(f"warning: {w}" for w in warnings))
         else:
             print(fallback_bundle(profile, name, other, html=False)["text/plain"])
         return

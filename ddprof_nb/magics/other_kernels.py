@@ -1,6 +1,6 @@
 """The subcommands on other kernels of this user (``ddprof_nb.kernels``, ``ddprof_nb.remote``):
-kernels, dump, attach, allow-attach.  A target of another Python version is handed to the
-command line run by that version's interpreter."""
+kernels, dump, attach, allow-attach.  A target of any CPython 3.11 to 3.15 is read from this
+kernel, whatever its own version (ddprof_nb.remote)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from IPython.core.error import UsageError
 from ..config import SamplerConfig
 from ..history import history
 from ..kernels import ALLOW_ATTACH_HELP, allow_attach as _allow_attach, find_kernel, list_kernels, runtime_dir
-from ..loading import load
 from ..model import Profile
-from ..remote import RemoteError, Target, VersionMismatch, dump_text
+from ..remote import RemoteError, Target, dump_text
 from ..remote_record import record
 from ..render import text as render_text
 from .options import ATTACH_PARSER, help_text, split
@@ -43,16 +42,6 @@ def dump(rest: str) -> None:
             raise UsageError("%ddprof dump: that is this kernel; its threads can be read with "
                              "%ddprof start/stop, or from another notebook")
         print(dump_text(pid), end="")
-    except VersionMismatch:
-        # another Python: the command line hands it to the target's interpreter when it can
-        import subprocess
-
-        done = subprocess.run([sys.executable, "-m", "ddprof_nb", "dump", str(pid)], capture_output=True,
-                              text=True, timeout=120)
-        if done.returncode == 0:
-            print(done.stdout, end="")
-        else:
-            print(done.stderr.strip(), file=sys.stderr)
     except (ValueError, RemoteError) as exc:
         print(f"ddprof: {exc}", file=sys.stderr)
 
@@ -77,12 +66,8 @@ def attach(rest: str) -> tuple[str, Profile] | None:
     try:
         with Target(pid) as target:
             profile = record(target, args.duration, interval_ns)
-    except VersionMismatch:
-        profile = _record_with_command_line(pid, args.duration, interval_ns)
     except RemoteError as exc:
         print(f"ddprof: {exc}", file=sys.stderr)
-        return None
-    if profile is None:
         return None
     name = history.add(profile, args.name or f"pid{pid}")
     print(render_text.status_line(profile, name))
@@ -97,19 +82,3 @@ def allow_attach(rest: str) -> None:
         raise UsageError("usage: %ddprof allow-attach [off]  (see %ddprof allow-attach -h)")
     print(f"ddprof: {_allow_attach(rest != 'off')}")
 
-
-def _record_with_command_line(pid: int, duration_s: float, interval_ns: int) -> Profile | None:
-    """Sample a process of another Python version: the command line hands it to the target's
-    interpreter.  None (the reason printed) when that fails."""
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "attach.pprof")
-        done = subprocess.run([sys.executable, "-m", "ddprof_nb", "record", "--pid", str(pid), "--duration",
-                               str(duration_s), "-i", f"{interval_ns}ns", "-o", out],
-                              capture_output=True, text=True, timeout=duration_s + 120)
-        if done.returncode != 0:
-            print(done.stderr.strip(), file=sys.stderr)
-            return None
-        return load(out)

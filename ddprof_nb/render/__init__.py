@@ -6,7 +6,9 @@
 - ``flame``    a call tree pruned to ``FlameData``: what every flame chart draws
 - ``timeline`` samples over time per thread (or "no time axis")
 - ``source``   per-line values of one function
-- ``text``     text tables: top table, status line, history, diff
+- ``notes``    a profile's notes, warnings first
+- ``pseudo``   what each pseudo-frame ([idle], [GC]...) means
+- ``text``     text tables: top table, summary line, notes, history, diff
 - ``html``     static HTML: SVG flame, top table, source view, the static report
 - ``figures``  plotly figures and the interactive HTML report
 
@@ -21,9 +23,12 @@ from .figures import (MAX_LEVELS, NO_TIME_AXIS, flame_figure, flame_layout, flam
                       timeline_layout, timeline_traces)
 from .format import (esc, format_bytes, format_change, format_duration, format_signed, format_value, value_label,
                      value_unit)
-from .html import source_html, static_flame_html, top_table_html
+from .html import notes_html, source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
-from .text import diff_table, history_table, status_line, text_summary, top_table
+from .pseudo import KIND_MEANINGS, PSEUDO_FRAMES, explain, explain_kind
+from .notes import is_warning, sorted_notes, warning_count
+from .text import (count_text, diff_table, event_samples, event_summary, history_table, notes_text, status_line,
+                   summary_parts, text_summary, top_table)
 from .timeline import TimelineData, has_time_axis, timeline_data
 from .flame import (DEFAULT_MAX_NODES, DEFAULT_MIN_PCT, OTHER, FlameData, color_legend, flame_data, heaviest_match,
                     legend_html, search_regex)
@@ -36,9 +41,12 @@ __all__ = [
     "timeline_layout", "timeline_traces",
     "esc", "format_bytes", "format_change", "format_duration", "format_signed", "format_value", "value_label",
     "value_unit",
-    "source_html", "static_flame_html", "top_table_html",
+    "notes_html", "source_html", "static_flame_html", "top_table_html",
     "SourceLine", "SourceView", "source_view",
-    "diff_table", "history_table", "status_line", "text_summary", "top_table",
+    "KIND_MEANINGS", "PSEUDO_FRAMES", "explain", "explain_kind",
+    "is_warning", "sorted_notes", "warning_count",
+    "count_text", "diff_table", "event_samples", "event_summary", "history_table", "notes_text", "status_line",
+    "summary_parts", "text_summary", "top_table",
     "TimelineData", "has_time_axis", "timeline_data",
     "DEFAULT_MAX_NODES", "DEFAULT_MIN_PCT", "OTHER", "CallTree", "FlameData", "call_tree", "diff_tree",
     "color_legend", "flame_data", "heaviest_match", "legend_html", "pick_event", "search_regex", "shared_csr",

@@ -7,12 +7,12 @@ Figures.  plotly is imported only by the functions that make Figures or HTML.
 
 from __future__ import annotations
 
-from .. import aggregate
+from .. import top as _top
 from ..model import Profile
 from .colors import TEXT_COLOR, state_color
 from .flame import FlameData, flame_data
 from .format import esc, format_value
-from .html import document, top_table_html
+from .html import document, notes_html, top_table_html
 from .text import status_line
 from .timeline import TimelineData, timeline_data
 from .tree import call_tree, pick_event
@@ -166,14 +166,13 @@ def report(view: Profile, event=None, value_index: int = 1, *, fd: FlameData | N
     td = timeline_data(view, e, 0)
     timeline = pio.to_html(go.Figure(data=[go.Bar(**t) for t in timeline_traces(td)], layout=timeline_layout(td)),
                            include_plotlyjs=False, full_html=False, config=config)
-    rows = aggregate.top(view, e, n=top, value_index=value_index)
+    rows = _top.top(view, e, n=top, sort=_top.SELF[value_index])
     meta = view.metadata
     title = f"ddprof_nb report — {e.display_name}"
     body = (
-        f"<h2>{esc(title)}</h2><p>{esc(status or status_line(view))}<br>"
-        f"python {esc(meta.python_version)} · pid {meta.pid} · host {esc(meta.host)} · engine {esc(meta.engine or '?')}"
-        f" · duration {esc(format_value(meta.duration_ns, 'nanoseconds'))}</p>"
-        f"{flame}\n{timeline}\n<h3>Top functions</h3>"
+        f"<h2>{esc(title)}</h2><p>{esc(status or status_line(view))}</p>"
+        + notes_html(view, [f"python {meta.python_version} · pid {meta.pid} · host {meta.host}"])
+        + f"{flame}\n{timeline}\n<h3>Top functions</h3>"
         + top_table_html(rows, e, value_index, view.total(e, value_index))
     )
     return document(title, body, head=_REPORT_CSS)

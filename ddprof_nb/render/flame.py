@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..events import FrameKind
 from ..model import Frame
 from .colors import HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, diff_color, faded, frame_color, module_of
 from .format import esc, format_change, format_signed, format_value, value_label
+from .pseudo import explain, explain_kind
 from .tree import CallTree, levels, unique_inverse
 
 __all__ = ["FlameData", "flame_data", "search_regex", "heaviest_match", "color_legend", "legend_html", "DEFAULT_MIN_PCT", "DEFAULT_MAX_NODES", "OTHER"]
@@ -96,7 +98,8 @@ def color_legend(tree: CallTree, n: int = 8) -> list[tuple[str, str, float]]:
         m = module_of(fr)
         shares[m] = shares.get(m, 0.0) + float(per_func[f]) / total
         colors.setdefault(m, frame_color(fr))
-    top = sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    # an entry shown as 0 % says nothing: only shares that round to 1 % or more
+    top = sorted(((m, s) for m, s in shares.items() if s >= 0.005), key=lambda kv: (-kv[1], kv[0]))[:n]
     return [(m, colors[m], share) for m, share in top]
 
 
@@ -112,7 +115,13 @@ def legend_html(tree: CallTree, n: int = 8) -> str:
     items = color_legend(tree, n)
     if not items:
         return ""
-    parts = "".join(f"{swatch(c)}{esc(m)} {100 * s:.0f}%" for m, c, s in items)
+    kinds = {f"[{k.label}]": k for k in FrameKind if k is not FrameKind.PYTHON}  # module_of's names of kinds
+
+    def entry(m: str, c: str, s: float) -> str:
+        tip = explain_kind(kinds[m]) if m in kinds else f"package or file {m}"
+        return f"<span title='{esc(tip)}'>{swatch(c)}{esc(m)} {100 * s:.0f}%</span>"
+
+    parts = "".join(entry(m, c, s) for m, c, s in items)
     return f"<div class='ddprof-legend'>colour = package or file (its share of self):{parts}</div>"
 
 
@@ -303,7 +312,7 @@ def _node_text(tree: CallTree, node: int, colors: dict[int, str]) -> tuple[str, 
         return f"all ({esc(tree.event.display_name)})", "", ROOT_COLOR
     f = int(tree.func[node])
     fr = tree.functions[f]
-    loc = esc(f"{fr.filename}:{fr.first_line}") if fr.filename else esc(fr.kind.description)
+    loc = esc(f"{fr.filename}:{fr.first_line}") if fr.filename else esc(explain(fr) or "")
     color = colors.get(f)
     if color is None:
         color = colors[f] = frame_color(fr)

@@ -12,17 +12,19 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from .. import aggregate
+from .. import top as _top
 from ..events import EventType
 from ..model import Profile
 from .colors import TEXT_COLOR
 from .flame import FlameData, flame_data
 from .format import esc, format_value, value_unit
 from .source import SourceView
+from .notes import sorted_notes
+from .pseudo import PSEUDO_FRAMES
 from .text import status_line
 from .tree import call_tree
 
-__all__ = ["static_flame_html", "top_table_html", "source_html", "report", "document"]
+__all__ = ["static_flame_html", "top_table_html", "source_html", "notes_html", "report", "document"]
 
 DEFAULT_MAX_NODES = 1500
 DEFAULT_MIN_FRACTION = 0.002  # nodes under 0.2 % of the total are not drawn
@@ -40,7 +42,9 @@ def source_html(view: SourceView | None) -> str:
         f" — total {esc(format_value(view.total, view.unit))}</div>"
     )
     if not view.filename:  # [GC], a lock or a wait, native code without symbols: no lines
-        return head + "<div style='opacity:.7'>Not Python source (a pseudo-frame): no lines to show.</div>"
+        meaning = PSEUDO_FRAMES.get(view.name)
+        return head + ("<div style='opacity:.7'>Not Python source" + (f": {esc(meaning)}" if meaning else
+                                                                      " (a pseudo-frame)") + "; no lines to show.</div>")
     if not view.lines:
         return head + "<div style='opacity:.7'>No samples in this function for the current view.</div>"
     note = "" if view.has_source else "<div style='opacity:.7'>Source not available; sampled lines only.</div>"
@@ -65,6 +69,20 @@ def source_html(view: SourceView | None) -> str:
 
 
 
+def notes_html(profile: Profile, extra: Sequence[str] = ()) -> str:
+    """The notes behind a disclosure, warnings first (marked), then ``extra`` lines (trusted
+    to be plain text; escaped here like the notes); "" when there is nothing to say."""
+    warnings, others = sorted_notes(profile)
+    if not (warnings or others or extra):
+        return ""
+    items = ([f"<li style='color:#c0392b'>warning: {esc(w)}</li>" for w in warnings]
+             + [f"<li>{esc(n)}</li>" for n in [*others, *extra]])
+    count = f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}, " if warnings else ""
+    return (f"<details class='ddp-notes' style='font-size:12px;margin:2px 0'><summary style='cursor:pointer;"
+            f"opacity:.8'>{count}{len(others) + len(extra)} notes</summary>"
+            f"<ul style='margin:2px 0;padding-left:1.4em;opacity:.85'>{''.join(items)}</ul></details>")
+
+
 def top_table_html(rows: Iterable, event: EventType, value_index: int = 1, total: int | None = None) -> str:
     """The top table as an escaped HTML table (inline styles: sanitisers drop <style>)."""
     unit = value_unit(event, value_index)
@@ -79,9 +97,10 @@ def top_table_html(rows: Iterable, event: EventType, value_index: int = 1, total
     body = []
     for r in rows:
         loc = f"{r.filename}:{r.line}" if r.filename else r.kind.label
+        self_v, total_v = r.values(value_index)
         body.append(
-            "<tr>" + td(esc(format_value(r.self, unit))) + td(pct(r.self)) + td(esc(format_value(r.total, unit)))
-            + td(pct(r.total)) + td(esc(r.name), "left", "f") + td(esc(loc), "left", "loc") + "</tr>"
+            "<tr>" + td(esc(format_value(self_v, unit))) + td(pct(self_v)) + td(esc(format_value(total_v, unit)))
+            + td(pct(total_v)) + td(esc(r.name), "left", "f") + td(esc(loc), "left", "loc") + "</tr>"
         )
     head = "".join(f"<th style='{_CELL.format(a)}'>{h}</th>" for h, a in (
         ("self", "right"), ("self %", "right"), ("total", "right"), ("total %", "right"),
@@ -188,11 +207,10 @@ def report(profile: Profile, *, event=None, events: Sequence | None = None, titl
         parts.append(f"<h1 style='font-size:18px'>{esc(heading)}</h1>")
     elif title:
         parts.append(f"<div style='font-weight:600'>{esc(title)}</div>")
-    parts.append(f"<div class='ddp-status' style='font-size:12px;opacity:.8;margin:4px 0;'>"
-                 f"{esc(status_line(profile))}</div>")
-    if full_document and meta.extra:
-        parts.append("<div style='font-size:12px;opacity:.8'>" + ", ".join(
-            f"{esc(k)}={esc(v)}" for k, v in dict(meta.extra).items()) + "</div>")
+    parts.append(f"<div class='ddp-status' style='font-size:12px;opacity:.8;margin:4px 0;white-space:nowrap;"
+                 f"overflow:hidden;text-overflow:ellipsis'>{esc(status_line(profile))}</div>")
+    facts = [", ".join(f"{k}={v}" for k, v in dict(meta.extra).items())] if full_document and meta.extra else []
+    parts.append(notes_html(profile, facts))
     labels = sorted({f"{k}={v}" for ls in profile.labelsets for k, v in ls.items if k != "state"})
     if labels:
         parts.append("<div style='font-size:12px;opacity:.8'>labels: " + esc(", ".join(labels[:50])) + "</div>")
@@ -200,7 +218,7 @@ def report(profile: Profile, *, event=None, events: Sequence | None = None, titl
         parts.append("<p>(no samples)</p>")
     for i, e in enumerate(evs):
         total = profile.total(e, value_index)
-        rows = aggregate.top(profile, e, n=top, value_index=value_index)
+        rows = _top.top(profile, e, n=top, sort=_top.SELF[value_index])
         body = (flame_section(profile, e, value_index, max_nodes=max_nodes, min_fraction=min_fraction)
                 + f"<div style='margin-top:6px'>{top_table_html(rows, e, value_index, total)}</div>")
         summary = f"{esc(e.display_name)} — {esc(format_value(total, value_unit(e, value_index)))}"

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .. import aggregate
+from .. import top as _top
 from ..events import EventType, FrameKind
 from ..model import Profile
-from .format import format_bytes, format_duration, format_value, value_unit
+from .format import format_bytes, format_count, format_duration, format_value, value_label, value_unit
+from .notes import sorted_notes, warning_count
 
 __all__ = [
-    "top_table", "text_summary", "status_line",
-    "history_table", "diff_table", "sample_counts",
+    "top_table", "text_summary", "status_line", "summary_parts", "event_summary", "event_samples",
+    "count_text", "notes_text", "history_table", "diff_table", "sample_counts",
 ]
 
 
@@ -26,8 +27,9 @@ def _fmt(value: float, event: EventType, value_index: int = 1) -> str:
 
 
 def sample_counts(profile: Profile) -> dict[EventType, int]:
-    """Samples per event (the count value, summed)."""
-    return {e: profile.total(e, 0) for e in profile.events}
+    """Samples per event, for the events whose number of samples is known."""
+    counts = {e: event_samples(profile, e) for e in profile.events}
+    return {e: n for e, n in counts.items() if n is not None}
 
 
 def _location(filename: str, line: int, kind: FrameKind) -> str:
@@ -54,7 +56,7 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
 
     Columns: self, self %, total, total %, function, location.  The header names the
     event, its total and its sample count.  An event with no samples says so.
-    ``rows``: ``aggregate.top``'s rows when the caller has them already.
+    ``rows``: ``top.top``'s rows when the caller has them already.
     """
     if event is None:
         if not profile.events:
@@ -62,19 +64,19 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
         event = profile.events[0]
     e = EventType.parse(event)
     total = profile.total(e, value_index)
-    count = profile.total(e, 0)
     head = (f"{e.display_name}: top {n} {'lines' if by == 'line' else 'functions'} "
-            f"(total {_fmt(total, e, value_index)}, {count:,} samples)")
-    rows = list(aggregate.top(profile, e, n=n, by=by, value_index=value_index) if rows is None else rows)[:n]
+            f"(total {_fmt(total, e, value_index)}, {count_text(profile, e)})")
+    rows = list(_top.top(profile, e, n=n, by=by, sort=_top.SELF[value_index]) if rows is None else rows)[:n]
     if not rows or total <= 0:
         return head + "\n  (no samples)"
     cols = [("self", "self%", "total", "total%", "function", "location")]
     for r in rows:
+        self_v, total_v = r.values(value_index)
         cols.append((
-            _fmt(r.self, e, value_index),
-            f"{100 * r.self / total:.1f}%",
-            _fmt(r.total, e, value_index),
-            f"{100 * r.total / total:.1f}%",
+            _fmt(self_v, e, value_index),
+            f"{100 * self_v / total:.1f}%",
+            _fmt(total_v, e, value_index),
+            f"{100 * total_v / total:.1f}%",
             r.name,
             _location(r.filename, r.line, r.kind),
         ))
@@ -90,22 +92,55 @@ def top_table(profile: Profile, event=None, n: int = 10, by: str = "function", v
     return "\n".join(lines)
 
 
-def status_line(profile: Profile, name: str | None = None, wall_s: float | None = None) -> str:
-    """One line: engine, duration, samples per event, dropped counts if any, notes."""
+def event_samples(profile: Profile, event: EventType) -> int | None:
+    """How many samples hold ``event``: its count value where that counts samples (cpu,
+    wall), else what the engine recorded in ``extra["samples_<event>"]``; None when unknown
+    (a count of objects or waits is an estimate, not a number of samples)."""
+    if event.value_types[0].type.endswith("samples"):
+        return profile.total(event, 0)
+    try:
+        return int(dict(profile.metadata.extra)[f"samples_{event.label}"])
+    except (KeyError, ValueError):
+        return None
+
+
+def count_text(profile: Profile, event: EventType) -> str:
+    """``48 samples``; when the samples are unknown, the count named for what it counts
+    (``6,030,333 objects``, ``12 waits``): never objects called samples."""
+    n = event_samples(profile, event)
+    if n is not None:
+        return f"{n:,} sample{'s' if n != 1 else ''}"
+    return f"{format_count(profile.total(event, 0))} {value_label(event, 0)}"
+
+
+def event_summary(profile: Profile, event: EventType) -> str:
+    """``cpu 1.23 s / 48 samples``: the event's total in its unit, then ``count_text``."""
+    return f"{event.label} {_fmt(profile.total(event, 1), event)} / {count_text(profile, event)}"
+
+
+def summary_parts(profile: Profile, wall_s: float | None = None) -> list[str]:
+    """The summary line's parts: engine, duration, each event, the count of warnings."""
     meta = profile.metadata
-    counts = sample_counts(profile)
-    n = sum(counts.values())
-    per = ", ".join(f"{e.label} {c:,}" for e, c in counts.items())
     duration = wall_s * 1e9 if wall_s is not None else meta.duration_ns
-    parts = [f"{meta.engine or 'unknown'} engine", format_duration(duration),
-             f"{n:,} samples" + (f" ({per})" if per else "")]
-    dropped = {EventType.parse(e): int(v) for e, v in dict(meta.dropped).items() if int(v)}
-    if dropped:
-        parts.append("dropped " + ", ".join(f"{e.label} {v:,}" for e, v in dropped.items()))
-    if meta.notes:
-        parts.append("notes: " + "; ".join(meta.notes))
+    parts = [f"{meta.engine or 'unknown'} engine", format_duration(duration)]
+    parts += [event_summary(profile, e) for e in profile.events] or ["no samples"]
+    warnings = warning_count(profile)
+    parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}" if warnings else "no warnings")
+    return parts
+
+
+def status_line(profile: Profile, name: str | None = None, wall_s: float | None = None) -> str:
+    """The one summary line: engine, duration, per event its total and samples, how many
+    warnings (the notes themselves: ``notes_text``, or the HTML disclosure)."""
     label = f"ddprof [{name}]" if name else "ddprof"
-    return f"{label}: " + " · ".join(parts)
+    return f"{label}: " + " · ".join(summary_parts(profile, wall_s))
+
+
+def notes_text(profile: Profile) -> str:
+    """Every note, warnings first, one per line ("(no notes)" when there are none)."""
+    warnings, others = sorted_notes(profile)
+    lines = [f"warning: {w}" for w in warnings] + [f"note: {n}" for n in others]
+    return "\n".join(lines) or "(no notes)"
 
 
 def text_summary(profile: Profile, n: int = 10, events: Sequence | None = None, name: str | None = None) -> str:
@@ -116,6 +151,9 @@ def text_summary(profile: Profile, n: int = 10, events: Sequence | None = None, 
         parts.append("(no samples)")
     for e in evs:
         parts.append(top_table(profile, e, n=n))
+    warnings = sorted_notes(profile)[0]
+    if warnings:
+        parts.append("\n".join(f"warning: {w}" for w in warnings))
     return "\n\n".join(parts)
 
 
@@ -143,27 +181,29 @@ def history_table(entries: Iterable, max_count: int, max_bytes: int) -> str:
     return "\n".join(lines)
 
 
-def diff_table(before: Profile, after: Profile, event=None, n: int = 10, value_index: int = 1) -> str:
-    """Functions whose self value changed most from ``before`` to ``after`` (text)."""
+def diff_table(before: Profile, after: Profile, event=None, n: int = 10, normalize: bool = True) -> str:
+    """The functions whose total changed most from ``before`` to ``after`` (text): the
+    explorer's diff (``top.top`` with ``before``), ``before`` scaled to ``after``'s total
+    when ``normalize`` (a longer run then shows what changed in shape, not in length)."""
     if event is None:
         common = [e for e in after.events if e in before.events]
         if not common:
             return "(the two profiles share no event type)"
         event = common[0]
     e = EventType.parse(event)
-    a = {(r.name, r.filename, r.line): r.self for r in aggregate.top(before, e, n=None, value_index=value_index)}
-    b = {(r.name, r.filename, r.line): r.self for r in aggregate.top(after, e, n=None, value_index=value_index)}
-    ta, tb = before.total(e, value_index), after.total(e, value_index)
-    deltas = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in set(a) | set(b)), key=lambda t: -abs(t[0]))[:n]
-    head = (f"{e.display_name}: {_fmt(ta, e, value_index)} -> {_fmt(tb, e, value_index)} "
-            f"({'+' if tb >= ta else '-'}{_fmt(abs(tb - ta), e, value_index)}); biggest self changes")
-    rows = [("change", "before", "after", "function", "location")]
-    for d, k in deltas:
-        rows.append((("+" if d >= 0 else "-") + _fmt(abs(d), e, value_index),
-                     _fmt(a.get(k, 0), e, value_index), _fmt(b.get(k, 0), e, value_index),
-                     k[0], _location(k[1], k[2], FrameKind.PYTHON)))
-    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    ta, tb = before.total(e), after.total(e)
+    rows = _top.top(after, e, n=n, sort="change", before=before, normalize=normalize)
+    scale = tb / ta if (normalize and ta and tb) else 1.0
+    how = "before scaled to the same total" if scale != 1.0 else "absolute"
+    head = (f"{e.display_name}: {_fmt(ta, e, 1)} -> {_fmt(tb, e, 1)} "
+            f"({'+' if tb >= ta else '-'}{_fmt(abs(tb - ta), e, 1)}); biggest changes of total ({how})")
+    table = [("change", "before", "after", "function", "location")]
+    for r in rows:
+        table.append((("+" if r.change >= 0 else "-") + _fmt(round(abs(r.change)), e, 1),
+                      _fmt(round(r.total - r.change), e, 1), _fmt(r.total, e, 1),
+                      r.name, _location(r.filename, r.line, r.kind)))
+    w = [max(len(r[i]) for r in table) for i in range(4)]
     lines = [head] + [
-        f"{r[0]:>{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip() for r in rows
+        f"{r[0]:>{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip() for r in table
     ]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Fixtures of the coexistence suite (issue 20); helpers live in coexist_helpers.py, and what
+"""Fixtures of the coexistence suite; helpers live in coexist_helpers.py, and what
 the child interpreters import (workloads, checks, the other tools) in coexist_tools.py."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Many short sessions beside a loader storm, and fork() racing start and stop (issue 20)."""
+"""Many short sessions beside a loader storm, and fork() racing start and stop."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ddprof_nb beside other tools (issue 20): every tool x event set x start order x stop order.
+"""ddprof_nb beside other tools: every tool x event set x start order x stop order.
 
 One interpreter per (tool, event set) runs the four order cells (ours/theirs first to start x
 ours/theirs first to stop), each followed by nothing else of ours, then a fresh session of

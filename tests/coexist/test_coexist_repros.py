@@ -1,4 +1,4 @@
-"""The five failures issue 20 reproduced on 3.11, each in its own interpreter under a timeout.
+"""Five failures once reproduced on 3.11, each in its own interpreter under a timeout.
 
 1. a lock/park start/stop loop beside a dlopen/dlclose storm deadlocked (start vs the loader);
 2. a second SIGPROF user started during a session was killed ("Profiling timer expired")

@@ -101,6 +101,19 @@ LIVE_CELLS = (
     "%%ddprof --live\nspins_in_named_function(5.0)",
 )
 
+# What a user sees first after a %%ddprof cell in a new kernel.
+FIRST_SCREEN_CELLS = (
+    "%load_ext ddprof_nb\nimport time\n\n"
+    "def spins_a_while(seconds):\n"
+    "    end = time.perf_counter() + seconds\n"
+    "    while time.perf_counter() < end:\n"
+    "        pass\n\n"
+    "def calls_down(depth, seconds):\n"
+    "    return calls_down(depth - 1, seconds) if depth else spins_a_while(seconds)",
+    "%%ddprof\ncalls_down(14, 1.0)",  # a chart of ~17 rows: 400 px high
+)
+
+
 # A kernel busy in a known function, for another notebook's %ddprof kernels and dump.
 # It allows attaching as the README tells users to (a no-op where Yama is absent).
 BLOCKER_CELLS = (
@@ -141,6 +154,7 @@ def lab(tmp_path_factory):
     _notebook(root / "views.ipynb", VIEWS_CELLS)
     _notebook(root / "live.ipynb", LIVE_CELLS)
     _notebook(root / "blocker.ipynb", BLOCKER_CELLS)
+    _notebook(root / "first.ipynb", FIRST_SCREEN_CELLS)
     port, token = _free_port(), "ddprof-test-token"
     # a private Jupyter config/data/runtime: the user's kernels and settings stay out of it
     env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1",
@@ -314,6 +328,7 @@ def _run_explorer_notebook(page, url, token):
     # WHEN a focus regex is typed THEN the chart redraws with the focused stacks only and
     # a new total (the node count need not fall: small nodes of the focused part, folded
     # before, may now be wide enough to draw)
+    page.locator(".ddprof-explorer button", has_text="more").click()  # focus is behind "more"
     box = page.get_by_placeholder("regex: keep stacks through")
     box.fill("transform_2$")
     box.press("Enter")
@@ -573,6 +588,7 @@ def test_sandwich_inverted_transforms_and_width_in_jupyterlab(lab, browser):
 
         # WHEN a "drop function" transform is added THEN a chip shows and the total drops;
         # WHEN the chip is clicked THEN the whole profile is back
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer button", has_text="more").click()
         page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer select").filter(has_text="drop function").select_option("drop function")
         box = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer").get_by_placeholder(
             "regex (empty: the selected function)")
@@ -658,6 +674,59 @@ _RECORD_LIVE = """() => {
     if (v !== last) { last = v; seen.push([Number(s.dataset.refreshes), s.textContent]); }
   }, 50);
 }""" % _HERE
+
+
+# where the flame's boxes and the summary are, relative to the window (no scrolling)
+_FIRST_SCREEN = """() => {
+  const ex = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .ddprof-explorer');
+  const slices = Array.from(ex.querySelector('.js-plotly-plot').querySelectorAll('g.slice'))
+    .map(g => g.getBoundingClientRect()).filter(r => r.height > 0);
+  const banner = ex.querySelector('.ddprof-banner');
+  const lh = parseFloat(getComputedStyle(banner).lineHeight) || 1.4 * parseFloat(getComputedStyle(banner).fontSize);
+  const out = Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output'))
+    .find(e => e.innerText.startsWith('ddprof ['));
+  const pre = out.querySelector('pre') || out;
+  return {innerHeight: window.innerHeight, top: Math.min(...slices.map(r => r.top)),
+          bottom: Math.max(...slices.map(r => r.bottom)), bannerHeight: banner.getBoundingClientRect().height,
+          toolbarTops: Array.from(ex.querySelector('.ddprof-toolbar').children)
+            .map(c => Math.round(c.getBoundingClientRect().top)),
+          lineHeight: lh, printed: out.innerText, notesOpen: !!ex.querySelector('details[open]'),
+          printedHeight: pre.getBoundingClientRect().height,
+          printedLineHeight: parseFloat(getComputedStyle(pre).lineHeight) || 1.4 * parseFloat(getComputedStyle(pre).fontSize)};
+}"""
+
+
+def test_the_flame_is_on_the_first_screen_after_a_ddprof_cell(lab, browser):
+    url, token, root = lab
+    with _page(browser, root / "failure_first.png") as page:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        _open_and_wait_idle(page, url, token, "first.ipynb")
+        # WHEN a %%ddprof cell runs in a new kernel
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.jp-OutputArea-output')).some(e => e.innerText.startsWith('ddprof ['))",
+            polling=50, timeout=90_000)
+        t_printed = time.perf_counter()
+        page.wait_for_selector(f"{_HERE} .ddprof-explorer .js-plotly-plot g.slice", timeout=60_000)
+        page.wait_for_function(f"() => ({_FLAME_LABELS})().includes('spins_a_while')", polling=50, timeout=60_000)
+        chart_after = time.perf_counter() - t_printed
+        # with the cell at the top of the notebook, as after scrolling to it
+        page.evaluate("() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')[1]"
+                      ".scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(300)
+        seen = page.evaluate(_FIRST_SCREEN)
+        _screenshot_controls_and_flame(page, IMG / "explorer_first_screen.png")
+        # THEN every row of the flame, its root included, is inside the 1000-px window
+        assert seen["bottom"] <= seen["innerHeight"], seen
+        # AND the summary is one line, printed and in the explorer, the notes closed
+        assert "\n" not in seen["printed"].strip() and " engine · " in seen["printed"], seen
+        assert seen["printedHeight"] < 1.6 * seen["printedLineHeight"], seen  # not wrapped either
+        assert seen["bannerHeight"] < 1.6 * seen["lineHeight"] and not seen["notesOpen"], seen
+        # AND the controls above the chart are one toolbar, one row
+        assert max(seen["toolbarTops"]) - min(seen["toolbarTops"]) < 20, seen
+        print(f"\n[browser] first screen: flame rows {seen['top']:.0f}-{seen['bottom']:.0f} px of "
+              f"{seen['innerHeight']} px; interactive chart {chart_after:.2f} s after the status line "
+              f"(goal {FIRST_RENDER_BUDGET_S:.0f} s, not a gate)")
 
 
 def test_live_view_refreshes_in_jupyterlab_then_becomes_the_explorer(lab, browser):

@@ -202,3 +202,206 @@ def test_record_no_native_alloc(workdir):
     # THEN the arrays' data is a [numpy] leaf by default, and absent with the flag
     assert "[numpy]" in leaves[False], leaves
     assert "[numpy]" not in leaves[True], leaves
+
+
+# ---- every option of every subcommand ---------------------------------------------------
+# One check per option (subcommand, dest), walked from the parsers themselves: an option
+# added without a check here fails test_every_option_has_a_check.  Each check compares a
+# run with the option against the run without it (``base``), so it could fail.
+
+WALK = textwrap.dedent("""\
+    import subprocess, sys, time
+
+    def busy(seconds):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    def deep(n):
+        return deep(n - 1) if n else busy(0.3)
+
+    if __name__ == "__main__":
+        blocks = [bytearray(100_000) for _ in range(200)]
+        deep(8)
+        subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.1\\n"
+                        "while time.process_time() < end: pass"], check=True)
+""")
+TARGET = textwrap.dedent("""\
+    import time
+
+    def waiting_here():
+        while True:
+            time.sleep(0.01)
+
+    print("ready", flush=True)
+    waiting_here()
+""")
+# an example of each in-process option: refused with --pid, by name
+IN_PROCESS_ONLY = {
+    "alloc_rate": ["--alloc-rate", "64KiB"], "no_native_alloc": ["--no-native-alloc"],
+    "engine": ["--engine", "python"], "asyncio": ["--asyncio", "off"], "max_depth": ["--max-depth", "3"],
+    "children": ["--children"],
+}
+
+
+class Runs:
+    """The runs every check reads: made once for the module."""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from ddprof_nb.__main__ import main
+
+    d = tmp_path_factory.mktemp("walk")
+    (d / "scripts").mkdir()
+    (d / "scripts" / "walk.py").write_text(WALK)
+    r = Runs()
+    r.dir = d
+    r.all = cli(["record", "-e", "cpu,wall,alloc", "-i", "5ms", "--alloc-rate", "64KiB", "--no-native-alloc",
+                 "--asyncio", "off", "--max-depth", "3", "--children", "-l", "run=cli", "-o", "all.pprof",
+                 "--folded", "folded", "--html", "all.html", "--", "scripts/walk.py"], d)
+    r.base = cli(["record", "-o", "base.pprof", "--", "scripts/walk.py"], d)
+    r.python = cli(["record", "--engine", "python", "-o", "py.pprof", "--", "scripts/walk.py"], d)
+    for run in (r.all, r.base, r.python):
+        assert run.returncode == 0, run.stderr
+    r.p_all, r.p_base, r.p_python = (ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof"))
+    (d / "target.py").write_text(TARGET)
+    target = subprocess.Popen([sys.executable, str(d / "target.py")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        r.pid_run = cli(["record", "--pid", str(target.pid), "--duration", "0.6", "-e", "wall", "-i", "5ms",
+                         "-l", "run=pid", "-o", "pid.pprof", "--folded", "pidfolded", "--html", "pid.html"], d)
+        r.pid_base = cli(["record", "--pid", str(target.pid), "--duration", "0.3"], d)
+        r.dump = cli(["dump", str(target.pid)], d)
+    finally:
+        target.kill()
+        target.wait()
+    assert r.pid_run.returncode == 0 and r.pid_base.returncode == 0, r.pid_run.stderr + r.pid_base.stderr
+    r.p_pid, r.p_pid_base = ddprof_nb.load(d / "pid.pprof"), ddprof_nb.load(d / f"pid{target.pid}.pprof")
+    r.out = {}
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        import contextlib
+        import io
+
+        for name, argv in {
+            "convert": ["convert", "all.pprof", "all.speedscope.json"],
+            "report": ["report", "all.pprof"], "top": ["report", "all.pprof", "--top", "2"],
+            "event": ["report", "all.pprof", "-e", "wall"], "by": ["report", "all.pprof", "--by", "line"],
+            "notes": ["report", "all.pprof", "--notes"],
+        }.items():
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                assert main(argv) == 0, argv
+            r.out[name] = out.getvalue()
+    finally:
+        os.chdir(cwd)
+    return r
+
+
+def _helps(command):
+    """``-h`` of a subcommand (or of the program) prints its usage and exits 0."""
+    from ddprof_nb.__main__ import main
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        main([command, "-h"] if command else ["-h"])
+    return exit_.value.code == 0 and "usage:" in out.getvalue()
+
+
+def _events(p):
+    return {e.label for e in p.events}
+
+
+def _labels(p, key):
+    """The values of label ``key`` over the profile's samples (None: a sample without it)."""
+    return {p.labelsets[i].get(key) for i in set(p.labels.tolist())}
+
+
+def _python_depth(p):
+    return max(sum(1 for f in p.stack_frames(s) if f.kind.label == "python") for s in set(p.stack.tolist()))
+
+
+def _table_rows(text):
+    return [ln for ln in text.splitlines() if "%" in ln and not ln.lstrip().startswith("self")]
+
+
+CHECKS = {
+    ("", "help"): lambda r: _helps(""),
+    ("", "command"): lambda r: r.out["report"] != r.out["convert"],
+    ("record", "help"): lambda r: _helps("record"),
+    ("record", "events"): lambda r: _events(r.p_all) >= {"cpu", "wall", "alloc"} and "alloc" not in _events(r.p_base),
+    ("record", "interval"): lambda r: r.p_all.metadata.interval_ns == 5_000_000 != r.p_base.metadata.interval_ns,
+    ("record", "alloc_rate"): lambda r: any("mean 64.0 KiB" in n for n in r.p_all.metadata.notes),
+    ("record", "no_native_alloc"): lambda r: any("native_alloc=False" in n for n in r.p_all.metadata.notes),
+    ("record", "engine"): lambda r: r.p_python.metadata.engine == "python" != r.p_base.metadata.engine,
+    ("record", "asyncio"): lambda r: (not any(n.startswith("asyncio:") for n in r.p_all.metadata.notes)
+                                      and any(n.startswith("asyncio:") for n in r.p_base.metadata.notes)),
+    ("record", "max_depth"): lambda r: _python_depth(r.p_all) <= 3 < _python_depth(r.p_base),
+    ("record", "children"): lambda r: len(_labels(r.p_all, "pid") - {None}) == 2 and _labels(r.p_base, "pid") == {None},
+    ("record", "label"): lambda r: (_labels(r.p_all, "run") == {"cli"} and _labels(r.p_pid, "run") == {"pid"}
+                                    and _labels(r.p_base, "run") == {None}),
+    ("record", "output"): lambda r: (r.dir / "all.pprof").is_file() and (r.dir / "pid.pprof").is_file(),
+    ("record", "folded"): lambda r: ((r.dir / "folded" / "cpu.folded").is_file()
+                                     and (r.dir / "pidfolded" / "wall.folded").is_file()),
+    ("record", "html"): lambda r: (r.dir / "all.html").is_file() and (r.dir / "pid.html").is_file(),
+    ("record", "pid"): lambda r: r.p_pid.metadata.engine == "remote" and "waiting_here" in {
+        f.name for f in r.p_pid.frames},
+    ("record", "duration"): lambda r: (0.5e9 < r.p_pid.metadata.duration_ns < 5e9
+                                       and r.p_pid_base.metadata.duration_ns < r.p_pid.metadata.duration_ns),
+    ("dump", "help"): lambda r: _helps("dump"),
+    ("dump", "pid"): lambda r: r.dump.returncode == 0 and "waiting_here" in r.dump.stdout,
+    ("convert", "help"): lambda r: _helps("convert"),
+    ("convert", "input"): lambda r: ddprof_nb.load(r.dir / "all.speedscope.json").total("cpu") == r.p_all.total("cpu"),
+    ("convert", "output"): lambda r: (r.dir / "all.speedscope.json").is_file(),
+    ("report", "help"): lambda r: _helps("report"),
+    ("report", "input"): lambda r: r.out["report"].startswith("ddprof [all.pprof]: native engine"),
+    ("report", "top"): lambda r: len(_table_rows(r.out["top"])) == 2 * len(r.p_all.events) < len(
+        _table_rows(r.out["report"])),
+    ("report", "event"): lambda r: "Wall time: top" in r.out["event"] and "CPU time: top" not in r.out["event"],
+    ("report", "by"): lambda r: "top 20 lines" in r.out["by"] and "top 20 lines" not in r.out["report"],
+    ("report", "notes"): lambda r: (r.out["notes"].count("\nnote: ") >= 3 and "top 20" not in r.out["notes"]
+                                    and "note: " not in r.out["report"]),
+}
+
+
+def _options():
+    from ddprof_nb.__main__ import _parser, subcommands
+
+    yield from (("", a.dest) for a in _parser()._actions)
+    for name, parser in subcommands().items():
+        yield from ((name, a.dest) for a in parser._actions)
+
+
+def test_every_option_has_a_check():
+    options = set(_options())
+    assert ("record", "folded") in options and ("report", "notes") in options  # the walk reads the parsers
+    assert options == set(CHECKS), f"no check: {options - set(CHECKS)}; stale: {set(CHECKS) - options}"
+
+
+@pytest.mark.parametrize("option", sorted(CHECKS), ids=lambda o: f"{o[0] or 'prog'}:{o[1]}")
+def test_every_option_does_what_it_says(runs, option):
+    assert CHECKS[option](runs), option
+
+
+def test_every_in_process_option_is_refused_with_pid_by_name(monkeypatch, capsys):
+    from ddprof_nb.__main__ import PID_OPTIONS, main, subcommands
+
+    record = {a.dest for a in subcommands()["record"]._actions}
+    assert set(IN_PROCESS_ONLY) == record - PID_OPTIONS  # every record option is one or the other
+    for dest, args in IN_PROCESS_ONLY.items():
+        code = main(["record", "--pid", "1", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and args[0] in err and "in-process sampler only" in err, (dest, err)
+
+
+def test_record_ends_with_three_short_lines_and_the_path(runs):
+    for run, path in ((runs.all, "all.pprof, folded/, all.html"), (runs.pid_run, "pid.pprof, pidfolded/, pid.html")):
+        lines = [ln for ln in run.stderr.splitlines() if ln.startswith("ddprof_nb: ") and "sampling process" not in ln]
+        assert 2 <= len(lines) <= 3 and all(len(ln) <= 300 for ln in lines), run.stderr
+        assert lines[0].startswith("ddprof_nb: ") and " engine · " in lines[0]
+        assert lines[-1] == f"ddprof_nb: wrote {path}"
+    assert len([ln for ln in runs.all.stderr.splitlines() if ln.strip()]) <= 3, runs.all.stderr

@@ -1,4 +1,4 @@
-"""Imports and short-lived code are named: no ``[unknown]`` frames (issue 27).
+"""Imports and short-lived code are named: no ``[unknown]`` frames.
 
 A module's ``<module>`` code is freed as soon as its import ends, and pytest compiles test
 modules and drops their code the same way: the drain sees such code only after it died.

@@ -67,7 +67,7 @@ def test_ddprof_cell_in_a_real_kernel(kernel):
     assert [r["data"]["text/plain"] for r in results] == ["42"]
     # AND the status line was printed
     stdout = "".join(s["text"] for s in outputs(messages, "stream") if s["name"] == "stdout")
-    assert f"ddprof [{count}]: " in stdout and " samples (cpu " in stdout
+    assert f"ddprof [{count}]: " in stdout and " · cpu " in stdout and " samples" in stdout
     # AND the profile is shown: the widget view where a widget frontend runs (after a
     # static flame graph output, for a notebook reopened without its kernel), or one
     # static display; text/plain and text/html fallbacks name the hot function

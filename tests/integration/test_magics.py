@@ -330,7 +330,7 @@ def test_no_show_prints_the_status_line_only(shell, capsys):
     assert shell.display_pub.outputs == []
     line = [ln for ln in out.splitlines() if ln.startswith(f"ddprof [{count}]")]
     assert len(line) == 1
-    assert " engine · " in line[0] and " samples (cpu " in line[0]
+    assert " engine · " in line[0] and " · cpu " in line[0] and " samples" in line[0]
 
 
 def test_default_display_outside_a_kernel_is_text_and_static_html(shell):

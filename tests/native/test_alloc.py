@@ -388,6 +388,38 @@ def test_a_layer_left_under_a_foreign_allocator_never_counts_twice():
     assert res["restored"] and res["layers"] == 0, res
 
 
+def test_a_layer_hidden_by_an_allocator_serving_small_blocks_itself_is_not_reinstalled():
+    # GIVEN our hook left as a pass-through under a foreign allocator that serves blocks up to
+    #       512 bytes without calling down (as pymalloc does) and passes larger ones down
+    #       through ours: a 1-byte probe never reaches our layer, which took it as unlinked,
+    #       and the next session reinstalled that very layer on top, over the foreign one
+    # WHEN a new session starts and 20 KB blocks are allocated
+    # THEN they are counted once (no endless round between the two layers: the run ends), and
+    #      the old layer is still in use (it is linked)
+    res = run(
+        """
+        e = engine(events=("alloc",))
+        e.start()
+        assert lib.ddp_alloc_test_foreign(2) == 0
+        e.stop()
+        def work():
+            for _ in range(5000): x = b"s" * 20000
+        e = engine(events=("alloc",))
+        e.start()
+        work()
+        p = e.stop()
+        from ddprof_nb.engines.native.alloc import AllocTracker
+        layers = AllocTracker.stats()["layers_in_use"]
+        assert lib.ddp_alloc_test_foreign(0) == 0
+        emit(work=leaf_totals(p, EventType.ALLOC)["work"], layers=layers)
+        """,
+        timeout=30,
+    )
+    truth = 5000 * 20033
+    assert 0.7 * truth <= res["work"] <= 1.3 * truth, res
+    assert res["layers"] == 2, res  # the old layer (2 domains), still linked; the new one left at stop
+
+
 def test_a_new_session_restarts_the_countdown_of_threads_alive_before():
     # GIVEN a worker thread and the main thread, both allocating under a session whose mean
     #       gap is 1 TiB (their countdowns are ~1e12 bytes when it stops)

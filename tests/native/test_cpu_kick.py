@@ -47,10 +47,45 @@ def test_late_timer_cpu_goes_where_the_thread_burnt_it(events):
     total = sum(r["by_leaf"].values())
     # THEN the sampler thread's signals took samples, and the notes say so
     assert r["kicks"] >= 10, r
-    assert any("sample(s) taken on the sampler thread's signal" in n for n in r["notes"]), r["notes"]
+    assert any("sample(s) taken by the sampler thread" in n for n in r["notes"]), r["notes"]
     # AND the thread's CPU is in many samples (timer signals alone: two at most in 0.6 s)
     assert r["n"] >= 10, r
     # AND each phase keeps about its half: a late signal's CPU is not put on the function
     # running when it comes (each sample is off by at most the CPU since the previous one)
     for name in ("f1", "f2"):
         assert 0.3 <= r["by_leaf"].get(name, 0) / total <= 0.7, r
+
+
+def test_a_lagging_thread_sampled_by_the_sampler_never_sees_its_sleeps_cut_short():
+    # GIVEN CPU timers 5,000 intervals long (they practically never fire: every sample is the
+    #       sampler thread's), and a thread alternating 0.2 ms of CPU with 0.2 ms nanosleeps
+    #       called from C (libc, no retry): /proc often says "running" just before it sleeps
+    # WHEN it runs for 3 s of wall time in a session (the old kick: 7 EINTR in 1 of 2 runs of 2 s)
+    # THEN no nanosleep returned EINTR (a SIGPROF sent after the /proc read cut some short), and
+    #      the sampler thread still took samples of it
+    r = run_script(
+        """
+        import ctypes, ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        class timespec(ctypes.Structure):
+            _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+        req = timespec(0, 200_000)
+        counts = collections.Counter()
+        def worker():
+            end = time.monotonic() + 3.0
+            while time.monotonic() < end:
+                burn(0.0002)
+                if libc.nanosleep(ctypes.byref(req), None) != 0:
+                    counts["eintr" if ctypes.get_errno() == 4 else "other"] += 1
+                counts["sleeps"] += 1
+        e = engine(interval="1ms", events=("cpu",))
+        e._session_knobs["cpu_timer_scale"] = 5000
+        e.start()
+        t = threading.Thread(target=worker); t.start(); t.join()
+        p = e.stop()
+        emit(counts=dict(counts), kicks=int(p.metadata.extra["cpu_kicks"]))
+        """
+    )
+    assert r["counts"]["sleeps"] > 500, r
+    assert r["counts"].get("eintr", 0) == 0 and r["counts"].get("other", 0) == 0, r
+    assert r["kicks"] >= 10, r

@@ -1,4 +1,4 @@
-"""Faults (issue 9): CPU timers refused by the kernel, start and stop on different threads,
+"""Faults: CPU timers refused by the kernel, start and stop on different threads,
 threads ending while being sampled.  Each scenario runs in its own interpreter.
 
 Timer refusal is real, not simulated: every POSIX timer reserves a queued-signal entry

@@ -495,3 +495,51 @@ def test_mmap_from_a_c_extension_and_munmap_whole_or_in_part(cext, tmp_path):
     assert abs(live.get("via_mremap [mmap]", 0) - 80 * MB) <= 4 * MB, res
     assert res["native"]["maps_trimmed"] >= 35, res
     assert any("partly unmapped" in n for n in res["notes"]), res
+
+
+def test_sessions_stop_and_release_while_threads_sample_c_allocations_without_the_gil(cext):
+    # GIVEN four threads calling malloc/free of 1 MiB blocks from a C extension without the GIL
+    #   (cffi releases it: nearly every block is sampled, so a thread is nearly always on its
+    #   way into the ring), and another thread burning CPU so that they get preempted
+    # WHEN 150 sessions start, stop, drain and release meanwhile
+    # THEN the process lives, each stop waited for the samplers inside (no session's buffers
+    #   were kept for a producer still inside), and samples were taken throughout
+    res = run(
+        '''
+        import _ddp_ca
+        A = _ddp_ca.lib
+        from ddprof_nb.engines.native.session import Session
+        from ddprof_nb.engines.native.decode import RecordConverter
+        from ddprof_nb.model import ProfileBuilder
+        stop = threading.Event()
+        def churn():
+            while not stop.is_set():
+                for _ in range(50):
+                    A.ca_free(A.ca_malloc(1 << 20))
+        def hog():
+            while not stop.is_set():
+                burn(0.01)
+        ts = [threading.Thread(target=churn) for _ in range(4)] + [threading.Thread(target=hog)]
+        for t in ts: t.start()
+        sampled = leaked = 0
+        for i in range(150):
+            s = Session(10_000_000, 64, ("alloc",), alloc_rate=64 * 1024, native_alloc=True, ring_records=256)
+            s.start()
+            time.sleep(0.002 * (i % 5))
+            s.stop()
+            s.drain(RecordConverter(ProfileBuilder(), 0))
+            st = Session.stats()
+            sampled += st["samples"][EventType.ALLOC]
+            s.release()
+            leaked = Session.stats()["leaked_bytes"]
+        stop.set()
+        for t in ts: t.join()
+        emit(sampled=sampled, leaked=leaked)
+        ''',
+        cext,
+        timeout=180,
+    )
+    if SANITIZED:
+        return
+    assert res["sampled"] > 150, res
+    assert res["leaked"] == 0, res

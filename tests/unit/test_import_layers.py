@@ -16,11 +16,12 @@ PKG = Path(__file__).resolve().parents[2] / "ddprof_nb"
 # lowest first: a module may import its own layer and the ones before it
 LAYERS = [
     ("facts", ["_native", "events", "config", "errors", "_steptypes"]),  # _native: the compiled native/
-    ("model", ["model", "aggregate", "transforms"]),
+    ("model", ["model", "aggregate", "transforms", "top"]),
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
     ("sources", ["labeling", "engines", "sources", "aio", "asyncio_support",
-                 "elfsyms", "nativesyms", "demangle", "demangle_rust_v0", "remote", "remote_record", "kernels"]),
+                 "elfsyms", "nativesyms", "demangle", "demangle_rust_v0", "remote", "remote_layouts", "remote_walk",
+                 "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history", "live"]),
     # sources that run a session (a Sampler) in other processes: above the session
     ("other processes", ["children", "dask_support"]),
@@ -34,6 +35,7 @@ INNER_IMPORTS = {
     # that implement them; those layers import the model at the top
     ("model", "aggregate"): "a cycle: aggregate builds Profiles",
     ("model", "transforms"): "a cycle: transforms build Profiles",
+    ("model", "top"): "a cycle: top reads Profiles",
     ("model", "exporters"): "a cycle: exporters build Profiles",
     ("model", "exporters.html"): "a cycle: exporters build Profiles",
     # the format modules import the package's helpers (write_atomic, read_source...)
@@ -54,7 +56,7 @@ INNER_IMPORTS = {
     ("engines.native.binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    ("sources", "aio.tasks"): "import cost",
+    ("aio.source", "aio.tasks"): "import cost",
     # every ``import ddprof_nb`` imports children and dask_support (their sources register):
     # the pprof format loads only when a child's or a worker's profile is written or read
     ("children", "exporters.pprof"): "import cost",

@@ -128,13 +128,29 @@ def test_merge_adds_labels_and_sums():
 def test_profile_rejects_inconsistent_columns():
     p = sample_profile()
     with pytest.raises(ValueError, match="same length"):
-        type(p)(p.frames, p.stacks, p.threads, p.labelsets, p.event[:1], p.stack, p.thread, p.labels,
-                p.time_ns, p.values, p.metadata)
+        p.replace(event=p.event[:1])
     bad_stack = p.stack.copy()
     bad_stack[0] = len(p.stacks)
     with pytest.raises(ValueError, match="stack index out of range"):
-        type(p)(p.frames, p.stacks, p.threads, p.labelsets, p.event, bad_stack, p.thread, p.labels,
-                p.time_ns, p.values, p.metadata)
+        p.replace(stack=bad_stack)
+
+
+def test_replace_changes_only_what_it_names_and_fields_go_by_name():
+    p = sample_profile()
+    p.flat_stacks()
+    meta = p.metadata.replace(notes=("n",))
+    q = p.replace(values=p.values * 2, metadata=meta)
+    # the named fields changed, the rest is the same objects (the stacks' flat form too)
+    assert (q.values == p.values * 2).all() and q.metadata is meta
+    assert q.frames is p.frames and q.stacks is p.stacks and q.threads is p.threads and q._flat is p._flat
+    assert p.metadata.notes != ("n",)  # the original is left alone
+    # a new stacks table drops the old flat form
+    assert p.replace(stacks=tuple(reversed(p.stacks)))._flat is None
+    with pytest.raises(TypeError, match="no field"):
+        p.replace(valuez=p.values)
+    with pytest.raises(TypeError):
+        type(p)(p.frames, p.stacks, p.threads, p.labelsets, p.event, p.stack, p.thread, p.labels,
+                p.time_ns, p.values, p.metadata)  # twelve positional arguments: refused
 
 
 @settings(max_examples=50, deadline=None)

@@ -541,10 +541,10 @@ def test_static_flame_html_is_plain_svg_and_escaped():
 
 
 def test_top_table_text_and_html():
-    from ddprof_nb import aggregate
+    from ddprof_nb import top
 
     p = basic()
-    rows = aggregate.top(p, "cpu")
+    rows = top.top(p, "cpu")
     text = F.top_table(p, EventType.CPU, n=10, value_index=1, rows=rows)
     assert text.splitlines()[2].split() == ["50.0", "ms", "50.0%", "70.0", "ms", "70.0%", "f", "…/home/user/app.py:20"]
     assert text == F.top_table(p, "cpu")  # the rows given are the rows it would compute
@@ -653,7 +653,7 @@ def test_source_view_of_a_pseudo_frame_says_so_without_a_line_0_row():
     gc = Frame("[GC]", "", 0, 0, FrameKind.GC)
     sv = F.source_view(build([([main, gc], EventType.CPU, 1, 10 * MS)]), "cpu", gc, read_lines=source_lines)
     html = F.source_html(sv)
-    assert "Not Python source (a pseudo-frame)" in html and "no source file" in html
+    assert f"Not Python source: {F.esc(F.PSEUDO_FRAMES['[GC]'])}; no lines" in html and "no source file" in html
     assert ":0<" not in html and "<td" not in html
     # a file without line numbers (folded stacks): its row says "?" rather than "0"
     nolines = Frame("work", APP, 0, 0)

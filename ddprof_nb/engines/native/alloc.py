@@ -210,4 +210,4 @@ class AllocTracker:
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "not_python", "live_overflow", "maps_trimmed", "objects", "slots_patched", "slots_foreign",
             "restore_mismatch", "protect_failed", "passes", "passes_deferred", "kinds_patched", "kinds_foreign", "tracking_objects",
-            "active_patches")}
+            "active_patches", "slots_unhooked")}

@@ -135,11 +135,7 @@ def _split(total: int, weights: np.ndarray) -> np.ndarray:
 
 
 def _rebuild(profile: Profile, **columns) -> Profile:
-    parts = dict(frames=profile.frames, stacks=profile.stacks, threads=profile.threads, labelsets=profile.labelsets,
-                 event=profile.event, stack=profile.stack, thread=profile.thread, labels=profile.labels,
-                 time_ns=profile.time_ns, values=profile.values)
-    parts.update(columns)
-    return Profile(metadata=profile.metadata, tick_ns=profile.tick_ns, **parts)
+    return profile.replace(**columns)
 
 
 def _notes(factors: list[float], from_wall: list[int], unsampled: list[int], interval_ns: int) -> list[str]:

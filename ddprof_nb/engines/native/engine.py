@@ -30,7 +30,7 @@ from ...errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ...events import EventType
 from ...model import Metadata, Profile, ProfileBuilder
 from ..base import Engine
-from . import binding
+from . import binding, process_cpu
 from .alloc import AllocTracker
 from .cpu_totals import calibrate_cpu
 from .decode import RecordConverter
@@ -134,6 +134,7 @@ class NativeEngine(Engine):
         self._errors: list[str] = []
         self._forked = False
         self._start_ns = 0
+        self._cpu_at = None  # (start, stop) process_cpu snapshots of a CPU session
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -167,6 +168,8 @@ class NativeEngine(Engine):
             self._go.set()
             self._thread.join()
             raise
+        if EventType.CPU in self.config.events:
+            self._cpu_at = (process_cpu.snapshot(), None)
         stats = session.stats()
         mono0 = stats["start_mono_ns"]
         self._start_ns = time.time_ns() - (time.monotonic_ns() - mono0)
@@ -245,6 +248,8 @@ class NativeEngine(Engine):
             self._session = None
             raise NotRunningError("this native profile was started in the parent process (before fork)")
         session, self._session = self._session, None
+        if self._cpu_at is not None:  # (before the drain thread is joined: its CPU is named as ours)
+            self._cpu_at = (self._cpu_at[0], process_cpu.snapshot())
         try:
             session.stop()
         finally:
@@ -290,12 +295,17 @@ class NativeEngine(Engine):
                 "threads_seen": str(stats["threads_seen"]),
                 "wall_records": str(stats["wall_records"]),
                 "wall_unchanged": str(stats["wall_unchanged"]),
-                "cpu_kicks": str(stats.get("cpu_kicks", 0)),  # CPU samples on the sampler thread's signal
+                "cpu_kicks": str(stats.get("cpu_kicks", 0)),  # CPU samples the sampler thread took
                 "wall_state_label": "state=cpu|off-cpu|gil",
+                # alloc/live counts are estimated objects: the number of samples is said here
+                **({"samples_alloc": str(stats["alloc"]["sampled"] + stats["alloc_native"]["sampled"]),
+                    "samples_live": str(conv.alloc.live_rows)} if "alloc" in stats else {}),
             },
         )
         builder = conv.builder
         builder.metadata = meta
         profile = builder.build(end_ns=meta.end_ns)
         profile, cpu_notes = calibrate_cpu(profile, stats.get("cpu_threads") or {}, self._names, self.config.labels)
+        if self._cpu_at is not None and self._cpu_at[1] is not None:
+            cpu_notes += process_cpu.coverage_notes(*self._cpu_at, profile, own_tids={self._drain_tid})
         return profile.with_metadata(notes=meta.notes + tuple(cpu_notes)) if cpu_notes else profile

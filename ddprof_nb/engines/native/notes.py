@@ -48,8 +48,8 @@ def _sample_notes(config, stats: dict, secs: float) -> list[str]:
                          f"samples within one time tick merged); {stats['wall_unchanged']} samples of threads that "
                          "had not run since their previous sample reused its stack")
     if stats.get("cpu_kicks") and EventType.CPU in config.events:
-        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken on the sampler thread's signal "
-                     "because the kernel's timer signal was late")
+        notes.append(f"cpu: {format_count(stats['cpu_kicks'])} sample(s) taken by the sampler thread (a walk of "
+                     "a running thread's frames) because the kernel's timer signal was late")
     if stats["handler_calls"]:
         notes.append(f"signal handler: {format_duration(stats['handler_ns'] / stats['handler_calls'])} "
                      "per CPU sample")
@@ -67,6 +67,13 @@ def _sample_notes(config, stats: dict, secs: float) -> list[str]:
     late = late_signals_note(stats["cpu_used_ns"], stats["cpu_sampled_ns"], config.interval_ns)
     if late and EventType.CPU in config.events:
         notes.append(late)
+    if stats.get("cpu_at_start") and EventType.CPU in config.events:
+        notes.append(f"cpu: {format_count(stats['cpu_at_start'])} short-lived thread(s) ended before any CPU sample "
+                     f"caught them: their clocks' {format_duration(stats['cpu_at_start_ns'])} is on the stack where "
+                     "their own code began (their entry function; where inside it is unknown)")
+    if stats.get("cpu_exits_dropped"):
+        notes.append(f"degraded: {stats['cpu_exits_dropped']} exited thread(s)' CPU could not be kept (no memory): "
+                     "the CPU totals miss it")
     if stats["threads_overflow"]:
         notes.append(f"degraded: {stats['threads_overflow']} thread(s) beyond the 4096-thread table were not sampled")
     return notes
@@ -122,6 +129,9 @@ def lockpark_notes(events) -> list[str]:
     if w["protect_failed"]:
         notes.append(f"lock/park: {w['protect_failed']} slot(s) left unhooked: their page's protection could not "
                      "be changed")
+    if w["slots_unhooked"]:
+        notes.append(f"lock/park: {w['slots_unhooked']} slot(s) left unhooked (out of memory, or more symbol "
+                     "versions of the wait functions than the patcher holds): their waits were not seen")
     if w["rate_dropped"]:
         notes.append(f"lock/park: {w['rate_dropped']} wait(s) thinned out by the records-per-second limit "
                      "(kept waits weighted 1/p, and waits over the hard cap added to their thread's next record, "
@@ -228,6 +238,9 @@ def native_alloc_notes(enabled: bool, st: dict) -> list[str]:
                      "alone: blocks allocated there are not sampled")
     if st["protect_failed"]:
         notes.append(f"alloc: {st['protect_failed']} GOT slot(s) could not be made writable: not hooked")
+    if st["slots_unhooked"]:
+        notes.append(f"alloc: {st['slots_unhooked']} GOT slot(s) left unhooked (out of memory, or more symbol "
+                     "versions of the allocator functions than the patcher holds): their blocks are not sampled")
     if st["restore_mismatch"]:
         notes.append(f"alloc: degraded: another tool (memray, for one) re-patched {st['restore_mismatch']} of our C "
                      "allocator slots during the session and they were left theirs: C allocations after that were "

@@ -180,7 +180,7 @@ class Session:
             "read_mode", "segv_replaced",
             "start_mono_ns", "stop_mono_ns", "timer_errno", "cpu_used_ns", "cpu_sampled_ns", "prof_replaced",
             "parked_at_start", "leaked_bytes", "agg_in", "agg_out", "agg_full", "agg_bytes",
-            "agg_folded", "agg_coarsened", "cpu_kicks")}
+            "agg_folded", "agg_coarsened", "cpu_kicks", "cpu_at_start", "cpu_at_start_ns", "cpu_exits_dropped")}
         for name in ("samples", "dropped_full", "dropped_torn", "carried_full"):
             out[name] = {e: int(getattr(s, name)[e.value]) for e in EventType}
         return out
@@ -194,7 +194,7 @@ def wait_stats() -> dict:
         "records", "short_skipped", "rate_dropped", "emit_failed", "calls", "objects", "slots_patched",
         "slots_foreign", "restore_mismatch", "restore_unloaded", "active_patches", "threshold_ns",
         "protect_failed", "passes", "edge_records", "kinds_patched", "kinds_foreign", "passes_deferred",
-        "slots_rebound")}
+        "slots_rebound", "slots_unhooked")}
 
 
 def cpu_thread_totals() -> dict[int, tuple[int, int]]:

@@ -1,0 +1,105 @@
+"""How much of the process's CPU a profile holds, and where the rest went.
+
+The engine samples the threads that run Python.  Libraries run their own pools of native
+threads (BLAS, OpenMP, dataframe and database engines, ZeroMQ's I/O threads) whose CPU the
+profile does not hold; without a word the CPU profile of a data notebook is wrong by a
+factor.  So the engine reads the process's CPU clock and every thread's run time
+(``/proc/self/task/TID/schedstat``, nanoseconds) at start and at stop, and a note names the
+threads that ran outside the profile, by name, and how much CPU they used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...events import EventType
+from ...render.format import format_duration
+
+__all__ = ["CpuSnapshot", "snapshot", "coverage_notes"]
+
+# below this share of the process's CPU outside the profile, nothing is said: the profiler's
+# own start and stop and the clocks' granularity stay within it
+_QUIET_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    process_ns: int
+    threads: dict[int, tuple[str, int]]  # tid -> (OS thread name, CPU ns so far)
+
+
+def _task_cpu(tid: int) -> tuple[str, int] | None:
+    base = f"/proc/self/task/{tid}"
+    try:
+        with open(f"{base}/schedstat", "rb") as f:
+            ns = int(f.read().split()[0])
+        with open(f"{base}/comm", "rb") as f:
+            name = f.read().decode("utf-8", "replace").strip()
+    except (OSError, ValueError, IndexError):
+        return None  # exited meanwhile, or no schedstat in this kernel
+    return name, ns
+
+
+def snapshot() -> CpuSnapshot:
+    threads = {}
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = []
+    for tid in tids:
+        got = _task_cpu(tid)
+        if got is not None:
+            threads[tid] = got
+    return CpuSnapshot(time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID), threads)
+
+
+def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set[int] = frozenset(),
+                   own_names: tuple[str, ...] = ("ddprof_nb-",)) -> list[str]:
+    """Notes when the profile's CPU total misses more than 2 % of the process's CPU in the
+    session: the threads outside it (by name, with their CPU), the profiler's own threads,
+    and what is left (threads that started and ended unseen)."""
+    process = stop.process_ns - start.process_ns
+    if process <= 0 or not stop.threads:
+        return []
+    cpu = profile.event == EventType.CPU.value
+    in_profile = int(profile.values[cpu, 1].sum()) if cpu.any() else 0
+    sampled = {profile.threads[i].tid for i in np.unique(profile.thread[cpu])} if cpu.any() else set()
+    missing = process - in_profile
+    if missing <= _QUIET_SHARE * process:
+        return []
+    own = 0
+    outside: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for tid, (name, ns) in stop.threads.items():
+        if tid in sampled:
+            continue
+        used = ns - start.threads[tid][1] if tid in start.threads else ns
+        if used <= 0:
+            continue
+        if tid in own_tids or name.startswith(own_names):
+            own += used
+        else:
+            outside[name] += used
+            count[name] += 1
+    total_outside = sum(outside.values())
+    share = in_profile / process
+    parts = [f"cpu: the profile holds {format_duration(in_profile)} of the process's {format_duration(process)} "
+             f"of CPU in the session ({share:.0%})"]
+    if total_outside:
+        names = ", ".join(f"{name}{f' ×{count[name]}' if count[name] > 1 else ''} {format_duration(ns)}"
+                          for name, ns in outside.most_common(4))
+        more = f" and {len(outside) - 4} more" if len(outside) > 4 else ""
+        parts.append(f"{format_duration(total_outside)} ran on threads that run no Python, not in this profile "
+                     f"({names}{more}): native worker pools (BLAS, OpenMP, a library's own threads)")
+    if own:
+        parts.append(f"{format_duration(own)} was the profiler's own threads")
+    rest = missing - total_outside - own
+    if rest > _QUIET_SHARE * process:
+        parts.append(f"{format_duration(rest)} went to threads that ended before stop outside the profile "
+                     "(or to the clocks' rounding), not in this profile")
+    return ["; ".join(parts)]
