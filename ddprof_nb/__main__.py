@@ -73,6 +73,8 @@ def _parser() -> _Parser:
     rec.add_argument("--alloc-rate", default=alloc_rate, help=f"mean bytes between allocation samples (default {alloc_rate})")
     rec.add_argument("--no-native-alloc", action="store_true",
                      help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
+    rec.add_argument("--native", action="store_true",
+                     help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
@@ -210,7 +212,7 @@ def _record_config(args) -> SamplerConfig:
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
                               native_alloc=not args.no_native_alloc, engine=args.engine, labels=labels,
-                              asyncio=args.asyncio)
+                              asyncio=args.asyncio, native=args.native)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
         return SamplerConfig.make(**config_options)

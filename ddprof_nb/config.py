@@ -89,6 +89,7 @@ class SamplerConfig:
     interval_ns: int = DEFAULT_INTERVAL_NS  # CPU-time period per thread, and the wall period
     alloc_rate: int = DEFAULT_ALLOC_RATE
     native_alloc: bool = True  # alloc/live also sample C allocations of extension modules (native engine)
+    native: bool = False  # samples carry the C/C++/Rust frames between the Python ones (native engine)
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
     labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
@@ -103,6 +104,7 @@ class SamplerConfig:
         max_depth: int = DEFAULT_MAX_DEPTH,
         native_alloc: bool = True,
         engine: str = "auto",
+        native: bool = False,
         labels=None,
         asyncio: str = "fold",
     ) -> "SamplerConfig":
@@ -116,6 +118,8 @@ class SamplerConfig:
             raise ValueError(f"invalid max_depth {max_depth!r}: must be an int in 1..4096")
         if not isinstance(native_alloc, bool):
             raise ValueError(f"invalid native_alloc {native_alloc!r}: must be True or False")
+        if not isinstance(native, bool):
+            raise ValueError(f"invalid native {native!r}: must be True or False")
         if asyncio not in ASYNCIO_MODES:
             raise ValueError(f"invalid asyncio mode {asyncio!r}; expected one of: {', '.join(ASYNCIO_MODES)}")
         return cls(
@@ -123,6 +127,7 @@ class SamplerConfig:
             interval_ns=interval_ns,
             alloc_rate=parse_size_bytes(alloc_rate),
             native_alloc=native_alloc,
+            native=native,
             max_depth=max_depth,
             engine=engine,
             labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
@@ -136,6 +141,7 @@ class SamplerConfig:
             "interval_ns": self.interval_ns,
             "alloc_rate": self.alloc_rate,
             "native_alloc": self.native_alloc,
+            "native": self.native,
             "max_depth": self.max_depth,
             "engine": self.engine,
             "labels": [list(kv) for kv in self.labels],
@@ -150,6 +156,7 @@ class SamplerConfig:
             interval_ns=int(spec["interval_ns"]),
             alloc_rate=int(spec["alloc_rate"]),
             native_alloc=bool(spec.get("native_alloc", True)),
+            native=bool(spec.get("native", False)),
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],
             labels=tuple(tuple(kv) for kv in spec.get("labels", ())),

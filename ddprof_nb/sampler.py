@@ -232,7 +232,7 @@ class ProfileHandle:
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", native_alloc=True, engine="auto",
             max_depth=None, labels=None, children=False, dask=None, asyncio="fold",
-            live=False) -> Iterator[ProfileHandle]:
+            live=False, native=False) -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
 
     ``asyncio``: "fold" (default) gives asyncio tasks their own stacks and ``task`` label,
@@ -241,6 +241,10 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
 
     ``native_alloc`` (alloc/live): also sample memory that C extensions allocate (numpy
     array data, the C allocator called from extension modules); False: Python objects only.
+
+    ``native=True`` (native engine): CPU, alloc and lock/park samples also carry the C, C++
+    and Rust frames between the Python ones (``numpy`` -> ``cblas_dgemm`` -> its kernel), the
+    interpreter's eval-loop frames replaced by the Python frames they run.
 
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
@@ -255,7 +259,7 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
     options = dict(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc, engine=engine,
-                   labels=labels, asyncio=asyncio)
+                   labels=labels, asyncio=asyncio, native=native)
     if max_depth is not None:
         options["max_depth"] = max_depth
     sampler = Sampler(children=children, dask=dask, **options)

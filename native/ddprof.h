@@ -47,6 +47,15 @@ uint32_t ddp_compiled_python_version(void);
 #define DDP_READ_GUARDED 0   /* direct loads, a SIGSEGV/SIGBUS handler recovers faults */
 #define DDP_READ_SYSCALL 1   /* process_vm_readv: EFAULT instead of a fault */
 
+/* A native frame in a record (native_frames on): after the Python frames, leaf first, as
+ * {code = DDP_NATIVE_CODE, fp = its pc}; DDP_NATIVE_CUT ends a walk that stopped early.
+ * (A code object's address is never odd.)  A Python frame that began an eval loop's run
+ * (the interpreter's entry frame) has DDP_FRAME_ENTRY in firstlineno: each native eval-loop
+ * frame runs the Python frames up to and including the next such one. */
+#define DDP_NATIVE_CODE 1
+#define DDP_NATIVE_CUT 3
+#define DDP_FRAME_ENTRY 1073741824
+
 /* One frame as captured: enough to resolve later, with the GIL, through safe reads. */
 typedef struct {
     uint64_t code;         /* PyCodeObject address at sample time (never trusted later) */
@@ -105,6 +114,8 @@ typedef struct {
     /* ---- end allocations ---- */
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
     int32_t cpu_timer_scale;     /* tests: the CPU timers' period is interval_ns times this (0 = 1): late timers */
+    int32_t native_frames;       /* 1: samples a thread takes of itself (CPU, alloc, lock/park) carry its native frames */
+    int32_t native_reserved2;
 } ddp_config;
 
 typedef struct {
@@ -207,6 +218,21 @@ int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault r
 int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
 /* The WALL merge bucket (its start, ns since session start) of a sample taken elapsed_ns after start. */
 int64_t ddp_merge_bucket(int64_t elapsed_ns, int64_t min_tick_ns, int32_t max_ticks);
+/* ---- native frames (unwind.c, unwind_test.c) ----
+ * Unwind tables of the loaded objects (built off the hot path; -1 without memory), the
+ * row at a pc (-1 none), and the walk on its own: a handler on `signo` walks the
+ * interrupted native stack (a CPU timer of the calling thread every interval_ns, or
+ * ddp_test_unwind_signal); ddp_test_unwind_regs walks from given registers.  Flags: 1
+ * truncated. */
+int ddp_unwind_refresh(void);
+int ddp_unwind_row(uint64_t pc, int32_t *cfa_reg, int32_t *cfa_off, int32_t *fp_off, int32_t *flags);
+int ddp_test_unwind_start(int signo, int64_t interval_ns, int depth);
+int ddp_test_unwind_signal(int32_t tid);
+int ddp_test_unwind_stop(void);
+int ddp_test_unwind_get(int i, uint64_t *pcs, int cap, int32_t *flags, int64_t *ns);
+void ddp_test_unwind_free(void);
+int ddp_test_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int32_t *flags);
+/* ---- end native frames ---- */
 /* ---- interpreter layout (pyframes.c) ----
  * 0: the running interpreter's published offsets (_PyRuntime.debug_offsets, 3.13+) equal
  * the compiled ones (3.11/3.12: always 0); 1: they differ, 2: no frame walker for this

@@ -351,11 +351,15 @@ static int walk(const py_space *sp, uintptr_t tstate, long expect_tid, int mode,
         /* 3.14+: entry frames of the eval loop and the thread's base frame are owned by
          * the interpreter (3.14 also has CSTACK = 4): no Python code, not a frame to show */
         if (f->owner >= FRAME_OWNED_BY_INTERPRETER && f->owner <= DDP_OWNER_MAX) {
+            if (depth)
+                out[depth - 1].firstlineno |= DDP_FRAME_ENTRY; /* the frame this entry began */
             fptr = next;
             continue;
         }
 #elif PY_VERSION_HEX >= 0x030C0000
         if (f->owner == FRAME_OWNED_BY_CSTACK) { /* the C entry shim of 3.12+ */
+            if (depth)
+                out[depth - 1].firstlineno |= DDP_FRAME_ENTRY; /* the frame this entry began */
             fptr = next;
             continue;
         }
@@ -416,6 +420,10 @@ static int walk(const py_space *sp, uintptr_t tstate, long expect_tid, int mode,
         out[depth].fp = fp;
         out[depth].lasti = (int32_t)lasti;
         out[depth].firstlineno = co->co_firstlineno;
+#if PY_VERSION_HEX < 0x030C0000
+        if (f->is_entry) /* 3.11: the frame an eval loop's run began with */
+            out[depth].firstlineno |= DDP_FRAME_ENTRY;
+#endif
         depth++;
         fptr = next;
     }

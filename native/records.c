@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <string.h>
 #include "core.h"
+#include "unwind.h"
 
 /* Stack identity for the consumer (it looks stacks up by this instead of their bytes):
  * every byte of the frames, the depth and the flags that change the stack. */
@@ -67,6 +68,8 @@ int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
         rec->stack_hash = 0;
         return -1;
     }
+    if (sess_cfg.native_frames && tid == my_tid()) /* its own stack: a signal handler's or a hook's */
+        depth += uw_append_own(frames + depth, sess_cfg.max_depth - depth, mode);
     rec->depth = (uint16_t)depth;
     rec->flags = flags;
     rec->stack_hash = stack_hash_of(flags, depth, frames);

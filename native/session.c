@@ -14,6 +14,7 @@
 #include <string.h>
 #include <Python.h>
 #include "core.h"
+#include "unwind.h"
 
 #define DEFAULT_RING_RECORDS 4096
 #define RING_BUDGET_BYTES (32u << 20)
@@ -78,6 +79,8 @@ static void engines_stop(int with_gil)
 
 void engines_tick(int64_t now, int final)
 {
+    if (sess_cfg.native_frames && !final)
+        uw_refresh(); /* objects loaded or unloaded since: their tables (cheap when none was) */
     for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         if (ddp_engines[i]->tick && atomic_load(&engine_on[i]))
             ddp_engines[i]->tick(now, final);
@@ -117,6 +120,7 @@ static void free_session(void)
     ddp_ring_free(sess_ring);
     sess_ring = NULL;
     drain_free();
+    uw_collect(); /* unwind tables replaced during the session: no walk can see them now */
     int n = atomic_load(&sess_nslots);
     for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++) {
         free(sess_slots[i].wlast);
@@ -188,6 +192,10 @@ int ddp_start(const ddp_config *c)
     drain_begin();
     atomic_store(&ddp_fault_count, 0);
     atomic_store(&ddp_graveyard_overflow, 0);
+    /* native frames: the loaded objects' unwind tables, before the GIL is taken (the loader's
+     * lock, which dl_iterate_phdr takes, may be held by a thread waiting for the GIL) */
+    if (sess_cfg.native_frames && uw_refresh() < 0)
+        sess_cfg.native_frames = 0;
 
     int rc = DDP_OK;
     PyGILState_STATE g = PyGILState_Ensure();

@@ -19,7 +19,7 @@ SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "
                "kernels", "dump", "attach", "allow-attach")
 
 USAGE = """\
-%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [-l KEY=VALUE ...]
+%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [--native] [-l KEY=VALUE ...]
          [-o NAME] [--save PATH] [--no-show] [--live] [--engine auto|native|python]
          [--asyncio fold|raw|off] [--children] [--dask CLIENT]     profile this cell
 %ddprof [options] STATEMENT     profile one statement
@@ -70,6 +70,8 @@ def _sampler_options(p: Parser, statement: bool = False) -> None:
                    help=f"mean bytes between allocation samples, e.g. 512KiB (default {DEFAULT_ALLOC_RATE // 1024}KiB)")
     p.add_argument("--no-native-alloc", action="store_true",
                    help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
+    p.add_argument("--native", action="store_true",
+                   help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
     p.add_argument("-l", "--label", action="append" if statement else "extend", nargs=None if statement else "+",
                    default=[], metavar="KEY=VALUE", help="label every sample with KEY=VALUE")
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")
@@ -131,6 +133,8 @@ def sampler_config(args) -> SamplerConfig:
         options["alloc_rate"] = args.alloc_rate
     if args.no_native_alloc:
         options["native_alloc"] = False
+    if args.native:
+        options["native"] = True
     try:
         return SamplerConfig.make(**options)
     except ValueError as exc:

@@ -20,7 +20,8 @@ LAYERS = [
     ("render", ["render"]),
     ("exporters", ["exporters", "loading", "importers"]),
     ("sources", ["labeling", "engines", "sources", "aio", "asyncio_support",
-                 "elfsyms", "remote", "remote_layouts", "remote_walk", "remote_record", "kernels"]),
+                 "elfsyms", "nativesyms", "demangle", "demangle_rust_v0", "remote", "remote_layouts", "remote_walk",
+                 "remote_record", "kernels"]),
     ("session", ["sampler", "pipeline", "cells", "history", "live"]),
     # sources that run a session (a Sampler) in other processes: above the session
     ("other processes", ["children", "dask_support"]),

@@ -20,6 +20,7 @@ from ...events import EventType, FrameKind
 from ...model import Frame
 from .binding import FRAME_SIZE, ffi, lib
 from .codes import Resolver, cache_put, frame_cache
+from .nativeframes import has_native
 
 __all__ = ["RecordConverter", "STATE_LABELS", "SMALL_BATCH"]
 
@@ -100,6 +101,7 @@ class RecordConverter:
         self._dtype = None
         self.alloc = None  # allocations: an alloc.AllocTracker when ALLOC is sampled (set by the engine)
         self.waits = None  # lock/park: a lockpark.WaitClassifier when LOCK/PARK are sampled (set by the engine)
+        self.native = None  # native frames: a nativeframes.NativeMerger when native=True (set by the engine)
 
     def _frame_id(self, code: int, fp: int, lasti: int) -> int | None:
         key = (code, fp, lasti)
@@ -124,6 +126,8 @@ class RecordConverter:
             return sid
         ids = []
         complete = True
+        if self.native is not None and has_native(raw):
+            return self._native_stack_id(key, flags, raw)
         # a new stack is mostly known frames (a busy recursive loop makes a new stack nearly
         # every sample): their ids straight from the session's dict, without numpy or a call
         known = self._frames.get
@@ -145,6 +149,30 @@ class RecordConverter:
             ids.append(self._gc)
         sid = self.builder.stack_id(ids)
         if complete:  # an [unknown] may resolve later (graveyard): do not pin it
+            self._stacks[key] = sid
+        return sid
+
+    def _native_stack_id(self, key, flags: int, raw) -> int:
+        unknown = []
+
+        def python_id(code, fp, lasti):
+            fid = self._frames.get((code, fp, lasti))
+            if fid is None:
+                fid = self._frame_id(code, fp, lasti)
+                if fid is None:
+                    unknown.append(1)
+                    self.unknown_frames += 1
+                    fid = self._unknown
+            return fid
+
+        ids = self.native.merge(raw, python_id)
+        ids.reverse()
+        if flags & lib.DDP_REC_TRUNCATED:
+            ids.insert(0, self._truncated)
+        if flags & lib.DDP_REC_GC:
+            ids.append(self._gc)
+        sid = self.builder.stack_id(ids)
+        if not unknown:
             self._stacks[key] = sid
         return sid
 

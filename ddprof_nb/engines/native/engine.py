@@ -35,6 +35,7 @@ from .alloc import AllocTracker
 from .cpu_totals import calibrate_cpu
 from .decode import RecordConverter
 from .lockpark import WaitClassifier
+from .nativeframes import NativeMerger
 from .notes import session_notes
 from .session import Session, after_fork_child, cpu_thread_totals
 
@@ -156,7 +157,8 @@ class NativeEngine(Engine):
             self.config.interval_ns, self.config.max_depth, self.config.events,
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
-            alloc_rate=self.config.alloc_rate, native_alloc=self.config.native_alloc, **self._session_knobs,
+            alloc_rate=self.config.alloc_rate, native_alloc=self.config.native_alloc,
+            native_frames=self.config.native, **self._session_knobs,
             **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
         )
         try:
@@ -181,6 +183,8 @@ class NativeEngine(Engine):
         if waits:
             self._converter.waits = WaitClassifier(self._converter.builder, waits)
         # ---- end lock/park
+        if self.config.native:  # native frames: named, merged between the Python ones
+            self._converter.native = NativeMerger(self._converter.builder)
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
         if self.live is not None:

@@ -44,7 +44,7 @@ class Session:
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
                  alloc_rate: int = 0, native_alloc: bool = False, wait_threshold_ns: int = 0,
                  wait_max_rate: int = 0, merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
-                 merge_shadow: bool = False, cpu_timer_scale: int = 1):
+                 merge_shadow: bool = False, cpu_timer_scale: int = 1, native_frames: bool = False):
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
         returns once the buffer is a quarter full; ``drain_new_code``: once samples name code
@@ -75,6 +75,7 @@ class Session:
             cfg.exclude_tids[i] = int(t)
         cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
         cfg.native_alloc = int(bool(native_alloc))  # allocations: also C allocations of extension modules
+        cfg.native_frames = int(bool(native_frames))  # samples of a thread's own stack: its native frames too
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:

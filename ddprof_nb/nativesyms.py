@@ -1,0 +1,155 @@
+"""Names of native code addresses, resolved off the hot path.
+
+A sampled native frame is a bare address.  Here it becomes (function, library): the
+library from the process's memory map, the function from the library's ELF ``.symtab``
+and ``.dynsym`` (function symbols sorted by address, read once per library), demangled
+(``demangle.py``).  An address no symbol covers is ``library+0xoffset``, never ``??``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import elfsyms
+from .demangle import demangle as _default_demangle
+
+__all__ = ["NativeFrame", "Symbolizer"]
+
+_SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _STT_GNU_IFUNC = 2, 11, 2, 10
+_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                       ("value", "<u8"), ("size", "<u8")])
+
+
+@dataclass(frozen=True)
+class NativeFrame:
+    """A resolved address: its function (or ``lib+0xoff``) and the library's path."""
+
+    name: str
+    library: str
+    offset: int  # in the library's file address space (symbol values' space)
+
+
+class _Library:
+    """One mapped ELF file's function symbols: starts and ends sorted by start, names read
+    from the (memory-mapped) string table when first asked for."""
+
+    def __init__(self, path: str, bias: int, data):
+        self.path, self.bias, self._data = path, bias, data
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self._name_at: list[int] = []
+        self._names: dict[int, str] = {}
+
+    @classmethod
+    def load(cls, path: str, maps: list[elfsyms.Mapping]) -> _Library | None:
+        try:
+            with open(path, "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            bias = elfsyms.load_base(data, maps, path)
+            lib = cls(path, bias or 0, data)
+            lib._read_symbols(data)
+        except (OSError, ValueError, struct.error):  # ElfError is a ValueError; a truncated file
+            return None
+        return lib
+
+    def _read_symbols(self, data) -> None:
+        h = elfsyms._header(data)
+        shoff, shentsize, shnum = h[6], h[11], h[12]
+        sections = [elfsyms._SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)
+                    if shoff + (i + 1) * shentsize <= len(data)]
+        parts = []
+        for sh in sections:
+            # (name, type, flags, addr, offset, size, link, info, align, entsize); NOBITS tables: stripped
+            if sh[1] not in (_SHT_SYMTAB, _SHT_DYNSYM) or sh[6] >= len(sections) or sh[4] + sh[5] > len(data):
+                continue
+            strtab = sections[sh[6]]
+            s_off, s_end = strtab[4], min(strtab[4] + strtab[5], len(data))
+            syms = np.frombuffer(data, _SYM_DTYPE, count=sh[5] // _SYM_DTYPE.itemsize, offset=sh[4])
+            kind = syms["info"] & 0xF
+            keep = ((syms["value"] != 0) & (syms["shndx"] != 0) & ((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC))
+                    & (syms["name"].astype(np.int64) < s_end - s_off))
+            syms = syms[keep]
+            at = syms["name"].astype(np.int64) + s_off
+            first = np.frombuffer(data, np.uint8)[at] if len(at) else np.zeros(0, np.uint8)
+            # aliases at one address: a sized symbol, then one not starting with "_" (getpid,
+            # weak, over __getpid), then a global one (bind 1), then the first met
+            rank = ((syms["size"] > 0).astype(np.int64) * 4 + (first != 95) * 2 + ((syms["info"] >> 4) == 1))
+            parts.append((syms["value"], syms["size"], at, rank))
+        if not parts:
+            return
+        value, size, at, rank = (np.concatenate(x) for x in zip(*parts))
+        order = np.lexsort((-rank, value))  # by value, best rank first
+        value, size, at = value[order], size[order], at[order]
+        uniq = np.ones(len(value), bool)
+        uniq[1:] = value[1:] != value[:-1]
+        value, size, at = value[uniq], size[uniq], at[uniq]
+        nxt = np.append(value[1:], value[-1:] + 1) if len(value) else value
+        end = np.where(size > 0, value + size, nxt)  # unsized: up to the next symbol
+        self.starts, self.ends, self._name_at = value.tolist(), end.tolist(), at.tolist()
+
+    def lookup(self, offset: int) -> str | None:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i < 0 or offset >= self.ends[i]:
+            return None
+        name = self._names.get(i)
+        if name is None:
+            at = self._name_at[i]
+            end = self._data.find(b"\0", at)
+            name = self._names[i] = self._data[at:end if end >= 0 else len(self._data)].decode("utf-8", "replace")
+        return name
+
+
+class Symbolizer:
+    """Resolves addresses of this (or another) process; libraries are read once each."""
+
+    def __init__(self, pid: int | None = None, demangle=None):
+        self.pid = pid or os.getpid()
+        self._demangle = demangle or _default_demangle
+        self._maps: list[elfsyms.Mapping] = []
+        self._starts: list[int] = []
+        self._libs: dict[str, _Library | None] = {}
+        self._names: dict[str, str] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the memory map (after libraries were loaded)."""
+        self._maps = sorted((m for m in elfsyms.mappings(self.pid) if "x" in m.perms), key=lambda m: m.start)
+        self._all_maps = elfsyms.mappings(self.pid)
+        self._starts = [m.start for m in self._maps]
+
+    def _mapping(self, addr: int) -> elfsyms.Mapping | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0 and addr < self._maps[i].end:
+            return self._maps[i]
+        return None
+
+    def resolve(self, addr: int) -> NativeFrame:
+        m = self._mapping(addr)
+        if m is None:
+            self.refresh()  # loaded since the last read?
+            m = self._mapping(addr)
+        if m is None:
+            return NativeFrame(f"[unknown]+{addr:#x}", "[unknown]", addr)
+        path = m.path or "[anon]"
+        if not path.startswith("/"):  # [vdso], a JIT page: no file to read symbols from
+            return NativeFrame(f"{path}+{addr - m.start:#x}", path, addr - m.start)
+        lib = self._libs.get(path, False)
+        if lib is False:
+            lib = self._libs[path] = _Library.load(path, self._all_maps)
+        if lib is None:
+            off = addr - m.start + m.offset
+            return NativeFrame(f"{os.path.basename(path)}+{off:#x}", path, off)
+        off = addr - lib.bias
+        raw = lib.lookup(off)
+        if raw is None:
+            return NativeFrame(f"{os.path.basename(path)}+{off:#x}", path, off)
+        name = self._names.get(raw)
+        if name is None:
+            name = self._names[raw] = self._demangle(raw)
+        return NativeFrame(name, path, off)
