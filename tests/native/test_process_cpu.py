@@ -99,22 +99,28 @@ def _seconds(text: str) -> float:
     return float(value) * {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
-def test_cpu_of_threads_that_run_no_python_is_named_in_a_note(pool_dir):
-    # GIVEN a library's own pool (its threads outlive the call) burning 2 x 0.4 s of CPU
-    # while the Python caller waits
+def _coverage_notes(pool_dir: str, work: str, after: str = "") -> list[str]:
+    """The coverage notes of a CPU session around ``work`` (Python lines; ``pool`` is the C
+    pool library), ``after`` run once the session stopped."""
     r = run_script(f"""
         sys.path.insert(0, {pool_dir!r})
         from _ddp_pool import lib as pool
         e = engine(events=("cpu",))
         e.start()
-        burn(0.2)
-        pool.pool_burn_and_stay(2, 0.4)
+        {work}
         p = e.stop()
-        pool.pool_release()
+        {after}
         emit(notes=[n for n in p.metadata.notes if n.startswith("cpu: the profile holds")])
         """)
+    return r["notes"]
+
+
+def test_cpu_of_threads_that_run_no_python_is_named_in_a_note(pool_dir):
+    # GIVEN a library's own pool (its threads outlive the call) burning 2 x 0.4 s of CPU
+    # while the Python caller waits
+    notes = _coverage_notes(pool_dir, "burn(0.2); pool.pool_burn_and_stay(2, 0.4)", after="pool.pool_release()")
     # THEN one note says how much of the process's CPU the profile holds, and names the pool
-    (note,) = r["notes"]
+    (note,) = notes
     m = re.search(r"; ([\d.]+ *\S+) ran on threads that run no Python, not in this profile \(testpool ×2 ([\d.]+ *\S+)", note)
     assert m, note
     # AND its CPU is what the pool burned (0.8 s), within 10 %
@@ -123,33 +129,17 @@ def test_cpu_of_threads_that_run_no_python_is_named_in_a_note(pool_dir):
     assert is_warning(note), note
 
 
-def test_no_note_when_the_profile_holds_the_process_cpu():
+def test_no_note_when_the_profile_holds_the_process_cpu(pool_dir):
     # GIVEN only Python threads burning CPU
-    r = run_script("""
-        e = engine(events=("cpu",))
-        e.start()
-        ts = [threading.Thread(target=burn, args=(0.3,)) for _ in range(2)]
-        [t.start() for t in ts]; burn(0.3); [t.join() for t in ts]
-        p = e.stop()
-        emit(notes=[n for n in p.metadata.notes if n.startswith("cpu: the profile holds")])
-        """)
+    notes = _coverage_notes(pool_dir, "ts = [threading.Thread(target=burn, args=(0.3,)) for _ in range(2)]; "
+                            "[t.start() for t in ts]; burn(0.3); [t.join() for t in ts]")
     # THEN the profile holds it all and says nothing about other threads
-    assert r["notes"] == [], r
+    assert notes == [], notes
 
 
 def test_cpu_of_native_threads_that_ended_during_the_session_is_counted(pool_dir):
     # GIVEN a library that starts its threads per call (2 x 0.4 s of CPU) and joins them
-    r = run_script(f"""
-        sys.path.insert(0, {pool_dir!r})
-        from _ddp_pool import lib as pool
-        e = engine(events=("cpu",))
-        e.start()
-        burn(0.2)
-        pool.pool_run(2, 0.4)
-        p = e.stop()
-        emit(notes=[n for n in p.metadata.notes if n.startswith("cpu: the profile holds")])
-        """)
+    (note,) = _coverage_notes(pool_dir, "burn(0.2); pool.pool_run(2, 0.4)")
     # THEN the note says that much went to threads that ended outside the profile
-    (note,) = r["notes"]
     m = re.search(r"; ([\d.]+ *\S+) went to threads that ended before stop outside the profile", note)
     assert m and abs(_seconds(m.group(1)) - 0.8) <= 0.08, note
