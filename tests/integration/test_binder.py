@@ -11,8 +11,9 @@ files install exactly what the quick start installs (pyproject's dependencies an
 repo2docker's order, THEN every notebook in notebooks/ runs in it headless with no cell
 error and the outputs notebook_expectations.py asks for (an explorer in each profiled
 cell, naming its hot function).  The venv is built once per test session (on Python
-binder/runtime.txt names) and shared by the notebook runs; nothing is cached between
-sessions (pip runs with --no-cache-dir, as repo2docker does).
+binder/runtime.txt names) and shared by the notebook runs.  Its pip uses pip's download
+cache (repo2docker's Dockerfile does not): what is installed is the same, and a fresh
+download of every wheel cost this test about five minutes a run.
 
 ``repo2docker`` comes with the ``browser`` extra (CI's 3.11 venv has it); without it the
 Dockerfile check is skipped.  ``DDPROF_NB_BINDER_JOBS`` (default 2) notebooks run at a time;
@@ -193,8 +194,8 @@ class _Binder:
         subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True)
         # repo2docker's order: requirements (before the repository is copied), then
         # postBuild from the repository root
-        self.step("requirements", [str(self.venv / "bin" / "pip"), "install", "--no-cache-dir", "-r",
-                                   "binder/requirements.txt"], self.repo)
+        self.step("requirements", [str(self.venv / "bin" / "pip"), "install", "-r", "binder/requirements.txt"],
+                  self.repo)
         os.chmod(self.repo / "binder" / "postBuild", 0o755)
         self.step("postBuild", ["./binder/postBuild"], self.repo)
 
