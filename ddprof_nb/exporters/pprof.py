@@ -14,9 +14,10 @@ How a Profile maps onto pprof (what makes the round trip through ``read`` exact)
   for every non-Python frame, empty for Python frames (an empty system_name also stops
   pprof's C++ demangling heuristics, which would turn ``<module>`` into an empty name).  A Python frame whose name itself starts with ``[kind:`` is tagged
   ``[kind:python]`` so the reader can never mistake it.  Tags are shared strings.
-* Locations: one per (function, line), one Line each, no address; all point at one
-  Mapping (id 1, ``[ddprof_nb]``) that declares functions, files and lines present, so
-  pprof tools never try to symbolize them.
+* Locations: one per (function, line), one Line each, no address; each points at a
+  Mapping that declares functions present, so pprof tools never try to symbolize them:
+  a native frame's at its library's (``filename`` = the library), every other at id 1
+  (``[ddprof_nb]``, files and lines present too).
 * Labels, in this order: ``thread id`` (num), ``thread name`` (str), ``time_ns`` (num,
   unit nanoseconds: the row's time tick relative to ``time_nanos``), then — only when
   both values are zero, the one case values cannot name the event — ``ddprof_nb.event``
@@ -132,6 +133,18 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
     fn_ids: dict[tuple, int] = {}
     loc_ids: dict[tuple[int, int], int] = {}
     frame_loc: dict[int, int] = {}  # frame index -> location id
+    mappings = [pb.Mapping(_MAPPING_ID, filename="[ddprof_nb]", has_functions=True, has_filenames=True,
+                           has_line_numbers=True)]
+    library_mapping: dict[str, int] = {}
+
+    def mapping_of(fr) -> int:
+        if fr.kind is not FrameKind.NATIVE or not fr.filename:
+            return _MAPPING_ID
+        mid = library_mapping.get(fr.filename)
+        if mid is None:
+            mid = library_mapping[fr.filename] = len(mappings) + 1
+            mappings.append(pb.Mapping(mid, filename=fr.filename, has_functions=True))
+        return mid
 
     def location_of(fi: int) -> int:
         fr = profile.frames[fi]
@@ -144,7 +157,7 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
         lid = loc_ids.get(lkey)
         if lid is None:
             lid = loc_ids[lkey] = len(locations) + 1
-            locations.append(pb.Location(lid, 0, [pb.Line(fid, fr.line)], _MAPPING_ID))
+            locations.append(pb.Location(lid, 0, [pb.Line(fid, fr.line)], mapping_of(fr)))
         frame_loc[fi] = lid
         return lid
 
@@ -187,8 +200,7 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
         samples=samples,
         locations=locations,
         functions=functions,
-        mappings=[pb.Mapping(_MAPPING_ID, filename="[ddprof_nb]", has_functions=True,
-                             has_filenames=True, has_line_numbers=True)],
+        mappings=mappings,
         time_nanos=meta.start_ns,
         duration_nanos=meta.end_ns - meta.start_ns,
         period_type=pb.ValueType(main.type, main.unit) if main else None,

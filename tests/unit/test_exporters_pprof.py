@@ -98,6 +98,31 @@ def test_kinds_are_encoded_as_system_name_tags():
     assert "ddprof_nb.format=1" in msg.comments
 
 
+def test_native_frames_point_at_their_librarys_mapping_and_read_back():
+    # GIVEN a stack with native frames of two libraries under a Python frame
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=10**9, interval_ns=10**7))
+    th = b.thread_id(1, "main")
+    blas, ext = "/usr/lib/libopenblas.so.0", "/site/_ext.cpython-311-x86_64-linux-gnu.so"
+    stack = [Frame("crunch", "/app/m.py", 3, 1), Frame("ext_matmul", ext, kind=FrameKind.NATIVE),
+             Frame("dgemm_kernel", blas, kind=FrameKind.NATIVE), Frame("cblas_dgemm", blas, kind=FrameKind.NATIVE)]
+    b.add("cpu", b.stack_of(stack), th, 0, 0, 1, 10)
+    p = b.build()
+    # WHEN converted
+    msg = pprof.to_pprof(p)
+    # THEN each library has one mapping (functions present: nothing left to symbolize), and each
+    # native location points at its library's; the Python one at ddprof_nb's
+    maps = {m.id: m for m in msg.mappings}
+    assert sorted(m.filename for m in msg.mappings) == sorted(["[ddprof_nb]", blas, ext])
+    assert all(m.has_functions for m in msg.mappings)
+    fn = {f.id: f for f in msg.functions}
+    where = {fn[loc.lines[0].function_id].name: maps[loc.mapping_id].filename for loc in msg.locations}
+    assert where == {"crunch": "[ddprof_nb]", "ext_matmul": ext, "dgemm_kernel": blas, "cblas_dgemm": blas}
+    # AND the profile reads back the same
+    back = pprof.read(pprof.dumps(p))
+    got = [back.frames[i] for i in back.stacks[int(back.stack[0])]]
+    assert [(f.name, f.filename, f.kind) for f in got] == [(f.name, f.filename, f.kind) for f in stack]
+
+
 def test_write_is_deterministic():
     # GIVEN the same profile twice  WHEN written  THEN the bytes are identical (gzip mtime 0)
     assert pprof.dumps(mock_profile()) == pprof.dumps(mock_profile())
