@@ -118,6 +118,25 @@ def _comments(meta: Metadata, tick_ns: int) -> list[str]:
     return out
 
 
+class _Mappings:
+    """ddprof_nb's own mapping (id 1: functions, files and lines present) and one per
+    library of native frames (functions present): nothing is left for pprof to symbolize."""
+
+    def __init__(self):
+        self.all = [pb.Mapping(_MAPPING_ID, filename="[ddprof_nb]", has_functions=True, has_filenames=True,
+                               has_line_numbers=True)]
+        self._by_library: dict[str, int] = {}
+
+    def of(self, frame: Frame) -> int:
+        if frame.kind is not FrameKind.NATIVE or not frame.filename:
+            return _MAPPING_ID
+        mid = self._by_library.get(frame.filename)
+        if mid is None:
+            mid = self._by_library[frame.filename] = len(self.all) + 1
+            self.all.append(pb.Mapping(mid, filename=frame.filename, has_functions=True))
+        return mid
+
+
 def to_pprof(profile: Profile) -> pb.PprofProfile:
     """The pprof message for ``profile`` (see the module docstring for the mapping)."""
     events = profile.events
@@ -133,18 +152,7 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
     fn_ids: dict[tuple, int] = {}
     loc_ids: dict[tuple[int, int], int] = {}
     frame_loc: dict[int, int] = {}  # frame index -> location id
-    mappings = [pb.Mapping(_MAPPING_ID, filename="[ddprof_nb]", has_functions=True, has_filenames=True,
-                           has_line_numbers=True)]
-    library_mapping: dict[str, int] = {}
-
-    def mapping_of(fr) -> int:
-        if fr.kind is not FrameKind.NATIVE or not fr.filename:
-            return _MAPPING_ID
-        mid = library_mapping.get(fr.filename)
-        if mid is None:
-            mid = library_mapping[fr.filename] = len(mappings) + 1
-            mappings.append(pb.Mapping(mid, filename=fr.filename, has_functions=True))
-        return mid
+    mappings = _Mappings()
 
     def location_of(fi: int) -> int:
         fr = profile.frames[fi]
@@ -157,7 +165,7 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
         lid = loc_ids.get(lkey)
         if lid is None:
             lid = loc_ids[lkey] = len(locations) + 1
-            locations.append(pb.Location(lid, 0, [pb.Line(fid, fr.line)], mapping_of(fr)))
+            locations.append(pb.Location(lid, 0, [pb.Line(fid, fr.line)], mappings.of(fr)))
         frame_loc[fi] = lid
         return lid
 
@@ -200,7 +208,7 @@ def to_pprof(profile: Profile) -> pb.PprofProfile:
         samples=samples,
         locations=locations,
         functions=functions,
-        mappings=mappings,
+        mappings=mappings.all,
         time_nanos=meta.start_ns,
         duration_nanos=meta.end_ns - meta.start_ns,
         period_type=pb.ValueType(main.type, main.unit) if main else None,
