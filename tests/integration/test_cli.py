@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 import ddprof_nb
+from ddprof_nb.events import FrameKind
 
 SCRIPT = textwrap.dedent("""\
     import json, os, sys, time
@@ -242,7 +243,7 @@ TARGET = textwrap.dedent("""\
 IN_PROCESS_ONLY = {
     "alloc_rate": ["--alloc-rate", "64KiB"], "no_native_alloc": ["--no-native-alloc"],
     "engine": ["--engine", "python"], "asyncio": ["--asyncio", "off"], "max_depth": ["--max-depth", "3"],
-    "children": ["--children"],
+    "children": ["--children"], "native": ["--native"],
 }
 
 
@@ -264,9 +265,11 @@ def runs(tmp_path_factory):
                  "--folded", "folded", "--html", "all.html", "--", "scripts/walk.py"], d)
     r.base = cli(["record", "-o", "base.pprof", "--", "scripts/walk.py"], d)
     r.python = cli(["record", "--engine", "python", "-o", "py.pprof", "--", "scripts/walk.py"], d)
-    for run in (r.all, r.base, r.python):
+    r.native = cli(["record", "--native", "-e", "cpu", "-o", "native.pprof", "--", "scripts/walk.py"], d)
+    for run in (r.all, r.base, r.python, r.native):
         assert run.returncode == 0, run.stderr
-    r.p_all, r.p_base, r.p_python = (ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof"))
+    r.p_all, r.p_base, r.p_python, r.p_native = (
+        ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof", "native.pprof"))
     (d / "target.py").write_text(TARGET)
     target = subprocess.Popen([sys.executable, str(d / "target.py")], stdout=subprocess.PIPE, text=True)
     try:
@@ -343,6 +346,8 @@ CHECKS = {
     ("record", "asyncio"): lambda r: (not any(n.startswith("asyncio:") for n in r.p_all.metadata.notes)
                                       and any(n.startswith("asyncio:") for n in r.p_base.metadata.notes)),
     ("record", "max_depth"): lambda r: _python_depth(r.p_all) <= 3 < _python_depth(r.p_base),
+    ("record", "native"): lambda r: (any(f.kind is FrameKind.NATIVE for f in r.p_native.frames)
+                                     and not any(f.kind is FrameKind.NATIVE for f in r.p_base.frames)),
     ("record", "children"): lambda r: len(_labels(r.p_all, "pid") - {None}) == 2 and _labels(r.p_base, "pid") == {None},
     ("record", "label"): lambda r: (_labels(r.p_all, "run") == {"cli"} and _labels(r.p_pid, "run") == {"pid"}
                                     and _labels(r.p_base, "run") == {None}),
