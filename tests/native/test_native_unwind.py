@@ -117,26 +117,27 @@ def run(body: str, ext: str, timeout: float = 120) -> dict:
 def test_two_burners_split_70_30_in_call_order(ext_dir, flavour):
     # GIVEN the extension built `flavour`, two burners run 7:3 under ddpx_mid under ddpx_burn
     # WHEN a CPU timer's handler walks the thread's native stack every tick
-    # THEN every walk ends in ddpx_hot_a or ddpx_hot_b, then ddpx_mid, ddpx_burn, in the
-    #   extension's library, then goes on up into the interpreter, none truncated,
-    #   and the leaves split 70/30 within 3 points
+    # THEN every walk that ends in ddpx_hot_a or ddpx_hot_b (all but the odd tick that lands
+    #   in cffi's call glue around ddpx_burn: at most 1 %) goes on through ddpx_mid, ddpx_burn,
+    #   in the extension's library, then up into the interpreter, none truncated, and the
+    #   leaves split 70/30 within 3 points
     res = run(f'''
         m = importlib.import_module("_ddpx_{flavour}")
         assert lib.ddp_test_unwind_start(signal.SIGPROF, 1_000_000, MAX) == 0
         m.lib.ddpx_burn(40, 2_500_000)
         walks = take(lib.ddp_test_unwind_stop())
         leaves = collections.Counter(w[0][0][0] for w in walks)
-        good = sum(1 for frames, trunc in walks
+        burns = [(frames, trunc) for frames, trunc in walks if frames and frames[0][0] in ("ddpx_hot_a", "ddpx_hot_b")]
+        good = sum(1 for frames, trunc in burns
                    if [n for n, _ in frames[1:3]] == ["ddpx_mid", "ddpx_burn"]
                    and {{lib_ for _, lib_ in frames[:3]}} == {{m.__file__.rsplit("/", 1)[1]}}
                    and any(lib_ == INTERP for _, lib_ in frames[3:]) and not trunc)
-        emit(n=len(walks), leaves=leaves, good=good, sample=walks[0][0][:8] if walks else None)
+        emit(n=len(walks), burns=len(burns), leaves=leaves, good=good, sample=walks[0][0][:8] if walks else None)
     ''', ext_dir)
-    n = res["n"]
-    assert n >= 150, res
-    assert res["good"] == n, res
-    assert set(res["leaves"]) == {"ddpx_hot_a", "ddpx_hot_b"}, res
-    share = res["leaves"]["ddpx_hot_a"] / n
+    n, burns = res["n"], res["burns"]
+    assert n >= 150 and burns >= 0.99 * n, res
+    assert res["good"] == burns, res
+    share = res["leaves"]["ddpx_hot_a"] / burns
     assert abs(share - 0.7) <= 0.03, res
 
 
