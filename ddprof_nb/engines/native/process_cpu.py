@@ -60,9 +60,9 @@ def snapshot() -> CpuSnapshot:
 
 def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set[int] = frozenset(),
                    own_names: tuple[str, ...] = ("ddprof_nb-",)) -> list[str]:
-    """Notes when the profile's CPU total misses more than 2 % of the process's CPU in the
-    session: the threads outside it (by name, with their CPU), the profiler's own threads,
-    and what is left (threads that started and ended unseen)."""
+    """Notes when the profile's CPU total, with the profiler's own threads, misses more than
+    2 % of the process's CPU in the session: the threads outside it (by name, with their
+    CPU), the profiler's own threads, and what is left (threads that started and ended unseen)."""
     process = stop.process_ns - start.process_ns
     if process <= 0 or not stop.threads:
         return []
@@ -72,7 +72,7 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
     missing = process - in_profile
     if missing <= _QUIET_SHARE * process:
         return []
-    own = 0
+    own = 0  # (the profiler's own threads: its overhead, which alone never makes a note)
     outside: Counter[str] = Counter()
     count: Counter[str] = Counter()
     for tid, (name, ns) in stop.threads.items():
@@ -87,6 +87,8 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
             outside[name] += used
             count[name] += 1
     total_outside = sum(outside.values())
+    if missing - own <= _QUIET_SHARE * process:
+        return []
     share = in_profile / process
     parts = [f"cpu: the profile holds {format_duration(in_profile)} of the process's {format_duration(process)} "
              f"of CPU in the session ({share:.0%})"]
