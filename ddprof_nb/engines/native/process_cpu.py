@@ -22,9 +22,10 @@ from ...render.format import format_duration
 
 __all__ = ["CpuSnapshot", "snapshot", "coverage_notes"]
 
-# below this share of the process's CPU outside the profile, nothing is said: the profiler's
-# own start and stop and the clocks' granularity stay within it
-_QUIET_SHARE = 0.02
+# below this share of the process's CPU outside the profile, nothing is said: a notebook
+# kernel's own I/O threads (ZeroMQ), an interpreter's helper threads and the clocks'
+# granularity stay within it, and a warning on every profile would be read as noise
+_QUIET_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def snapshot() -> CpuSnapshot:
 def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set[int] = frozenset(),
                    own_names: tuple[str, ...] = ("ddprof_nb-",)) -> list[str]:
     """Notes when the profile's CPU total, with the profiler's own threads, misses more than
-    2 % of the process's CPU in the session: the threads outside it (by name, with their
+    5 % of the process's CPU in the session: the threads outside it (by name, with their
     CPU), the profiler's own threads, and what is left (threads that started and ended unseen)."""
     process = stop.process_ns - start.process_ns
     if process <= 0 or not stop.threads:
