@@ -9,7 +9,8 @@
 - ``top``: the one top-row type, grouped by function, line or file, and the one diff;
 - ``rooting``: which frame a thread's stacks start at (reroot, trim_prefix).
 
-Imports inside go one way: data <- selection <- calltree, top, rooting <- profile <- builder.
+Imports inside go one way: data <- selection <- calltree, top, rooting; profile imports
+selection, calltree and top for its methods; builder imports profile.
 Every other module of the package makes Profiles through this package; files are written
 by ``ddprof_nb.save`` (the exporters), never by a Profile.
 """
