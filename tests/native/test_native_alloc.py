@@ -414,6 +414,7 @@ def test_dataframe_live_at_the_line_that_built_it():
     pytest.importorskip("pandas")
     res = run(
         '''
+        sys.modules["pyarrow"] = None  # str objects: pandas 3 would keep the strings in pyarrow's pool if installed
         import pandas as pd
         def build(n, rng):
             return pd.DataFrame({"id": np.arange(n), **{f"x{i}": rng.random(n) for i in range(20)}, "name": [f"user-{i:07d}" for i in range(n)]})  # noqa: E501
