@@ -216,3 +216,31 @@ def test_pyarrow_pool_live_matches_what_the_pool_reports(pool_name):
     print(f"{pool_name}: live {live / MB:.1f} MiB, pool reports {reported / MB:.1f} MiB")
     assert reported >= 300 * 10**6, res
     assert abs(live - reported) <= 0.25 * reported, res
+
+
+def test_polars_frame_live_matches_its_estimated_size():
+    # GIVEN polars (Rust, jemalloc linked into its wheel: not in the dev extra, the test runs
+    #   where it is installed) building a ~305 MiB frame on the calling thread
+    # WHEN profiled with alloc and live
+    # THEN LIVE's [mmap] bytes are the frame's estimated_size() within 5 % (jemalloc maps
+    #   ~328 MiB for it: the address space alone is 7.5 % over)
+    pytest.importorskip("polars")
+    res = run(
+        '''
+        import numpy as np, polars as pl
+        def build_frame():
+            return (pl.Series("a", np.arange(40_000_000, dtype=np.int64)) + 1).to_frame()
+        e = engine(events=("alloc", "live"))
+        e.start()
+        df = build_frame()
+        p = e.stop()
+        emit(live=dict(by_caller(p, EventType.LIVE)), reported=df.estimated_size(), notes=list(p.metadata.notes))
+        ''',
+    )
+    if SANITIZED:
+        assert mmap_left_to_an_interposer(res), res
+        return
+    live, reported = res["live"].get("build_frame", 0), res["reported"]
+    print(f"polars: live {live / MB:.1f} MiB, estimated_size {reported / MB:.1f} MiB")
+    assert reported >= 300 * 10**6, res
+    assert abs(live - reported) <= 0.05 * reported, res
