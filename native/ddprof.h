@@ -350,6 +350,7 @@ typedef struct {
     uint64_t maps_mapped_bytes;  /* ... the bytes they map */
     uint64_t maps_resident_bytes;/* ... the bytes of theirs resident (mincore) */
     uint64_t maps_measure_ns;    /* ... the time that took */
+    uint64_t maps_unmeasured;    /* ... past the measuring budget: LIVE counts their mapped bytes */
     uint64_t objects;            /* objects scanned */
     uint64_t slots_patched;
     uint64_t slots_foreign;      /* slots resolving to another allocator (an interposer): left alone */

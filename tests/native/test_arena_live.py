@@ -181,6 +181,36 @@ def test_pages_unmapped_in_part_seen_or_unseen_are_not_counted(arena_ext):
     assert abs(live.get("hole_unseen", 0) - 156 * MB) <= 15.6 * MB, res
 
 
+def test_measuring_is_bounded_and_past_the_budget_a_mapping_counts_what_it_maps(arena_ext):
+    # GIVEN two 40 GiB PROT_NONE reserves held at stop (a runtime's guard regions): measuring
+    #   both would pass the 64 GiB budget of address space measured per stop
+    # WHEN profiled with alloc and live
+    # THEN one is measured (0 resident), the other counts the 40 GiB it maps (an upper bound,
+    #   never less than what it holds), and the notes say so
+    res = run(
+        '''
+        import _ddp_arena
+        A = _ddp_arena.lib
+        GB = 1 << 30
+        def huge_reserves():
+            return A.ar_reserve(40 * GB, 0), A.ar_reserve(40 * GB, 0)
+        e = engine(events=("alloc", "live"))
+        e.start()
+        held = huge_reserves()
+        assert ffi.NULL not in held
+        p = e.stop()
+        emit(live=dict(by_caller(p, EventType.LIVE)), notes=list(p.metadata.notes))
+        ''',
+        arena_ext,
+    )
+    if SANITIZED:
+        assert mmap_left_to_an_interposer(res), res
+        return
+    assert abs(res["live"].get("huge_reserves", 0) - 40 * 1024 * MB) <= 1024 * MB, res
+    assert any(n.startswith("live: 1 sampled mapping(s) past the measuring budget") for n in res["notes"]), res
+    print([n for n in res["notes"] if "[mmap]" in n])
+
+
 @pytest.mark.parametrize("pool_name", ["jemalloc", "mimalloc"])
 def test_pyarrow_pool_live_matches_what_the_pool_reports(pool_name):
     # GIVEN pyarrow's own allocator (linked into its wheel) holding a ~300 MB table built in
