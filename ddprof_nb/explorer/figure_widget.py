@@ -32,10 +32,12 @@ cell's static chart comes first.  A figure's model does not wait for plotly in
 from __future__ import annotations
 
 import json
+import threading
 
 from .icicle_patch import lighter_icicle
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle",
+           "preload"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -201,11 +203,38 @@ def hold_bundle() -> None:
         _carrier.start_after_ms = -1
 
 
+_class_lock = threading.Lock()  # one build, whichever thread asks first
+
+
+def preload() -> threading.Thread:
+    """Import what the first explorer needs (plotly, ipywidgets, anywidget: about 0.3 s
+    of a new kernel) in a background thread, while the user writes the next cell;
+    a cell that asks for them sooner waits for the imports' locks, doing nothing twice.
+    The thread's name marks it as the profiler's (hidden from the explorer's views)."""
+    def run():
+        try:
+            figure_widget_class()
+            from . import widget  # noqa: F401 - its module's imports
+        except Exception:  # noqa: BLE001 - the explorer reports its own failure when it is made
+            pass
+
+    thread = threading.Thread(target=run, name="ddprof_nb-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 def figure_widget_class():
     """The FigureWidget subclass (built on first use: plotly and anywidget import lazily)."""
     cls = _classes.get("figure")
     if cls is not None:
         return cls
+    with _class_lock:
+        if "figure" not in _classes:
+            _build_classes()
+    return _classes["figure"]
+
+
+def _build_classes() -> None:
     import anywidget
     import traitlets
 
@@ -243,7 +272,6 @@ def figure_widget_class():
             self.open()
 
     _classes.update(carrier=_PlotlyBundle, bundle=bundle.encode("utf-8"), figure=FigureWidget)
-    return FigureWidget
 
 
 class _ImportedOnUse:

@@ -408,6 +408,12 @@ def load_ipython_extension(ipython) -> None:
     ipython.ast_transformers[:] = [t for t in ipython.ast_transformers if not isinstance(t, _CellWrapper)]
     ipython.ast_transformers.insert(0, _CellWrapper(ipython))
     setattr(ipython, _HOOKS_ATTR, _CellHooks(ipython))
+    if _mode(ipython) == "widget":
+        try:
+            from ..explorer.figure_widget import preload
+            preload()
+        except Exception:  # noqa: BLE001 - the explorer is optional; its own error shows at display
+            pass
 
 
 def unload_ipython_extension(ipython) -> None:
