@@ -36,8 +36,7 @@ import threading
 
 from .icicle_patch import lighter_icicle
 
-__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle",
-           "preload"]
+__all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
 # Both ESMs start with this: the page-global slot the bundle module is published in.
 _SHARED_JS = """
@@ -204,23 +203,6 @@ def hold_bundle() -> None:
 
 
 _class_lock = threading.Lock()  # one build, whichever thread asks first
-
-
-def preload() -> threading.Thread:
-    """Import what the first explorer needs (plotly, ipywidgets, anywidget: about 0.3 s
-    of a new kernel) in a background thread, while the user writes the next cell;
-    a cell that asks for them sooner waits for the imports' locks, doing nothing twice.
-    The thread's name marks it as the profiler's (hidden from the explorer's views)."""
-    def run():
-        try:
-            figure_widget_class()
-            from . import widget  # noqa: F401 - its module's imports
-        except Exception:  # noqa: BLE001 - the explorer reports its own failure when it is made
-            pass
-
-    thread = threading.Thread(target=run, name="ddprof_nb-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def figure_widget_class():

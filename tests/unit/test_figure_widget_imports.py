@@ -45,11 +45,13 @@ def test_an_imported_nbformat_is_left_as_it_is():
 
 
 PRELOAD = """
-import sys, threading
-from ddprof_nb.explorer.figure_widget import figure_widget_class, preload
+import sys, types
+from ddprof_nb.magics.display import preload
+from ddprof_nb.explorer.figure_widget import figure_widget_class
 from ddprof_nb.explorer.threads import KERNEL_THREAD_NAMES
 print("plotly" in sys.modules, "ipywidgets" in sys.modules)
-thread = preload()
+assert preload(types.SimpleNamespace(), "auto") is None  # no kernel: no explorer to prepare for
+thread = preload(types.SimpleNamespace(kernel=object()), "auto")
 asked = figure_widget_class()  # at once, while the thread imports: one class for both
 thread.join(120)
 print(KERNEL_THREAD_NAMES.match(thread.name) is not None, thread.is_alive())
