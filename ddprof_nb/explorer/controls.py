@@ -5,8 +5,6 @@ pipeline (``pipeline.py``) and wired in ``widget.py``."""
 
 from __future__ import annotations
 
-import re
-
 import ipywidgets as W
 import numpy as np
 
@@ -15,6 +13,7 @@ from ..events import EventType
 from .threads import user_first
 from ..top import GROUPS
 from .top_table import TopTable
+from .view_state import parse_label_filter  # noqa: F401 - the explorer's public name
 
 __all__ = ["ControlsMixin", "parse_label_filter"]
 
@@ -25,23 +24,6 @@ _CSS = """<style>
 .ddprof-banner { font-size: 12px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 </style>"""
 
-
-
-
-def parse_label_filter(text: str) -> dict[str, list[str]]:
-    """``"k=v, k=w; k2=x"`` -> {"k": ["v", "w"], "k2": ["x"]}: one key OR-ed, keys AND-ed."""
-    out: dict[str, list[str]] = {}
-    for part in re.split(r"[,;]", text or ""):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"invalid label filter {part!r}: expected key=value")
-        k, v = (s.strip() for s in part.split("=", 1))
-        if not k:
-            raise ValueError(f"invalid label filter {part!r}: empty key")
-        out.setdefault(k, []).append(v)
-    return out
 
 
 
@@ -96,9 +78,6 @@ class ControlsMixin:
         self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
         self.more_tb = W.ToggleButton(value=False, description="more", icon="sliders", layout=W.Layout(width="78px"))
         self.more_tb.observe(self._on_more, names="value")
-        for widget in (self.value_tb, self.only_mine_cb, self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
-            widget.observe(lambda _: self._mark_more(), names="value")
-        self.range_btn.observe(lambda _: self._mark_more(), names="disabled")
         # every labelled control says on hover what it does (with no tooltip, ipywidgets
         # writes title="null" on its label)
         for widget, tip in (
@@ -163,13 +142,13 @@ class ControlsMixin:
 
     def more_in_force(self) -> int:
         """How many of the controls behind "more" change the view now."""
-        return (sum(bool(w.value.strip()) for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt))
-                + (self.value_tb.value != 1) + bool(self.only_mine_cb.value) + (not self.range_btn.disabled)
-                + len(self.transform_bar.steps))
+        return self.state.more_in_force()
 
     def _mark_more(self) -> None:
         """The "more" button says when a control it hides is in force (a focus from a
         click, a transform, a time range): the chart never changes for a hidden reason."""
+        if not hasattr(self, "more_tb"):
+            return
         n = self.more_in_force()
         self.more_tb.description = f"more ({n})" if n else "more"
         self.more_tb.layout.width = "96px" if n else "78px"
@@ -186,7 +165,8 @@ class ControlsMixin:
 
     def _thread_options(self):
         seen: dict[int, object] = {}
-        for p in ([self._base_before, self._base] if self.diff else [self._base]):
+        base, before = self.views.bases(self.state)
+        for p in ([before, base] if self.diff else [base]):
             busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
             for i, t in enumerate(p.threads):
                 if busy[i]:
@@ -212,20 +192,20 @@ class ControlsMixin:
         return (f"<div class='ddprof-banner' title='{summary}'>{summary}</div>"
                 + F.notes_html(self.profile, details))
 
-    def _on_machinery(self, change) -> None:
-        """Show or hide the kernel's threads and the profiler's work in every view."""
-        self._show_machinery = bool(change["new"])
-        self._make_bases()
-        self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
+    def _machinery_shown(self, shown: bool) -> None:
+        """The kernel's threads and the profiler's work are shown (or hidden) in every
+        view: the toggle and the thread list follow (the state changes after)."""
+        self.machinery_tb.description = "hide kernel threads" if shown else self._machinery_text()
         busy, self._busy = self._busy, True
         try:
             kept = set(self.threads_sel.value)
+            self.state = self.state.replace(show_machinery=shown)
             opts = self._thread_options()
             self.threads_sel.options = opts
             self.threads_sel.value = tuple(tid for _, tid in opts if tid in kept)
+            self.state = self.state.replace(threads=tuple(self.threads_sel.value))
         finally:
             self._busy = busy
-        self._update("filter", timeline=True, top=True)
 
     def _label_placeholder(self) -> str:
         for ls in self.profile.labelsets:
