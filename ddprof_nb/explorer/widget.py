@@ -22,7 +22,6 @@ import ipywidgets as W
 from .. import render as F
 from ..events import EventType
 from ..model import Frame, Profile
-from .chips import TransformBar
 from .controls import ControlsMixin
 from .figure_widget import figure_widget, remember_state, send_bundle
 from .pipeline import PipelineMixin
@@ -70,7 +69,6 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         events, first = self._events(event)
         self.state = ViewState(event=first.label, min_pct=min_pct, max_nodes=max_nodes, top_n=top_n,
                                top_sort="change" if self.diff else "self")
-        self.transform_bar = TransformBar(on_change=self._on_transforms, selected=lambda: self.state.selected)
         self._make_controls(events, first, min_pct)
         self._make_figures()
         self._wire()
@@ -102,8 +100,6 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         self.timeline.add_class("ddprof-timeline")
         self._extent_ms = td.extent_ms
         self._has_time = td.has_time  # False: no sample timestamps, so no time-range filter
-        if not self._has_time:
-            self.range_btn.description = "no time axis"
         self._refresh_top(self.views.top(self.state))
 
     @property
@@ -125,26 +121,34 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         self.state = self.state.replace(top_n=n)
 
     # each control -> the state field it sets (text filters: ``_on_text``)
-    _FIELDS = {"event_dd": "event", "value_tb": "value_index", "chart_tb": "chart", "inverted_tb": "inverted",
-               "only_mine_cb": "only_mine", "min_pct_sl": "min_pct", "search_txt": "search",
+    _FIELDS = {"event_dd": "event", "chart_tb": "chart", "inverted_tb": "inverted", "search_txt": "search",
                "threads_sel": "threads", "diff_view_tb": "diff_view", "diff_norm_tb": "diff_norm",
-               "machinery_tb": "show_machinery", "top_group_tb": "top_group"}
+               "top_group_tb": "top_group"}
+    _MORE_FIELDS = {"value_tb": "value_index", "only_mine_cb": "only_mine", "min_pct_sl": "min_pct",
+                    "machinery_tb": "show_machinery"}
+
+    def _wire_fields(self, fields: dict) -> None:
+        for name, field in fields.items():
+            getattr(self, name).observe(lambda change, field=field: self._on_control(field, change), names="value")
 
     def _wire(self) -> None:
-        for name, field in self._FIELDS.items():
-            getattr(self, name).observe(lambda change, field=field: self._on_control(field, change), names="value")
-        for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
-            w.observe(self._on_text, names="value")
+        self._wire_fields(self._FIELDS)
         self.search_txt.observe(self._on_search, names="value")  # after the redraw above
         self.top_table.observe(lambda c: self._on_control("top_sort", c), names="sort")
         self.top_table.observe(self._on_top_select, names="selected")
-        self.clear_btn.on_click(lambda _: self.clear_filters())
-        self.range_btn.on_click(lambda _: self.set_time_range(None))
         self.flame.data[0].on_click(self._on_flame_click)
         for fig in (self.flame, self.timeline):
             fig.observe(self._on_first_draw, names="_js2py_traceDeltas")
         self.timeline.layout.xaxis.on_change(self._on_xrange, "range")
         self.timeline.layout.xaxis.on_change(self._on_autorange, "autorange")
+
+    def _wire_more(self) -> None:
+        """The controls behind "more", once made (``_make_more``)."""
+        self._wire_fields(self._MORE_FIELDS)
+        for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
+            w.observe(self._on_text, names="value")
+        self.clear_btn.on_click(lambda _: self.clear_filters())
+        self.range_btn.on_click(lambda _: self.set_time_range(None))
 
     def _on_control(self, field: str, change) -> None:
         if self._busy:
@@ -182,6 +186,8 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
             self._busy = busy
 
     def _set_value_options(self, e: EventType) -> None:
+        if not self._more_made:
+            return
         vi = self.value_tb.value
         self.value_tb.options = self._value_options(e)
         self.value_tb.value = vi
@@ -226,7 +232,8 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         """Focus every chart on one function and show its source."""
         selected = Frame(name, filename, first_line, first_line) if filename else Frame(name)
         focus = "^" + re.escape(name) + "$"
-        self._with_controls_quiet(lambda: setattr(self.focus_txt, "value", focus))
+        if self._more_made:
+            self._with_controls_quiet(lambda: setattr(self.focus_txt, "value", focus))
         self.message.value = self.last_error = ""
         self._show(self.state.replace(selected=selected, focus=focus))
 
@@ -338,7 +345,8 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         new = None if range_ms is None else (int(range_ms[0] * 1e6), int(range_ms[1] * 1e6))
         if new == self._time_range:
             return
-        self.range_btn.disabled = new is None
+        if self._more_made:
+            self.range_btn.disabled = new is None
         if new is None:  # show the whole axis again (our own range change must not recurse)
             self._with_controls_quiet(self._whole_time_axis)
         self._set(time_range=new)
@@ -351,10 +359,12 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         """Back to the whole profile: no thread/label/regex/time filters, no search."""
         busy, self._busy = self._busy, True
         try:
-            for box in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt, self.search_txt):
+            boxes = (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt) if self._more_made else ()
+            for box in (*boxes, self.search_txt):
                 box.value = ""
             self.threads_sel.value = ()
-            self.range_btn.disabled = True
+            if self._more_made:
+                self.range_btn.disabled = True
             self._whole_time_axis()
         finally:
             self._busy = busy

@@ -503,6 +503,7 @@ def test_every_labelled_control_has_a_tooltip(ex):
         for c in getattr(w, "children", ()):
             yield from walk(c)
 
+    ex.more_tb.value = True  # the controls behind "more" are made when it first opens
     labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
     assert len(labelled) >= 10
     assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]
