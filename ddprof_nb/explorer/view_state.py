@@ -10,7 +10,7 @@ charts keep showing the last good view.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .. import aggregate
 from ..model import Frame
@@ -64,7 +64,7 @@ class ViewState:
     diff_norm: bool = True  # "before" scaled to "after"'s total
     top_group: str = "function"  # or "line", "file"
     top_sort: str = "self"
-    max_nodes: int | None = field(default=None, compare=True)  # None: ``node_budget`` decides
+    max_nodes: int | None = None  # None: ``node_budget`` decides
     top_n: int = 40
 
     def replace(self, **changes) -> ViewState:

@@ -150,13 +150,40 @@ class Explorer(ControlsMixin, PipelineMixin, StaticMixin, W.VBox):
         self.clear_btn.on_click(lambda _: self.clear_filters())
         self.range_btn.on_click(lambda _: self.set_time_range(None))
 
+    def show(self, state: ViewState) -> None:
+        """Show ``state`` (e.g. ``ex.show(ex.state.replace(focus="^main$"))``): the
+        charts draw it and the controls follow."""
+        if state.show_machinery != self.state.show_machinery:
+            self._machinery_shown(state.show_machinery)
+        self._with_controls_quiet(lambda: self._controls_follow(state))
+        self._show(state)
+
+    def _controls_follow(self, state: ViewState) -> None:
+        fields = {**self._FIELDS, **(self._MORE_FIELDS if self._more_made else {})}
+        if state.event != self.state.event:
+            self.event_dd.value = state.event
+            self._set_value_options(EventType.parse(state.event))
+        for name, field in fields.items():
+            widget, value = getattr(self, name), getattr(state, field)
+            if name == "machinery_tb":
+                continue  # ``_machinery_shown`` above
+            widget.value = value
+        self.top_table.sort = state.top_sort
+        if self._more_made:
+            for name in ("focus", "ignore", "hide", "labels"):
+                getattr(self, f"{name}_txt").value = getattr(state, name)
+            self.range_btn.disabled = state.time_range is None
+            if list(state.transforms) != self.transform_bar.steps:
+                self.transform_bar.steps[:] = state.transforms
+                self.transform_bar._redraw()
+
     def _on_control(self, field: str, change) -> None:
         if self._busy:
             return
         value = change["new"]
         if field == "threads":
             value = tuple(value)
-        elif field in ("value_index",):
+        elif field == "value_index":
             value = int(value)
         elif field == "diff_norm":
             value = bool(value)
