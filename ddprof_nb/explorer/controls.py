@@ -239,7 +239,8 @@ class ControlsMixin:
     def _machinery_shown(self, shown: bool) -> None:
         """The kernel's threads and the profiler's work are shown (or hidden) in every
         view: the toggle and the thread list follow (the state changes after)."""
-        self.machinery_tb.description = "hide kernel threads" if shown else self._machinery_text()
+        if self._more_made:
+            self.machinery_tb.description = "hide kernel threads" if shown else self._machinery_text()
         busy, self._busy = self._busy, True
         try:
             kept = set(self.threads_sel.value)

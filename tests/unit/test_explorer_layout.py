@@ -45,6 +45,7 @@ def test_the_flame_comes_after_the_summary_one_toolbar_and_a_closed_more():
     assert ex.threads_sel.rows <= 2
     # every other control is behind "more", closed at first, and not made until it opens
     assert ex.more_box.children == () and ex.more_box.layout.display == "none"
+    ex._repr_mimebundle_()  # displayed (the static fallback reads the state, not the controls)
     assert not {"value_tb", "focus_txt", "transform_bar"} & set(ex.__dict__)
     ex.more_tb.value = True
     assert {"value_tb", "focus_txt", "transform_bar"} <= set(ex.__dict__)  # made now
