@@ -224,7 +224,9 @@ def measure(page, clock: Clock, repeat: int) -> list[tuple[str, float, float, fl
     timed("flame -> icicle", lambda r: ex.locator("button", has_text="icicle").click(), ROOT_ON_TOP, lambda: None,
           lambda: ex.locator("button", has_text="flame").first.click(), f"() => !({ROOT_ON_TOP})()", lambda: None)
 
+    ex.locator("button", has_text="more").click()  # focus, the transforms and the rest are behind "more"
     focus = ex.get_by_placeholder("regex: keep stacks through")
+    focus.wait_for(state="visible", timeout=30_000)
 
     def type_focus(r):
         focus.fill("func_1[0-9]$" + "(?:)" * r)

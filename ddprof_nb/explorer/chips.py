@@ -1,8 +1,8 @@
-"""Call-tree transforms as removable chips: the explorer's row of ``ddprof_nb.transforms``.
+"""Call-tree transforms as removable chips: the explorer's row of ``ddprof_nb.model.calltree``.
 
 Each chip is one step (merge function, collapse recursion, collapse module, drop
 function) with its regex; the steps stack in the order added and apply to every view
-(``apply``).  A click on a chip removes it.
+(``view.apply_transforms``).  A click on a chip removes it.
 """
 
 from __future__ import annotations
@@ -12,30 +12,12 @@ from typing import Callable
 
 import ipywidgets as W
 
-from ..model import calltree as transforms, selection as aggregate
-from ..model import Frame, Profile
+from ..model import selection as aggregate
+from ..model import Frame
 from ..render.format import esc
+from .view import KINDS, apply_transforms as apply
 
 __all__ = ["KINDS", "apply", "TransformBar"]
-
-# kind -> (the transform, whether an empty regex means "every function")
-KINDS: dict[str, tuple[Callable, bool]] = {
-    "merge function": (transforms.merge_function, False),
-    "collapse recursion": (lambda p, rx: transforms.collapse_recursion(p, rx or None), True),
-    "collapse direct recursion": (lambda p, rx: transforms.collapse_recursion(p, rx or None, direct_only=True), True),
-    "collapse module": (transforms.collapse_module, False),
-    "drop function": (transforms.drop_function, False),
-}
-
-
-def apply(profile: Profile | None, steps) -> Profile | None:
-    """``profile`` through every ``(kind, regex)`` step, in order."""
-    if profile is None:
-        return None
-    for kind, rx in steps:
-        profile = KINDS[kind][0](profile, rx)
-    return profile
-
 
 def chip_text(kind: str, rx: str) -> str:
     return f"✕ {kind}" + (f": {rx}" if rx else "")

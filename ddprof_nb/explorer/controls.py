@@ -5,8 +5,6 @@ pipeline (``pipeline.py``) and wired in ``widget.py``."""
 
 from __future__ import annotations
 
-import re
-
 import ipywidgets as W
 import numpy as np
 
@@ -14,7 +12,9 @@ from .. import render as F
 from ..events import EventType
 from .threads import user_first
 from ..model.top import GROUPS
+from .chips import TransformBar
 from .top_table import TopTable
+from .view_state import parse_label_filter  # noqa: F401 - the explorer's public name
 
 __all__ = ["ControlsMixin", "parse_label_filter"]
 
@@ -28,21 +28,28 @@ _CSS = """<style>
 
 
 
-def parse_label_filter(text: str) -> dict[str, list[str]]:
-    """``"k=v, k=w; k2=x"`` -> {"k": ["v", "w"], "k2": ["x"]}: one key OR-ed, keys AND-ed."""
-    out: dict[str, list[str]] = {}
-    for part in re.split(r"[,;]", text or ""):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"invalid label filter {part!r}: expected key=value")
-        k, v = (s.strip() for s in part.split("=", 1))
-        if not k:
-            raise ValueError(f"invalid label filter {part!r}: empty key")
-        out.setdefault(k, []).append(v)
-    return out
+def _text(width: str = "250px") -> dict:
+    """A text box's options: a narrow label column leaves room for its whole placeholder."""
+    return dict(continuous_update=False, layout=W.Layout(width=width), style={"description_width": "52px"})
 
+_TIPS = {
+    "event_dd": "the event every view shows",
+    "value_tb": "what the charts measure: the count, or the time or bytes",
+    "inverted_tb": "bottom-up: the roots are the leaves (self time first)",
+    "only_mine_cb": "fold stdlib, site-packages and native frames into their caller",
+    "min_pct_sl": "nodes under this share of the total fold into [other]",
+    "focus_txt": "regex: keep only the stacks through a matching function or file",
+    "ignore_txt": "regex: drop the stacks through a matching function or file",
+    "hide_txt": "regex: remove matching frames from every stack",
+    "search_txt": "highlight matching functions and files",
+    "labels_txt": "key=value, ...: values of one key OR-ed, keys AND-ed",
+    "clear_btn": "back to the whole profile",
+    "diff_view_tb": "the difference, or either profile alone",
+    "top_group_tb": "one row per function, per line or per file",
+    "range_btn": "show the whole time axis again",
+    "machinery_tb": "the kernel's own threads and the profiler's work are left out of every view",
+    "more_tb": "more controls: count or time, only my code, min %, focus/ignore/hide, labels, transforms, time range",
+}
 
 
 class ControlsMixin:
@@ -52,33 +59,17 @@ class ControlsMixin:
         self.event_dd = W.Dropdown(options=[(e.display_name, e.label) for e in events], value=first.label,
                                    description="event", layout=W.Layout(width="190px"),
                                    style={"description_width": "40px"})
-        self.value_tb = W.ToggleButtons(options=self._value_options(first), value=1,
-                                        style={"button_width": "78px"})
         self.chart_tb = W.ToggleButtons(options=[("flame", "flame"), ("icicle", "icicle")], value="flame",
                                         tooltips=["root at the bottom", "root at the top"],
                                         style={"button_width": "62px"})
         self.inverted_tb = W.ToggleButton(value=False, description="inverted", layout=W.Layout(width="80px"))
-        self.only_mine_cb = W.Checkbox(value=False, description="only my code", indent=False,
-                                       layout=W.Layout(width="115px"))
-        self.min_pct_sl = W.FloatSlider(value=min_pct, min=0.0, max=5.0, step=0.1, description="min %",
-                                        continuous_update=False, readout_format=".1f",
-                                        layout=W.Layout(width="260px"))
-        # a narrow label column leaves the box room for its whole placeholder
-        text = dict(continuous_update=False, layout=W.Layout(width="250px"), style={"description_width": "52px"})
-        self.focus_txt = W.Text(description="focus", placeholder="regex: keep stacks through", **text)
-        self.ignore_txt = W.Text(description="ignore", placeholder="regex: drop stacks through", **text)
-        self.hide_txt = W.Text(description="hide", placeholder="regex: remove frames", **text)
         self.search_txt = W.Text(description="search", placeholder="highlight functions/files",
-                                 **{**text, "layout": W.Layout(width="210px")})
-        self.machinery_tb = W.ToggleButton(value=False, description=self._machinery_text(),
-                                           layout=W.Layout(width="auto", display="" if self._hidden else "none"))
+                                 **_text("210px"))
         # two rows: the toolbar stays one line high
         self.threads_sel = W.SelectMultiple(options=self._thread_options(), value=(), rows=2,
                                             description="threads", layout=W.Layout(width="225px"),
                                             style={"description_width": "52px"})
         self.threads_sel.tooltip = "none selected = all threads"
-        self.labels_txt = W.Text(description="labels", placeholder=self._label_placeholder(), **text)
-        self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
         self.message = W.HTML(value="")
         self.message.add_class("ddprof-msg")
         self.status = W.HTML(value="")
@@ -93,34 +84,70 @@ class ControlsMixin:
                                             style={"button_width": "80px"})
         self.top_table = TopTable(sort="change" if self.diff else "self", layout=W.Layout(width="100%"))
         self.source = W.HTML(value=F.source_html(None), layout=W.Layout(width="100%"))
-        self.range_btn = W.Button(description="clear time range", layout=W.Layout(width="130px"), disabled=True)
         self.more_tb = W.ToggleButton(value=False, description="more", icon="sliders", layout=W.Layout(width="78px"))
         self.more_tb.observe(self._on_more, names="value")
-        for widget in (self.value_tb, self.only_mine_cb, self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt):
-            widget.observe(lambda _: self._mark_more(), names="value")
-        self.range_btn.observe(lambda _: self._mark_more(), names="disabled")
-        # every labelled control says on hover what it does (with no tooltip, ipywidgets
-        # writes title="null" on its label)
-        for widget, tip in (
-            (self.event_dd, "the event every view shows"),
-            (self.value_tb, "what the charts measure: the count, or the time or bytes"),
-            (self.inverted_tb, "bottom-up: the roots are the leaves (self time first)"),
-            (self.only_mine_cb, "fold stdlib, site-packages and native frames into their caller"),
-            (self.min_pct_sl, "nodes under this share of the total fold into [other]"),
-            (self.focus_txt, "regex: keep only the stacks through a matching function or file"),
-            (self.ignore_txt, "regex: drop the stacks through a matching function or file"),
-            (self.hide_txt, "regex: remove matching frames from every stack"),
-            (self.search_txt, "highlight matching functions and files"),
-            (self.labels_txt, "key=value, ...: values of one key OR-ed, keys AND-ed"),
-            (self.clear_btn, "back to the whole profile"),
-            (self.diff_view_tb, "the difference, or either profile alone"),
-            (self.top_group_tb, "one row per function, per line or per file"),
-            (self.range_btn, "show the whole time axis again"),
-            (self.machinery_tb, "the kernel's own threads and the profiler's work are left out of every view"),
-            (self.more_tb, "more controls: count or time, only my code, min %, focus/ignore/hide, labels, "
-                           "transforms, time range"),
-        ):
-            widget.tooltip = tip
+        self.more_box = W.VBox([], layout=W.Layout(display="none"))  # filled when first opened
+        self._tips()
+
+    def _tips(self) -> None:
+        """Every labelled control says on hover what it does (with no tooltip, ipywidgets
+        writes title="null" on its label)."""
+        for name, tip in _TIPS.items():
+            widget = self.__dict__.get(name)
+            if widget is not None:
+                widget.tooltip = tip
+
+    # The controls behind "more" are made when it first opens or when one is asked for
+    # (about 40 % of the explorer's widgets: a new kernel's first chart waits for each
+    # widget's comm message); until then the state holds their values.
+    _MORE = ("value_tb", "only_mine_cb", "min_pct_sl", "machinery_tb", "clear_btn", "range_btn", "focus_txt",
+             "ignore_txt", "hide_txt", "labels_txt", "transform_bar")
+
+    def __getattr__(self, name):
+        if name in ControlsMixin._MORE and "event_dd" in self.__dict__ and "transform_bar" not in self.__dict__:
+            self._make_more()
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def _more_made(self) -> bool:
+        return "transform_bar" in self.__dict__
+
+    def _make_more(self) -> None:
+        """The controls behind "more", showing the state, wired to it."""
+        s = self.state
+        self.value_tb = W.ToggleButtons(options=self._value_options(self.event), value=s.value_index,
+                                        style={"button_width": "78px"})
+        self.only_mine_cb = W.Checkbox(value=s.only_mine, description="only my code", indent=False,
+                                       layout=W.Layout(width="115px"))
+        self.min_pct_sl = W.FloatSlider(value=s.min_pct, min=0.0, max=5.0, step=0.1, description="min %",
+                                        continuous_update=False, readout_format=".1f",
+                                        layout=W.Layout(width="260px"))
+        self.focus_txt = W.Text(value=s.focus, description="focus", placeholder="regex: keep stacks through", **_text())
+        self.ignore_txt = W.Text(value=s.ignore, description="ignore", placeholder="regex: drop stacks through",
+                                 **_text())
+        self.hide_txt = W.Text(value=s.hide, description="hide", placeholder="regex: remove frames", **_text())
+        self.labels_txt = W.Text(value=s.labels, description="labels", placeholder=self._label_placeholder(), **_text())
+        self.machinery_tb = W.ToggleButton(
+            value=s.show_machinery, description="hide kernel threads" if s.show_machinery else self._machinery_text(),
+            layout=W.Layout(width="auto", display="" if self._hidden else "none"))
+        self.clear_btn = W.Button(description="clear filters", layout=W.Layout(width="110px"))
+        has_time = getattr(self, "_has_time", True)
+        self.range_btn = W.Button(description="clear time range" if has_time else "no time axis",
+                                  layout=W.Layout(width="130px"), disabled=s.time_range is None)
+        bar = TransformBar(on_change=self._on_transforms, selected=lambda: self.state.selected)
+        bar.steps[:] = s.transforms
+        bar._redraw()
+        wrap = W.Layout(flex_flow="row wrap", align_items="center")
+        self.more_box.children = [
+            W.HBox([self.value_tb, self.only_mine_cb, self.min_pct_sl, self.machinery_tb, self.clear_btn,
+                    self.range_btn], layout=wrap),
+            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt], layout=wrap),
+            bar.box,
+        ]
+        self.transform_bar = bar  # last: the controls are made
+        self._tips()
+        self._wire_more()
 
     def _rows(self) -> list:
         """The summary, one toolbar of the most used controls (event, chart, inverted,
@@ -130,12 +157,6 @@ class ControlsMixin:
         toolbar = [self.event_dd, self.chart_tb, self.inverted_tb, self.search_txt, self.threads_sel, self.more_tb]
         if self.diff:
             toolbar[1:1] = [self.diff_view_tb, self.diff_norm_tb]
-        self.more_box = W.VBox([
-            W.HBox([self.value_tb, self.only_mine_cb, self.min_pct_sl, self.machinery_tb, self.clear_btn,
-                    self.range_btn], layout=wrap),
-            W.HBox([self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt], layout=wrap),
-            self.transform_bar.box,
-        ], layout=W.Layout(display="none"))
         bar = W.HBox(toolbar, layout=wrap)
         bar.add_class("ddprof-toolbar")
         return [
@@ -159,17 +180,19 @@ class ControlsMixin:
         ]
 
     def _on_more(self, change) -> None:
+        if change["new"] and not self._more_made:
+            self._make_more()
         self.more_box.layout.display = "" if change["new"] else "none"
 
     def more_in_force(self) -> int:
         """How many of the controls behind "more" change the view now."""
-        return (sum(bool(w.value.strip()) for w in (self.focus_txt, self.ignore_txt, self.hide_txt, self.labels_txt))
-                + (self.value_tb.value != 1) + bool(self.only_mine_cb.value) + (not self.range_btn.disabled)
-                + len(self.transform_bar.steps))
+        return self.state.more_in_force()
 
     def _mark_more(self) -> None:
         """The "more" button says when a control it hides is in force (a focus from a
         click, a transform, a time range): the chart never changes for a hidden reason."""
+        if not hasattr(self, "more_tb"):
+            return
         n = self.more_in_force()
         self.more_tb.description = f"more ({n})" if n else "more"
         self.more_tb.layout.width = "96px" if n else "78px"
@@ -186,7 +209,8 @@ class ControlsMixin:
 
     def _thread_options(self):
         seen: dict[int, object] = {}
-        for p in ([self._base_before, self._base] if self.diff else [self._base]):
+        base, before = self.views.bases(self.state)
+        for p in ([before, base] if self.diff else [base]):
             busy = np.bincount(p.thread, minlength=len(p.threads)) if len(p) else np.zeros(len(p.threads))
             for i, t in enumerate(p.threads):
                 if busy[i]:
@@ -212,20 +236,21 @@ class ControlsMixin:
         return (f"<div class='ddprof-banner' title='{summary}'>{summary}</div>"
                 + F.notes_html(self.profile, details))
 
-    def _on_machinery(self, change) -> None:
-        """Show or hide the kernel's threads and the profiler's work in every view."""
-        self._show_machinery = bool(change["new"])
-        self._make_bases()
-        self.machinery_tb.description = ("hide kernel threads" if change["new"] else self._machinery_text())
+    def _machinery_shown(self, shown: bool) -> None:
+        """The kernel's threads and the profiler's work are shown (or hidden) in every
+        view: the toggle and the thread list follow (the state changes after)."""
+        if self._more_made:
+            self.machinery_tb.description = "hide kernel threads" if shown else self._machinery_text()
         busy, self._busy = self._busy, True
         try:
             kept = set(self.threads_sel.value)
+            self.state = self.state.replace(show_machinery=shown)
             opts = self._thread_options()
             self.threads_sel.options = opts
             self.threads_sel.value = tuple(tid for _, tid in opts if tid in kept)
+            self.state = self.state.replace(threads=tuple(self.threads_sel.value))
         finally:
             self._busy = busy
-        self._update("filter", timeline=True, top=True)
 
     def _label_placeholder(self) -> str:
         for ls in self.profile.labelsets:

@@ -32,6 +32,7 @@ cell's static chart comes first.  A figure's model does not wait for plotly in
 from __future__ import annotations
 
 import json
+import threading
 
 from .icicle_patch import lighter_icicle
 
@@ -201,11 +202,21 @@ def hold_bundle() -> None:
         _carrier.start_after_ms = -1
 
 
+_class_lock = threading.Lock()  # one build, whichever thread asks first
+
+
 def figure_widget_class():
     """The FigureWidget subclass (built on first use: plotly and anywidget import lazily)."""
     cls = _classes.get("figure")
     if cls is not None:
         return cls
+    with _class_lock:
+        if "figure" not in _classes:
+            _build_classes()
+    return _classes["figure"]
+
+
+def _build_classes() -> None:
     import anywidget
     import traitlets
 
@@ -243,7 +254,6 @@ def figure_widget_class():
             self.open()
 
     _classes.update(carrier=_PlotlyBundle, bundle=bundle.encode("utf-8"), figure=FigureWidget)
-    return FigureWidget
 
 
 class _ImportedOnUse:

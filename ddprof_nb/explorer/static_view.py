@@ -34,8 +34,9 @@ class StaticMixin:
 
     def static_html(self, max_nodes: int = 300, rows=None) -> str:
         """A flame graph in plain HTML/SVG (no JavaScript) and the top table."""
-        fd = F.flame_data(self._tree, min_pct=max(self.min_pct_sl.value, 0.5), max_nodes=max_nodes,
-                          orientation=self.chart_tb.value, normalize=bool(self.diff_norm_tb.value))
+        s = self.state
+        fd = F.flame_data(self._tree, min_pct=max(s.min_pct, 0.5), max_nodes=max_nodes, orientation=s.chart,
+                          normalize=s.diff_norm)
         rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(15)
         return (
             "<div class='ddprof-static'>"

@@ -66,7 +66,7 @@ from ..render.format import format_bytes, format_duration
 from ..sampler import Sampler
 from . import other_kernels, stored
 from .display import fallback_bundle  # noqa: F401 - ddprof_nb.magics.fallback_bundle: the static view's bundle
-from .display import mode_for, prepare, show_as
+from .display import mode_for, preload, prepare, show_as
 from .options import CELL_PARSER, START_PARSER, STMT_PARSER, SUBCOMMANDS, USAGE, help_text, sampler_config
 from .options import split_statement
 from .session import Session, busy_message, current_count, dask_client, default_name, save, stop_facts
@@ -408,6 +408,7 @@ def load_ipython_extension(ipython) -> None:
     ipython.ast_transformers[:] = [t for t in ipython.ast_transformers if not isinstance(t, _CellWrapper)]
     ipython.ast_transformers.insert(0, _CellWrapper(ipython))
     setattr(ipython, _HOOKS_ATTR, _CellHooks(ipython))
+    preload(ipython, display_mode)
 
 
 def unload_ipython_extension(ipython) -> None:

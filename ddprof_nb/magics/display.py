@@ -6,6 +6,7 @@ The mode is picked by the caller (``ddprof_nb.magics.display_mode``, the user's 
 from __future__ import annotations
 
 import sys
+import threading
 
 from ..model import Profile
 from ..render import html as render_html, notes as render_notes, text as render_text
@@ -60,6 +61,29 @@ def prepare(shell, display_mode: str) -> None:
         send_bundle()
     except Exception:  # noqa: BLE001 - the explorer is optional; its own error shows at display
         pass
+
+
+def preload(shell, display_mode: str):
+    """Where sessions will be shown as the explorer: import what it needs (plotly,
+    ipywidgets, anywidget: about 0.3 s of a new kernel) in a background thread, while
+    the user writes the next cell.  A cell that needs them sooner waits on the imports'
+    locks, doing nothing twice.  The thread's name marks it as the profiler's (hidden
+    in the explorer's views).  Returns the thread, or None."""
+    if mode_for(shell, display_mode) != "widget":
+        return None
+
+    def run():
+        try:
+            from ..explorer.figure_widget import figure_widget_class
+            from ..explorer import widget  # noqa: F401 - the explorer's own modules
+
+            figure_widget_class()
+        except Exception:  # noqa: BLE001 - the explorer reports its own failure when it is made
+            pass
+
+    thread = threading.Thread(target=run, name="ddprof_nb-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _explorer(profile: Profile, other: Profile | None = None):

@@ -503,6 +503,7 @@ def test_every_labelled_control_has_a_tooltip(ex):
         for c in getattr(w, "children", ()):
             yield from walk(c)
 
+    ex.more_tb.value = True  # the controls behind "more" are made when it first opens
     labelled = [w for w in walk(ex) if getattr(w, "description", "") and hasattr(w, "tooltip")]
     assert len(labelled) >= 10
     assert all(w.tooltip for w in labelled), [w.description for w in labelled if not w.tooltip]
@@ -568,3 +569,19 @@ def test_an_update_sends_only_what_changed_and_the_figure_stays_whole(ex, monkey
     tr = fig.data[0]
     assert tr.textinfo == "label" and tr.branchvalues == "total" and set(tr.labels) >= {"g"}
     assert fig.layout.margin.l == 4 and fig.layout.title.text.startswith("CPU time")
+
+
+def test_show_draws_a_state_and_the_controls_follow(ex):
+    # GIVEN an explorer WHEN a state is shown (no control touched)
+    ex.show(ex.state.replace(focus="^g$", inverted=True, threads=(2,), chart="icicle"))
+    # THEN the charts draw it
+    assert set(values(ex)) >= {"g", "main"} and "f" not in values(ex)
+    assert table_names(ex)[0] == "g" and "f" not in table_names(ex)
+    # AND the controls say so, those behind "more" when they are made
+    assert ex.inverted_tb.value and ex.threads_sel.value == (2,) and ex.chart_tb.value == "icicle"
+    assert ex.more_tb.description == "more (1)"
+    ex.more_tb.value = True
+    assert ex.focus_txt.value == "^g$"
+    ex.show(ex.state.replace(focus="", transforms=(("drop function", "^g$"),)))
+    assert ex.focus_txt.value == "" and len(ex.transform_bar.chips.children) == 1
+    assert "g" not in values(ex)

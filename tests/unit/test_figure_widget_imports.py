@@ -42,3 +42,26 @@ def test_the_widget_class_leaves_nbformat_until_plotly_renders():
 def test_an_imported_nbformat_is_left_as_it_is():
     out = _run("import nbformat\nimport plotly.io._renderers as r\n" + CHECK + "print(r.nbformat is sys.modules['nbformat'])")
     assert out[-1] == "True"
+
+
+PRELOAD = """
+import sys, types
+from ddprof_nb.magics.display import preload
+from ddprof_nb.explorer.figure_widget import figure_widget_class
+from ddprof_nb.explorer.threads import KERNEL_THREAD_NAMES
+print("plotly" in sys.modules, "ipywidgets" in sys.modules)
+assert preload(types.SimpleNamespace(), "auto") is None  # no kernel: no explorer to prepare for
+thread = preload(types.SimpleNamespace(kernel=object()), "auto")
+asked = figure_widget_class()  # at once, while the thread imports: one class for both
+thread.join(120)
+print(KERNEL_THREAD_NAMES.match(thread.name) is not None, thread.is_alive())
+print("plotly.graph_objs" in sys.modules, "ipywidgets" in sys.modules, "anywidget" in sys.modules,
+      "ddprof_nb.explorer.widget" in sys.modules, asked is figure_widget_class())
+"""
+
+
+def test_preload_imports_the_explorers_modules_in_a_hidden_thread():
+    out = _run(PRELOAD)
+    assert out[:2] == ["False", "False"]  # nothing imported before
+    assert out[2:4] == ["True", "False"]  # the profiler's thread, finished
+    assert out[4:] == ["True"] * 5
