@@ -1,8 +1,8 @@
 /* ddp_internal.h — what the native files share beyond the public API (ddprof.h).
  *
- * pyframes.c is the only file compiled against CPython's internal headers; the rest
- * sees interpreter state only through the functions declared here, so version-specific
- * layout stays in one place.  The sampler core's own state is in core.h, the event
+ * Only the py*.c files (pyinternals.h) are compiled against CPython's internal headers;
+ * the rest sees interpreter state only through the functions declared here, so
+ * version-specific layout stays in one place.  The sampler core's own state is in core.h, the event
  * engines' interface in engine.h.
  */
 #ifndef DDP_INTERNAL_H
@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
+#include <time.h>
 #include "ddprof.h"
 
 #define DDP_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -80,7 +81,7 @@ uint32_t ddp_agg_keys(const ddp_agg *a);
 uint64_t ddp_agg_folded(const ddp_agg *a); /* records folded into their thread's last entry (full), ever */
 int ddp_agg_quarter_full(const ddp_agg *a);
 
-/* ---- interpreter access (pyframes.c) ------------------------------------------------- */
+/* ---- interpreter access (pyframes.c; code deaths: pygraveyard.c) ---------------------- */
 /* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */
 int ddp_py_init(void);
 void ddp_py_types_init(void);           /* type addresses only; no GIL needed */
@@ -104,14 +105,22 @@ void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them 
 void ddp_py_graveyard_clear(void);
 void ddp_py_after_fork_child(void);
 
+/* ---- code filters (codefilters.c) --------------------------------------------------- */
 /* Bloom filter of code pointers seen in samples (set by producers, read by the watcher). */
 void ddp_bloom_set(uintptr_t code);
 int ddp_bloom_test(uintptr_t code);
 void ddp_bloom_clear(void);
+/* Code the drain has resolved: a sample of other code sets ddp_new_code_seen. */
+void ddp_known_note(uintptr_t code, uint64_t fp);
 void ddp_known_clear(void);
 extern _Atomic int ddp_new_code_seen; /* a sample named code the drain has not resolved */
 
-int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
+static inline int64_t ddp_now_ns(void) /* CLOCK_MONOTONIC */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);
