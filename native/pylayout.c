@@ -5,8 +5,8 @@
 #include "pyinternals.h"
 
 #if DDP_PY_SUPPORTED
-/* alloc.c (built without the internal headers) assumes a two-word GC pre-header. */
-_Static_assert(sizeof(PyGC_Head) == 2 * sizeof(void *), "alloc.c's GC_HEAD_SIZE is wrong for this version");
+/* alloctype.c (built without the internal headers) assumes a two-word GC pre-header. */
+_Static_assert(sizeof(PyGC_Head) == 2 * sizeof(void *), "alloctype.c's GC_HEAD_SIZE is wrong for this version");
 #endif
 
 #if PY_VERSION_HEX >= 0x030D0000 && DDP_PY_SUPPORTED
