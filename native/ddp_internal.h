@@ -71,10 +71,10 @@ ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes);
 void ddp_agg_free(ddp_agg *a);
 void ddp_agg_reset(ddp_agg *a);
 /* Add r (its time bucket: `bucket`, -1 for none) into a: 0, or -1 when a is full. */
-int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_of)(int64_t ts));
+int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_fn)(int64_t ts));
 /* Merge entries of one key in one bucket of the tick at the latest entry's time (before any
- * is read): bucket_under(e, last), -1 keeps e apart; returns how many entries were merged away. */
-uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_under)(const ddp_record *e, int64_t last));
+ * is read): bucket_at(e, last), -1 keeps e apart; returns how many entries were merged away. */
+uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_at)(const ddp_record *e, int64_t last));
 /* Copy up to max entries not read yet into buf, one per `stride` bytes; returns how many. */
 int ddp_agg_take(ddp_agg *a, void *buf, int max, size_t stride);
 uint32_t ddp_agg_keys(const ddp_agg *a);
