@@ -50,7 +50,8 @@ static void bury_if_sampled(PyCodeObject *co)
         e->lt = malloc(lcap);
         int rc = DDP_ENOMEM;
         if (e->q && e->f && e->lt)
-            rc = ddp_py_resolve_in(&ddp_py_here, (uintptr_t)co, 0, READ_LIVE, &e->info, e->q, qcap, e->f, fcap, e->lt, lcap);
+            rc = ddp_py_resolve_in(&ddp_py_here, (uintptr_t)co, 0, READ_LIVE, &e->info, e->q, qcap, e->f, fcap,
+                                   e->lt, lcap);
         if (rc == 1 && attempt == 0) {
             free(e->q), free(e->f), free(e->lt);
             qcap = e->info.qualname_len + 1, fcap = e->info.filename_len + 1, lcap = e->info.linetable_len + 1;

@@ -169,6 +169,7 @@ int ddp_remote_resolve(const ddp_remote *t, uint64_t code, uint64_t fp, ddp_code
         return rc;
     memset(info, 0, sizeof *info);
     errno = 0;
-    rc = ddp_py_resolve_in(&sp, (uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap, linetable, lcap);
+    rc = ddp_py_resolve_in(&sp, (uintptr_t)code, fp, DDP_READ_SYSCALL, info, qualname, qcap, filename, fcap,
+                           linetable, lcap);
     return rc == DDP_EINVAL ? remote_failure() : rc;
 }

@@ -75,7 +75,7 @@ int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode)
     return got == (ssize_t)n ? 0 : -1;
 }
 
-/* Another process's memory (a dump or a sampling from outside, ddp_remote_* in pyframes.c):
+/* Another process's memory (a dump or a sampling from outside, ddp_remote_* in pyremote.c):
  * process_vm_readv on its pid, which needs ptrace rights over it.  -1 on any failure, errno
  * kept for the caller to name (EPERM: no rights; ESRCH: it exited; EFAULT: not mapped). */
 int ddp_remote_read(int pid, void *dst, uintptr_t src, size_t n)
