@@ -4,8 +4,11 @@
  * containers), where PyMem never sees it.  So the malloc family, anonymous mmap/munmap/
  * mremap and PyTraceMalloc_Track/Untrack are hooked in the GOT of every loaded object but
  * the interpreter's own (gotpatch.c), and sampled with allocsample.c's scheme, one countdown
- * per thread.  How each block is counted once, ended wherever it is freed, and merged with
- * its kind when it dies young: docs/architecture.md, "Allocations".
+ * per thread.  Counted once: the interpreter's own object is never hooked (PyMem ends in its
+ * malloc), and an object that calls PyTraceMalloc_Track keeps only its free hooked.  Sampled
+ * blocks live in one table keyed by address, as another library may free them, and mappings
+ * also by page range, as munmap may take any part of one.  A sample whose block is freed
+ * before its record leaves the ring loses its id (nalloc_settle), so such samples merge.
  */
 #define _GNU_SOURCE
 #include <errno.h>
