@@ -121,7 +121,7 @@ void ddp_agg_reset(ddp_agg *a)
     a->used = a->read = 0;
 }
 
-int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_of)(int64_t ts))
+int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_fn)(int64_t ts))
 {
     uint32_t mask = a->slots - 1, i = (uint32_t)key_hash(r, bucket) & mask;
     for (;;) {
@@ -129,7 +129,7 @@ int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucke
         if (!v)
             break;
         ddp_record *e = (ddp_record *)(a->arena + (size_t)(v - 1) * 8);
-        if (same_key(e, r) && (bucket < 0 ? e->ts_ns == r->ts_ns : bucket_of(e->ts_ns) == bucket)) {
+        if (same_key(e, r) && (bucket < 0 ? e->ts_ns == r->ts_ns : bucket_fn(e->ts_ns) == bucket)) {
             e->count += r->count;
             e->value += r->value;
             if (r->ts_ns > e->ts_ns)
@@ -162,15 +162,14 @@ int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucke
 }
 
 /* Entries of one key whose times share a bucket of a coarser tick become one, before any is
- * read: `bucket_under(e, last)` is entry e's bucket under the tick at `last`, the latest entry's
- * time, or -1 to keep e as it is (a Profile's final tick is at least the tick at its last record's time, a power-of-two
- * multiple of every finer one, aligned at 0: entries merged here share one final tick).  A
- * drain that comes seconds after the records were added converts one record per key and
- * coarse bucket instead of one per fine bucket (an idle thread's stack: one per tick of the
- * session's first second, 1 ms, where the Profile keeps one per 32 ms after 6 s).  Merged
+ * read: `bucket_at(e, last)` is entry e's bucket under the tick at `last`, the latest entry's
+ * time, or -1 to keep e as it is (a Profile's final tick is at least the tick at its last
+ * record's time, a power-of-two multiple of every finer one, aligned at 0: entries merged
+ * here share one final tick).  A drain that comes seconds after the records were added then
+ * converts one record per key and coarse bucket instead of one per fine bucket.  Merged
  * entries move to the first of them, in place (kept in first-seen order, compacted); the
  * index and last slots are rebuilt.  Returns how many entries were merged away. */
-uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_under)(const ddp_record *e, int64_t last))
+uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_at)(const ddp_record *e, int64_t last))
 {
     if (a->read || a->keys < 2)
         return 0;
@@ -189,12 +188,12 @@ uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_under)(const ddp_record *e
     for (size_t off = 0; off < a->used;) {
         ddp_record *r = (ddp_record *)(a->arena + off);
         size_t len = entry_bytes(r);
-        int64_t bucket = bucket_under(r, last);
+        int64_t bucket = bucket_at(r, last);
         uint32_t i = (uint32_t)key_hash(r, bucket) & mask;
         ddp_record *into = NULL;
         for (uint32_t v; (v = a->index[i]) != 0; i = (i + 1) & mask) {
             ddp_record *e = (ddp_record *)(a->arena + (size_t)(v - 1) * 8);
-            if (bucket >= 0 && same_key(e, r) && bucket_under(e, last) == bucket) {
+            if (bucket >= 0 && same_key(e, r) && bucket_at(e, last) == bucket) {
                 into = e;
                 break;
             }

@@ -12,8 +12,8 @@
  *
  * StepBase.send does what the Python stepper (_PyTaskCoro.send) does, step for step: the
  * two must stay equal, and tests run both.  Why C: a Python send frame per step, and the
- * StopIteration every finished task raises through it, doubled the instructions of a
- * short task's life (bench_asyncio.py --instructions).  What stays Python: the rare paths
+ * StopIteration every finished task raises through it, cost as much as a short task's own
+ * life.  What stays Python: the rare paths
  * (a task's first step, a drawn short suspension, label mirrors without a fast view,
  * throw), called back from here.
  *

@@ -1,66 +1,15 @@
-/* alloc.c — allocation sampling (ALLOC) and the live-heap table (LIVE).
+/* alloc.c — engine: allocation samples (ALLOC) of the PyMem MEM and OBJ domains, with the GIL.
  *
- * Hook.  PyMem_SetAllocator on the MEM and OBJ domains: every call goes straight to the
- * allocator that was installed before us (PyMem_GetAllocator), and we only *look* at the
- * result, so blocks carry no header of ours: memory allocated while profiling and freed
- * after stop (or the reverse) goes to the very same underlying allocator.  Both domains
- * require the GIL (CPython's PyMem docs), so the live table and the countdowns are
- * protected by it (type notes, read by the drain without the GIL, have their own lock);
- * the RAW domain (no GIL) is not hooked.  Own-GIL subinterpreters (3.12+) would break
- * that assumption: they are not supported (documented).
+ * Each hook layer calls straight through to the allocator installed before it and only looks
+ * at the result: blocks carry no header of ours, so a block allocated while profiling and
+ * freed after stop (or the reverse) goes to the same allocator.  Both domains require the
+ * GIL, which protects the countdowns and the live table (alloclive.c); the RAW domain (no
+ * GIL) is not hooked, and own-GIL subinterpreters (3.12+) are not supported.
  *
- * Sampling.  A Poisson process over allocated bytes with mean gap R (config.alloc_rate),
- * as ddtrace's heap profiler and Go's runtime do: one countdown (per hook slot, under the
- * GIL) over all threads' bytes runs down an exponentially distributed number of bytes; the
- * allocation that takes it below zero is sampled and a fresh gap is drawn from its end (memoryless,
- * so no carry-over is needed, and whichever thread allocates the probability is the same).
- * An allocation of size s is then sampled with probability
- * p = 1 - exp(-s/R), and the Horvitz-Thompson weights count = 1/p, bytes = s/p are
- * unbiased estimates of the allocations and bytes it stands for.  count is rounded
- * stochastically to an int64 (unbiased); bytes is rounded to the nearest byte.
- * Fast path (perf: callgrind, benchmarks/bench_alloc.py --callgrind; 3 instructions per
- * malloc, 7 per free, +1.48% instructions on the churn benchmark, where a bare pass-through
- * layer costs +1.20%): malloc/calloc/realloc subtract n from the slot's countdown at a
- * constant address (one read-modify-write: the countdown fires below zero, so the sign flag
- * of the subtraction is the test) and branch on its sign (a thread-local countdown also
- * needed the GOT load of the TLS offset before its load); free tests one byte of the live
- * filter; then a tail jump to the previous allocator, whose function sits at a constant
- * address because each (domain, slot) layer has its own generated functions, with ctx passed
- * on untouched (the layer installs the previous allocator's ctx as its own).
- * No stack frame, no atomics, no session test, no table lookup: a start sets the slot's
- * countdown.  A layer left under someone else's allocator keeps its own slot's countdown,
- * which its slow path parks at COUNTDOWN_IDLE, so it never counts bytes the active layer
- * above it counted.
- * Everything else (the countdown crossing zero, a pending type read, a filter hit) lives
- * in cold, non-inlined functions: a pending type read forces that by parking the real
- * countdown (smp.saved) and zeroing the slot's countdown.  Bytes are counted before the
- * previous allocator runs, so a failed allocation that does not fire still counts its
- * bytes (negligible: MemoryError paths).
- *
- * Recording.  ddp_emit_own(ALLOC, count, bytes, id) records the calling thread's own
- * Python stack; `id` (a per-session sequence number) lets LIVE refer back to it.  The
- * profiler's own threads are excluded there (their slots are marked excluded at start).
- *
- * Live heap.  Sampled pointers go into a bounded open-addressing table (linear probing,
- * backward-shift deletion); every free/realloc first tests one byte of a 64 KiB filter over
- * 256-byte granules, (ptr >> 8) mod 2^16 (the count of live samples there, saturating and
- * then sticky), and probes the table only when it is non-zero.  Granules that coarse keep a
- * 4 KiB pymalloc pool on 16 adjacent bytes (few cache lines for a churning workload); a
- * neighbour of a live sample costs one table probe.  Full table: the sample still counts as
- * ALLOC, not as LIVE, and it is counted (live_overflow).  At stop, under the GIL, the table
- * is frozen into a list of (id, size, type) that Python turns into LIVE rows.
- *
- * Type leaf.  OBJ-domain blocks usually start with an object, after the GC pre-header
- * (sizeof(PyGC_Head)) for GC types and two more words for managed dict/weakref
- * (_PyType_PreHeaderSize, 3.11-3.13).  The object is not initialised yet when the
- * allocator returns, so the type is read later: at the next allocation (a few tries) or,
- * for pointers still live, at stop.  A candidate is accepted only when its
- * refcount is plausible (freed objects have 0, pymalloc's free-list link is a pointer),
- * its type pointer is a type object (its metatype has Py_TPFLAGS_TYPE_SUBCLASS) whose
- * pre-header size equals the candidate offset and whose basic size fits the block.
- * Type objects are read through process_vm_readv (never faults).  No type when the
- * block is freed before that, for MEM-domain blocks (raw buffers), and when the
- * candidate does not validate: the stack then ends at the allocating Python frame.
+ * Sampling is a Poisson process over bytes (allocsample.c): one countdown per hook slot over
+ * all threads' bytes, so the fast path is a subtraction at a constant address, a sign test
+ * and a tail call to the previous allocator; all else is cold and out of line.  A sample
+ * records the allocating thread's Python stack (ddp_emit_own); its id lets LIVE refer to it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -73,17 +22,12 @@
 #include <Python.h>
 #include "ddp_internal.h"
 #include "alloc.h"
+#include "alloclive.h"
+#include "alloctype.h"
 #include "engine.h"
 
 #define N_SLOTS 4            /* hook layers per domain (a stale pass-through may stay) */
-#define LIVE_CAP (1u << 15)  /* live table cells (power of two) */
-#define LIVE_MAX (LIVE_CAP / 4 * 3)
 #define PENDING_TRIES 3      /* next allocations on which a pending type read is retried */
-#define FILTER_SIZE (1u << 16) /* prefilter buckets: (ptr >> FILTER_SHIFT) mod FILTER_SIZE */
-#define FILTER_SHIFT 8       /* 256-byte granules: a 4 KiB pymalloc pool is 16 adjacent bytes */
-#define FILTER_STICKY 255    /* a saturated bucket stays set until the filter is cleared */
-#define GC_HEAD_SIZE (2 * sizeof(void *)) /* sizeof(PyGC_Head), 3.11-3.13 GIL builds */
-#define TYPE_NAME_CAP 48
 #define COUNTDOWN_IDLE (INT64_MAX / 2) /* a slot with no session: never reaches 0 again */
 
 enum { DOM_MEM = 0, DOM_OBJ = 1 };
@@ -98,26 +42,9 @@ typedef struct {
     int in_use;              /* installed in the chain (now or left as a pass-through) */
 } layer_t;
 
-typedef struct {
-    uintptr_t ptr;           /* 0 = empty */
-    uint64_t size;
-    uint64_t id;
-    uintptr_t type;          /* validated type object, 0 = unknown */
-    int32_t domain;
-    int32_t pad;
-} live_t;
-
 static layer_t layers[2][N_SLOTS];
 static layer_t *top[2];      /* the layers installed by the current session */
 static _Atomic int active_slot = -1; /* the slot of the running session, -1 = none */
-
-static live_t *live;         /* LIVE_CAP cells, allocated once (libc malloc, never PyMem) */
-static uint32_t live_n;
-/* Live entries per prefilter bucket, saturating (FILTER_STICKY): every free tests its byte
- * and probes the 1.3 MB table only when it is set (a probe per free cost ~8%). */
-static uint8_t filter[FILTER_SIZE];
-static ddp_alloc_info *frozen; /* the live list at stop */
-static int frozen_n;
 
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
@@ -130,11 +57,10 @@ static struct {
  * domains require it, so hooked calls never run concurrently).  One countdown per slot over
  * the interleaved byte stream of all threads: the Poisson process is memoryless, so every
  * allocation is still sampled with probability 1 - exp(-s/R) whichever thread makes it, and
- * the fast path subtracts from a constant address (no TLS look-up: 0.28% fewer instructions
- * on the churn benchmark than a thread-local countdown).  A start sets the slot's countdown;
- * a pending type read (the last sampled OBJ block) is retried at the next allocation of any
- * thread: another thread can only run after a GIL hand-off, by which time the allocating
- * thread has initialised the object's header. */
+ * the fast path subtracts from a constant address (no TLS look-up).  A start sets the slot's
+ * countdown; a pending type read (the last sampled OBJ block) is retried at the next
+ * allocation of any thread: another thread can only run after a GIL hand-off, by which time
+ * the allocating thread has initialised the object's header. */
 static struct {
     int64_t remaining[N_SLOTS]; /* bytes to the next sample; forced to 0 while a type read is pending */
     int busy;                /* re-entry guard (an allocation made by the slow path itself) */
@@ -170,200 +96,10 @@ static inline int64_t draw_gap(void)
 }
 
 
-/* ---- known static types: no read needed ------------------------------------------------- */
-static const struct {
-    PyTypeObject *type;
-} known_types[] = {
-    { &PyBytes_Type }, { &PyUnicode_Type }, { &PyTuple_Type }, { &PyList_Type }, { &PyDict_Type },
-    { &PyLong_Type }, { &PyFloat_Type }, { &PySet_Type }, { &PyFrozenSet_Type }, { &PyByteArray_Type },
-    { &PyComplex_Type }, { &PyFunction_Type }, { &PyMethod_Type }, { &PyCFunction_Type },
-    { &PyMemoryView_Type }, { &PySlice_Type }, { &PyCell_Type }, { &PyCode_Type }, { &PyType_Type },
-};
-
-/* ---- the live table (GIL-protected) ---------------------------------------------------------- */
-static inline uint32_t filter_bucket(uintptr_t p) { return (uint32_t)(p >> FILTER_SHIFT) & (FILTER_SIZE - 1); }
-
-/* The only live-table work on the free/realloc fast path. */
-static inline int filter_hit(uintptr_t p)
-{
-    return filter[filter_bucket(p)] != 0;
-}
-
-static inline void filter_add(uintptr_t p)
-{
-    uint8_t *c = &filter[filter_bucket(p)];
-    if (*c != FILTER_STICKY)
-        ++*c;
-}
-
-static inline void filter_sub(uintptr_t p)
-{
-    uint8_t *c = &filter[filter_bucket(p)];
-    if (*c != FILTER_STICKY) /* saturated: its true count is unknown, so it stays set */
-        --*c;
-}
-
-static void filter_clear(void)
-{
-    memset(filter, 0, sizeof filter);
-}
-
-static inline uint32_t ptr_hash(uintptr_t p)
-{
-    uint64_t x = (uint64_t)p * 0x9E3779B97F4A7C15ULL;
-    return (uint32_t)(x >> 40) & (LIVE_CAP - 1);
-}
-
-static live_t *live_find(uintptr_t p)
-{
-    for (uint32_t h = ptr_hash(p), i = 0; i < LIVE_CAP; i++, h = (h + 1) & (LIVE_CAP - 1)) {
-        if (live[h].ptr == p)
-            return &live[h];
-        if (!live[h].ptr)
-            return NULL;
-    }
-    return NULL;
-}
-
-static int live_insert(uintptr_t p, uint64_t size, uint64_t id, int domain)
-{
-    if (live_n >= LIVE_MAX)
-        return -1;
-    uint32_t h = ptr_hash(p);
-    while (live[h].ptr && live[h].ptr != p)
-        h = (h + 1) & (LIVE_CAP - 1);
-    if (!live[h].ptr) {
-        live_n++;
-        filter_add(p);
-    }
-    live[h] = (live_t){ .ptr = p, .size = size, .id = id, .type = 0, .domain = domain };
-    return 0;
-}
-
-/* Backward-shift deletion keeps probe chains intact without tombstones. */
-static void live_remove_at(uint32_t i)
-{
-    live_n--;
-    filter_sub(live[i].ptr);
-    uint32_t j = i;
-    for (;;) {
-        live[i].ptr = 0;
-        for (;;) {
-            j = (j + 1) & (LIVE_CAP - 1);
-            if (!live[j].ptr)
-                return;
-            uint32_t k = ptr_hash(live[j].ptr);
-            /* move j into i unless its home k lies cyclically in (i, j] */
-            if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-                continue;
-            break;
-        }
-        live[i] = live[j];
-        i = j;
-    }
-}
-
-static void live_forget(uintptr_t p)
-{
-    if (!p || !live_n)
-        return;
-    live_t *e = live_find(p);
-    if (e)
-        live_remove_at((uint32_t)(e - live));
-}
-
-/* ---- type of an OBJ-domain block ------------------------------------------------------------- */
-static int copy_type_name(uintptr_t type, char *dst)
-{
-    for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
-        if ((uintptr_t)known_types[i].type == type) { /* no snprintf: a cold libc path on every typed sample */
-            const char *name = known_types[i].type->tp_name;
-            size_t len = strnlen(name, TYPE_NAME_CAP - 1);
-            memcpy(dst, name, len);
-            dst[len] = 0;
-            return 0;
-        }
-    uintptr_t name = 0;
-    if (ddp_safe_read(&name, type + offsetof(PyTypeObject, tp_name), sizeof name, DDP_READ_SYSCALL) != 0 || !name)
-        return -1;
-    /* read up to the end of the page first: a short name may sit at a page's end */
-    size_t room = 4096 - (name & 4095);
-    size_t n = room < TYPE_NAME_CAP - 1 ? room : TYPE_NAME_CAP - 1;
-    char buf[TYPE_NAME_CAP];
-    if (ddp_safe_read(buf, name, n, DDP_READ_SYSCALL) != 0)
-        return -1;
-    if (n < TYPE_NAME_CAP - 1 && !memchr(buf, 0, n) &&
-        ddp_safe_read(buf + n, name + n, TYPE_NAME_CAP - 1 - n, DDP_READ_SYSCALL) != 0)
-        return -1;
-    buf[TYPE_NAME_CAP - 1] = 0;
-    size_t len = strnlen(buf, TYPE_NAME_CAP - 1);
-    if (!len)
-        return -1;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)buf[i] < 0x20)
-            return -1;
-    memcpy(dst, buf, len + 1);
-    return 0;
-}
-
-/* A validated type object for the block (a live, initialised object), or 0.  `safe`: the
- * block may have been freed without our seeing it (read through process_vm_readv). */
-static uintptr_t block_type(uintptr_t p, uint64_t size, int safe)
-{
-    static const size_t offs[] = { 0, GC_HEAD_SIZE, GC_HEAD_SIZE + 2 * sizeof(void *) };
-    uintptr_t head[(GC_HEAD_SIZE + 2 * sizeof(void *) + 2 * sizeof(void *)) / sizeof(uintptr_t)];
-    size_t want = size < sizeof head ? (size_t)size : sizeof head;
-    if (want < 2 * sizeof(void *))
-        return 0;
-    /* A plain copy on the sampling path: the block is allocated (callers check the live table,
-     * which every free of the session updates, under the GIL); only its contents are untrusted. */
-    if (!safe)
-        memcpy(head, (const void *)p, want);
-    else if (ddp_safe_read(head, p, want, DDP_READ_SYSCALL) != 0)
-        return 0;
-    for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
-        size_t off = offs[k];
-        if (off + 2 * sizeof(void *) > want)
-            break;
-        int64_t refcnt = (int64_t)head[off / sizeof(uintptr_t)];
-        uintptr_t type = head[off / sizeof(uintptr_t) + 1];
-        if (refcnt <= 0 || refcnt > (int64_t)UINT32_MAX || !type || (type & 7))
-            continue;
-        int known = 0;
-        for (size_t i = 0; i < sizeof known_types / sizeof known_types[0]; i++)
-            if ((uintptr_t)known_types[i].type == type)
-                known = 1;
-        PyTypeObject t;
-        if (known) {
-            t = *(const PyTypeObject *)type; /* a static type of the interpreter */
-        } else {
-            if (ddp_safe_read(&t, type, sizeof t, DDP_READ_SYSCALL) != 0)
-                continue;
-            unsigned long mflags = 0;
-            uintptr_t meta = (uintptr_t)t.ob_base.ob_base.ob_type;
-            if (!meta || ddp_safe_read(&mflags, meta + offsetof(PyTypeObject, tp_flags), sizeof mflags,
-                                       DDP_READ_SYSCALL) != 0 ||
-                !(mflags & Py_TPFLAGS_TYPE_SUBCLASS))
-                continue;
-        }
-        size_t pre = ((t.tp_flags & Py_TPFLAGS_HAVE_GC) ? GC_HEAD_SIZE : 0);
-#if PY_VERSION_HEX >= 0x030C0000
-        if (t.tp_flags & Py_TPFLAGS_PREHEADER)
-#else
-        if (t.tp_flags & Py_TPFLAGS_MANAGED_DICT)
-#endif
-            pre += 2 * sizeof(void *);
-        if (pre != off || t.tp_basicsize <= 0 || (uint64_t)t.tp_basicsize + off > size)
-            continue;
-        return type;
-    }
-    return 0;
-}
-
 static void note_push(uint64_t id, uint64_t size, uintptr_t type)
 {
     ddp_alloc_info note = { .id = id, .size = size };
-    if (copy_type_name(type, note.type_name) != 0)
+    if (ddp_alloc_type_name(type, note.type_name) != 0)
         return;
     ddp_alloc_note_info(&note);
 }
@@ -375,14 +111,14 @@ static void pending_try(void)
     uintptr_t p = smp.pending;
     /* Another thread may have freed it (objects die anywhere): the live table, which every
      * free of the session updates, says whether the block is still ours to read. */
-    live_t *e = live_n ? live_find(p) : NULL;
+    ddp_live_entry *e = ddp_live_find(p);
     if (!e || e->id != smp.pending_id) {
         smp.pending = 0;
         atomic_fetch_add_explicit(&ast.untyped, 1, memory_order_relaxed);
         return;
     }
     int64_t t0 = ddp_now_ns();
-    uintptr_t type = block_type(p, smp.pending_size, 0);
+    uintptr_t type = ddp_alloc_block_type(p, smp.pending_size, 0);
     atomic_fetch_add_explicit(&ast.type_ns, (uint64_t)(ddp_now_ns() - t0), memory_order_relaxed);
     if (!type) {
         if (--smp.pending_tries <= 0) {
@@ -478,7 +214,7 @@ static void slow_path_body(layer_t *L, void *p, size_t n)
         atomic_fetch_add_explicit(&ast.emit_failed, 1, memory_order_relaxed);
         goto out;
     }
-    if (live_insert((uintptr_t)p, n, id, L->domain) != 0) {
+    if (ddp_live_insert((uintptr_t)p, n, id, L->domain) != 0) {
         atomic_fetch_add_explicit(&ast.live_overflow, 1, memory_order_relaxed);
         goto out; /* untracked: its type cannot be read safely later */
     }
@@ -527,7 +263,7 @@ static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old,
         return p; /* failed: the old block is still valid (and still sampled if it was) */
     }
     if (old)
-        live_forget((uintptr_t)old); /* resized or moved: the old sample ends; the new size is counted anew */
+        ddp_live_forget((uintptr_t)old); /* resized or moved: the old sample ends; the new size is counted anew */
     if (counted || !count_skip(L->slot, n))
         slow_path(L, p, n);
     return p;
@@ -535,7 +271,7 @@ static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old,
 
 static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
 {
-    live_forget((uintptr_t)p);
+    ddp_live_forget((uintptr_t)p);
     L->prev.free(L->prev.ctx, p);
 }
 
@@ -561,7 +297,7 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     }                                                                                                 \
     static void *h_realloc_##D##K(void *ctx, void *old, size_t n)                                     \
     {                                                                                                 \
-        if (__builtin_expect(filter_hit((uintptr_t)old), 0))                                          \
+        if (__builtin_expect(ddp_live_maybe((uintptr_t)old), 0))                                          \
             return realloc_slow(&layers[D][K], old, n, 0);                                            \
         if (__builtin_expect(count_skip(K, n), 1))                                                    \
             return layers[D][K].prev.realloc(ctx, old, n);                                            \
@@ -569,7 +305,7 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
     }                                                                                                 \
     static void h_free_##D##K(void *ctx, void *p)                                                     \
     {                                                                                                 \
-        if (__builtin_expect(filter_hit((uintptr_t)p), 0))                                            \
+        if (__builtin_expect(ddp_live_maybe((uintptr_t)p), 0))                                            \
             return free_slow(&layers[D][K], p);                                                       \
         layers[D][K].prev.free(ctx, p);                                                               \
     }
@@ -686,17 +422,8 @@ static int alloc_start(const ddp_config *c)
     }
     if (k < 0)
         return DDP_EBUSY; /* too many stale layers under someone else's allocator */
-    if (!live) {
-        live = calloc(LIVE_CAP, sizeof *live);
-        if (!live)
-            return DDP_ENOMEM;
-    }
-    memset(live, 0, LIVE_CAP * sizeof *live);
-    filter_clear();
-    live_n = 0;
-    free(frozen);
-    frozen = NULL;
-    frozen_n = 0;
+    if (ddp_live_open() != DDP_OK)
+        return DDP_ENOMEM;
     ddp_alloc_scheme_start((double)r);
     smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
     smp.busy = smp.parked = 0;
@@ -719,38 +446,6 @@ static int alloc_start(const ddp_config *c)
     }
     atomic_store(&active_slot, k);
     return DDP_OK;
-}
-
-/* skip: domains whose hook was unlinked during the session (bit per domain): their entries
- * may name blocks freed without our seeing it, so they are left out, unread. */
-static void freeze_live(unsigned skip)
-{
-    free(frozen);
-    frozen = NULL;
-    frozen_n = 0;
-    int native_n = ddp_nalloc_live_count();
-    if ((!live_n || !live) && !native_n)
-        return;
-    frozen = calloc(live_n + (uint32_t)native_n + 1, sizeof *frozen);
-    if (!frozen)
-        return;
-    frozen_n = ddp_nalloc_live_take(frozen, native_n); /* C allocations: named leaves already */
-    if (!live)
-        return;
-    for (uint32_t i = 0; i < LIVE_CAP; i++) {
-        live_t *e = &live[i];
-        if (!e->ptr || (skip & (1u << e->domain)))
-            continue;
-        ddp_alloc_info *o = &frozen[frozen_n++];
-        o->id = e->id;
-        o->size = e->size;
-        o->type_name[0] = 0;
-        uintptr_t type = e->type;
-        if (!type && e->domain == DOM_OBJ)
-            type = block_type(e->ptr, e->size, 1); /* allocated (the object is initialised) unless a free went unseen */
-        if (type && copy_type_name(type, o->type_name) != 0)
-            o->type_name[0] = 0;
-    }
 }
 
 /* With the GIL: stop sampling, put the previous allocators back when ours is still on top
@@ -778,12 +473,7 @@ static void stop_gil(void)
         }
         top[d] = NULL;
     }
-    freeze_live(skip);
-    /* after the freeze the table is not read again before the next start (which clears it):
-     * empty the prefilter so frees through a pass-through layer left installed stay on the
-     * fast path */
-    live_n = 0;
-    filter_clear();
+    ddp_live_freeze(skip);
 }
 
 static void alloc_stop_locked(void)
@@ -808,8 +498,7 @@ static void alloc_after_fork(void)
     top[0] = top[1] = NULL;
     smp.busy = smp.parked = 0;
     smp.pending = 0;
-    live_n = 0;
-    filter_clear();
+    ddp_live_after_fork();
     ddp_alloc_scheme_after_fork();
 }
 
@@ -826,45 +515,6 @@ const ddp_engine ddp_alloc_engine = {
 
 /* ---- the public API (ddprof.h) ------------------------------------------------------------------ */
 
-int ddp_alloc_live_ids(uint64_t *out, int max)
-{
-    if (!out || max < 0)
-        return DDP_EINVAL;
-    if (!Py_IsInitialized() || !live)
-        return 0;
-    PyGILState_STATE g = PyGILState_Ensure();
-    int n = 0;
-    if (top[0] || top[1]) {
-        for (uint32_t i = 0; i < LIVE_CAP; i++)
-            if (live[i].ptr) {
-                if (n < max)
-                    out[n] = live[i].id;
-                n++;
-            }
-        n += ddp_nalloc_live_ids(n < max ? out + n : NULL, n < max ? max - n : 0);
-    } else {
-        for (int i = 0; i < frozen_n; i++) {
-            if (n < max)
-                out[n] = frozen[i].id;
-            n++;
-        }
-    }
-    PyGILState_Release(g);
-    return n; /* may exceed max: call again with a bigger buffer */
-}
-
-int ddp_alloc_live_list(ddp_alloc_info *out, int max)
-{
-    if (!out || max < 0)
-        return DDP_EINVAL;
-    if (top[0] || top[1])
-        return DDP_EBUSY; /* only after stop */
-    int n = frozen_n < max ? frozen_n : max;
-    if (n > 0) /* frozen is NULL when nothing was tracked: memcpy(NULL, 0) is undefined */
-        memcpy(out, frozen, (size_t)n * sizeof *out);
-    return frozen_n;
-}
-
 int ddp_alloc_get_stats(ddp_alloc_stats *out)
 {
     if (!out)
@@ -877,7 +527,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->typed = atomic_load(&ast.typed);
     out->untyped = atomic_load(&ast.untyped);
     out->reentered = atomic_load(&ast.reentered);
-    out->live_at_stop = (uint64_t)frozen_n;
+    out->live_at_stop = (uint64_t)ddp_live_frozen_count();
     out->sample_ns = atomic_load(&ast.sample_ns);
     out->type_ns = atomic_load(&ast.type_ns);
     out->left_installed = ast.left_installed;
@@ -959,3 +609,4 @@ int ddp_alloc_test_foreign(int on)
     PyGILState_Release(g);
     return DDP_OK;
 }
+

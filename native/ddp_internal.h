@@ -1,8 +1,8 @@
 /* ddp_internal.h — what the native files share beyond the public API (ddprof.h).
  *
- * pyframes.c is the only file compiled against CPython's internal headers; the rest
- * sees interpreter state only through the functions declared here, so version-specific
- * layout stays in one place.  The sampler core's own state is in core.h, the event
+ * Only the py*.c files (pyinternals.h) are compiled against CPython's internal headers;
+ * the rest sees interpreter state only through the functions declared here, so
+ * version-specific layout stays in one place.  The sampler core's own state is in core.h, the event
  * engines' interface in engine.h.
  */
 #ifndef DDP_INTERNAL_H
@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
+#include <time.h>
 #include "ddprof.h"
 
 #define DDP_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -70,17 +71,17 @@ ddp_agg *ddp_agg_new(uint32_t max_keys, size_t arena_bytes);
 void ddp_agg_free(ddp_agg *a);
 void ddp_agg_reset(ddp_agg *a);
 /* Add r (its time bucket: `bucket`, -1 for none) into a: 0, or -1 when a is full. */
-int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_of)(int64_t ts));
+int ddp_agg_add(ddp_agg *a, const ddp_record *r, int64_t bucket, int64_t (*bucket_fn)(int64_t ts));
 /* Merge entries of one key in one bucket of the tick at the latest entry's time (before any
- * is read): bucket_under(e, last), -1 keeps e apart; returns how many entries were merged away. */
-uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_under)(const ddp_record *e, int64_t last));
+ * is read): bucket_at(e, last), -1 keeps e apart; returns how many entries were merged away. */
+uint32_t ddp_agg_coarsen(ddp_agg *a, int64_t (*bucket_at)(const ddp_record *e, int64_t last));
 /* Copy up to max entries not read yet into buf, one per `stride` bytes; returns how many. */
 int ddp_agg_take(ddp_agg *a, void *buf, int max, size_t stride);
 uint32_t ddp_agg_keys(const ddp_agg *a);
 uint64_t ddp_agg_folded(const ddp_agg *a); /* records folded into their thread's last entry (full), ever */
 int ddp_agg_quarter_full(const ddp_agg *a);
 
-/* ---- interpreter access (pyframes.c) ------------------------------------------------- */
+/* ---- interpreter access (pyframes.c; code deaths: pygraveyard.c) ---------------------- */
 /* Set up with the GIL held: remembers the interpreter, its GIL and type addresses. */
 int ddp_py_init(void);
 void ddp_py_types_init(void);           /* type addresses only; no GIL needed */
@@ -104,14 +105,22 @@ void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them 
 void ddp_py_graveyard_clear(void);
 void ddp_py_after_fork_child(void);
 
+/* ---- code filters (codefilters.c) --------------------------------------------------- */
 /* Bloom filter of code pointers seen in samples (set by producers, read by the watcher). */
 void ddp_bloom_set(uintptr_t code);
 int ddp_bloom_test(uintptr_t code);
 void ddp_bloom_clear(void);
+/* Code the drain has resolved: a sample of other code sets ddp_new_code_seen. */
+void ddp_known_note(uintptr_t code, uint64_t fp);
 void ddp_known_clear(void);
 extern _Atomic int ddp_new_code_seen; /* a sample named code the drain has not resolved */
 
-int64_t ddp_now_ns(void);                  /* CLOCK_MONOTONIC */
+static inline int64_t ddp_now_ns(void) /* CLOCK_MONOTONIC */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 extern _Atomic int ddp_session_active;     /* watcher callback and handlers check it */
 extern _Atomic uint64_t ddp_graveyard_overflow;
 void ddp_set_errno(int e);

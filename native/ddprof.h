@@ -233,7 +233,7 @@ int ddp_test_unwind_get(int i, uint64_t *pcs, int cap, int32_t *flags, int64_t *
 void ddp_test_unwind_free(void);
 int ddp_test_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int32_t *flags);
 /* ---- end native frames ---- */
-/* ---- interpreter layout (pyframes.c) ----
+/* ---- interpreter layout (pylayout.c) ----
  * 0: the running interpreter's published offsets (_PyRuntime.debug_offsets, 3.13+) equal
  * the compiled ones (3.11/3.12: always 0); 1: they differ, 2: no frame walker for this
  * build; msg then says why.  The selftest perturbs published value `field` (0 = cookie) in
@@ -379,7 +379,7 @@ const char *ddp_nalloc_kind_name(int kind); /* the leaf of an ALLOC aux's kind b
  * (cffi declares no Python types): 0, or -1 with the error printed. */
 int ddp_aio_types(void);
 /* ---- end asyncio task stepper ---- */
-/* ---- another process: dump and sampling from outside (pyframes.c) -------------------------
+/* ---- another process: dump and sampling from outside (pyremote.c) --------------------------
  * The target runs this module's CPython minor version (3.13+: its published offsets are
  * compared with ours at open).  The caller fills pid and the target's symbol addresses (its
  * ELF symbols plus load base); ddp_remote_open fills the rest.  Errors: DDP_EUNSUPPORTED with

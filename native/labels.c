@@ -1,6 +1,6 @@
 /* labels.c — label words: each thread's published label-set id.
  *
- * Python writes a thread's word directly through a memoryview (ddp_label_word, ~0.1 us per
+ * Python writes a thread's word directly through a memoryview (ddp_label_word: a store per
  * label change instead of a cffi call); the CPU handler and the wall thread read it.  Views
  * may be held by Python code for any time (across sessions, a fork, the thread's end), so
  * the words are static storage, never freed: a stale view can at worst write a wrong label,

@@ -1,57 +1,14 @@
-/* nalloc.c — C allocations of extension modules in ALLOC and LIVE.
+/* nalloc.c — engine: ALLOC/LIVE of C extensions' allocations, without the GIL.
  *
- * Most of a data notebook's memory is allocated in C: numpy array data, compression
- * buffers, C++ containers.  Two sources, hooked in the GOT of every loaded object but the
- * interpreter itself (gotpatch.c: the same loader-safe patching as the wait hooks; objects
- * loaded during the session are hooked at the wall thread's next tick):
- *  - PyTraceMalloc_Track / PyTraceMalloc_Untrack: numpy reports every data buffer there
- *    (domain 389047), pandas its hash tables (424242); leaf "[numpy]", "[pandas hashtable]"
- *    (other domains: "[traced domain N]").  The real
- *    function is always called, so tracemalloc keeps working beside us.
- *  - the C allocator: malloc, calloc, realloc, free, posix_memalign, aligned_alloc,
- *    memalign; leaf "[malloc]", "[calloc]", ... .
- *  - anonymous mappings: mmap (mmap64), munmap, mremap; leaf "[mmap]".  Large buffers that
- *    extensions map themselves, and the arenas of allocators linked into a library (they
- *    grow by mmap: seen where an arena grows, not per block).  File mappings are not
- *    allocations (their pages belong to the file's cache) and are left out.
- *
- * No double counting.
- *  - The interpreter's own object (libpython, or the executable holding it) is never hooked:
- *    the PyMem allocators end in its malloc, and alloc.c counts them already.
- *  - An object that imports PyTraceMalloc_Track reports its buffers there (numpy: data
- *    buffers are malloc'd and then tracked), so its allocation functions are not hooked;
- *    its free is (a block allocated elsewhere may be freed there).
- *
- * Sampling: the Poisson process over bytes of alloc.c, at the same mean gap R, with one
- * countdown per thread (these calls run without the GIL); weights from ddp_alloc_weigh.
- * Sample ids come from alloc.c's sequence; the leaf rides in the record's aux, as a kind
- * in its top byte (ddprof.h; a traced domain's number does not fit: that leaf is a note,
- * ddp_alloc_note).
- *
- * Merging.  Most sampled C blocks are short-lived (array churn): by the time their record
- * leaves the ring (the wall thread's tick, or a drain) the block is often freed.  A free
- * notes the sample's aux in a small direct-mapped table (nfreed); nalloc_settle (the
- * engine's settle), called on every ALLOC record leaving the ring, then clears its id, so the aggregate adds the
- * weights of one stack's, leaf's and time tick's freed samples into one record and the
- * Python drain converts one record instead of hundreds.  No LIVE can need an id whose block
- * is gone; a block still allocated keeps its id (LIVE at stop finds its record by it).
- *
- * Live: sampled blocks go into one table (a mutex: any thread, no GIL), keyed by address
- * whatever object allocates or frees them: a block malloc'd in one library and freed in
- * another is matched.  free and Untrack test a 64 KiB prefilter over 4 KiB granules
- * first and take the lock only on a hit.  A free is taken out of the table before the
- * real free (after it, another thread could be handed the same address and sample it).
- * Frees the hooks cannot see (inside libc, the interpreter, a statically linked
- * allocator) leave a sampled block in the table: such mixing of allocators is rare.
- * Sampled mappings are also listed by range (nmaps, under live_lock), since munmap may take
- * any page range of them: fully unmapped, the sample ends; partly, the entry keeps the
- * larger piece left (a hole in the middle loses the smaller side: LIVE never holds bytes
- * that are gone) and LIVE scales its weight by the bytes left.  MAP_FIXED and mremap
- * end the samples of the ranges they replace or move.
- *
- * Wrappers keep the real functions' results and errno; they record only while a session
- * with native allocations is on and the caller is a Python thread (ddp_emit_own).  A fork
- * child puts every slot back at once (pthread_atfork) and records nothing.
+ * Most of a data notebook's memory is allocated in C (numpy data, compression buffers, C++
+ * containers), where PyMem never sees it.  So the malloc family, anonymous mmap/munmap/
+ * mremap and PyTraceMalloc_Track/Untrack are hooked in the GOT of every loaded object but
+ * the interpreter's own (gotpatch.c), and sampled with allocsample.c's scheme, one countdown
+ * per thread.  Counted once: the interpreter's own object is never hooked (PyMem ends in its
+ * malloc), and an object that calls PyTraceMalloc_Track keeps only its free hooked.  Sampled
+ * blocks live in one table keyed by address, as another library may free them, and mappings
+ * also by page range, as munmap may take any part of one.  A sample whose block is freed
+ * before its record leaves the ring loses its id (nalloc_settle), so such samples merge.
  */
 #define _GNU_SOURCE
 #include <errno.h>

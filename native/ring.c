@@ -10,15 +10,13 @@
  * after creation, memory is mmap'ed once.
  *
  * A cell stores its sequence number minus its own index, so the fresh mapping's zero pages
- * already read as Vyukov's initial state (cell i: sequence i) and creation writes nothing:
- * writing every cell's sequence at start faulted in the whole ring (12.8 MB by default,
- * ~3200 page faults and ~6 ms of CPU per start) and evicted the profiled code's caches
- * (bench_locks).  Faulting pages in where records are first written is no better: a fresh
- * cell cost a lock/park hook ~2.7 us more (4.2 vs 1.5 us per record, bench_locks' record
- * cost), under the GIL's mutex for a GIL wait.  So the ring is populated ahead of the
- * producers, off their path: the first cells at creation, then the sampler thread keeps
- * DDP_RING_AHEAD cells ahead of the enqueue position (ddp_ring_prefault, one
- * MADV_POPULATE_WRITE per chunk; without it, Linux < 5.14, producers fault pages in).
+ * already read as Vyukov's initial state (cell i: sequence i) and creation writes nothing
+ * (writing every cell faults the whole ring in at each start and evicts the profiled code's
+ * caches).  A page first touched by a producer costs that producer a fault, under the GIL's
+ * mutex for a GIL wait, so the ring is populated ahead of the producers, off their path:
+ * the first cells at creation, then the sampler thread keeps DDP_RING_AHEAD cells ahead of
+ * the enqueue position (ddp_ring_prefault, one MADV_POPULATE_WRITE per chunk; without it,
+ * Linux < 5.14, producers fault pages in).
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>

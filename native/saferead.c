@@ -5,8 +5,8 @@
  *   siglongjmps back to the guard when the faulting thread has one armed (the idea of
  *   async-profiler's safeAccess / echion's sigsetjmp page copies); any other fault is
  *   passed to the handler that was installed before ours, exactly as if we were absent.
- *   Cost: a load.  A walk of 300 frames stays in the microseconds.
- * - SYSCALL: process_vm_readv(getpid()) returns EFAULT for a bad address.  ~0.7-1 us per
+ *   Cost: a load.
+ * - SYSCALL: process_vm_readv(getpid()) returns EFAULT for a bad address.  A syscall per
  *   read, so it is the fallback: when someone replaces our fault handler while we sample
  *   (checked every sample and every wall tick) the session switches to it for good.
  */
@@ -75,7 +75,7 @@ int ddp_safe_read(void *dst, uintptr_t src, size_t n, int mode)
     return got == (ssize_t)n ? 0 : -1;
 }
 
-/* Another process's memory (a dump or a sampling from outside, ddp_remote_* in pyframes.c):
+/* Another process's memory (a dump or a sampling from outside, ddp_remote_* in pyremote.c):
  * process_vm_readv on its pid, which needs ptrace rights over it.  -1 on any failure, errno
  * kept for the caller to name (EPERM: no rights; ESRCH: it exited; EFAULT: not mapped). */
 int ddp_remote_read(int pid, void *dst, uintptr_t src, size_t n)

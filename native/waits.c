@@ -1,47 +1,17 @@
-/* waits.c — lock-contention and park events: the interpreter's blocking waits, hooked by
- * patching GOT entries.
+/* waits.c — engine: lock-contention (LOCK) and park (PARK) events from the interpreter's
+ * blocking waits, hooked by patching GOT entries (gotpatch.c).
  *
- * Why the GOT: CPython's lock waits (PyThread_acquire_lock_timed on 3.11/3.12, the parking
- * lot's _PySemaphore on 3.13) end in sem_clockwait/sem_wait, time.sleep in clock_nanosleep,
- * the select module in select/poll/epoll_wait, _socket in recv, recvfrom, recvmsg, accept and poll.  Redirecting
- * the importing objects' GOT slots catches every Lock, RLock, Condition, Event, Queue, join,
- * sleep and socket wait — locks created before profiling started included — with the exact
- * duration, on the waiting thread itself, whose own frame walk (ddp_emit_own) is safe.
+ * Why the GOT: CPython's lock waits (3.11/3.12 PyThread_acquire_lock_timed, 3.13 the
+ * parking lot), time.sleep, the select module and _socket all end in a few libc calls
+ * (sem_clockwait/sem_wait, clock_nanosleep, select/poll/epoll_wait, recv*, accept).
+ * Redirecting the importing objects' slots catches every wait, on locks made before the
+ * start too, with its exact duration, on the waiting thread itself, whose own frame walk
+ * is safe.  Cond waits are the GIL only in libpython's own slots.  Wrappers call the
+ * original and keep its result and errno.
  *
- * Safety rules (the patching itself: gotpatch.c):
- *  - a slot is patched only when it resolves (by its symbol version) to the very function
- *    this module calls, and either already holds it or still holds the object's own lazy
- *    PLT stub; a slot holding anything else (another hook, an interposer) is left alone;
- *  - cond waits (the GIL) are patched in libpython (or the executable holding it) only:
- *    elsewhere a cond wait is not the GIL;
- *  - stop restores every slot to its exact original value with a compare-and-swap, and only
- *    in objects still loaded; a slot someone re-patched meanwhile is left and counted;
- *  - a fork child restores the slots at once (pthread_atfork) and records nothing;
- *  - wrappers call the original, keep its return value and errno, and record only while a
- *    session with the event is active and the caller is a Python thread;
- *  - no loader function is ever called from inside dl_iterate_phdr (gotpatch.c).
- * Objects loaded during a session (dlopen, a later `import select`) are patched at the wall
- * thread's next tick.
- *
- * Waits across the session's edges count for their part inside it: a wait in flight at
- * stop is recorded by stop, from its start to the stop, with the waiting thread's stack
- * (the in-flight table below); a thread already blocked when the session started (not in
- * a wrapper: the slot was not patched yet) is found by the wall thread (parked.c,
- * parked_at_start) and recorded from the start to when it wakes.
- *
- * Cost control: a wait shorter than the threshold T is recorded with probability d/T and
- * weight T (value) and an unbiased stochastic count, so totals stay unbiased.  Records per
- * second are the main cost (each is a stack walk here and ~15 us of Python at drain time, and
- * a GIL-wait record is taken while the GIL is free), so they are thinned to half of
- * `wait_max_rate` per second without bias by raising the threshold: every 100 ms window
- * (earlier in a burst) scales the effective threshold T_eff >= T by achieved/wanted records,
- * and the rule above runs with T_eff (waits >= T_eff are always kept, exactly, so long waits
- * keep their per-thread accuracy).  Waits >= T left out only because of T_eff are counted
- * as rate_dropped.  A token bucket (GCRA) at `wait_max_rate` with 0.1 s of burst remains as
- * a hard cap for bursts a window did not predict; a record it drops (or the ring refuses)
- * is carried over: its count and value are added to the same thread's next emitted record
- * of the same kind group, so totals stay unbiased (only a carry still pending at stop is
- * lost, and every drop is counted).
+ * Records per second are the cost, not waits: short waits are kept with probability d/T at
+ * weight T, T rises to keep the rate near half of wait_max_rate, and a token bucket caps
+ * bursts, carrying what it drops to the thread's next record (docs/architecture.md).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -67,9 +37,8 @@
 #include "gotpatch.h"
 
 #define DEFAULT_THRESHOLD_NS 100000
-#define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half).  A record costs ~1 us of stack walk in
-                              * the waiting thread and ~11 us of drain (bench_locks: drain thread CPU / records),
-                              * the rest of a wait ~0.05 us: records/s are the cost (1000/s: ~1.3% of a CPU) */
+#define DEFAULT_MAX_RATE 400 /* records/s cap (thinning aims at half): a record's stack walk and drain
+                              * cost far more than the rest of a wait */
 #define KEEP_WINDOW_NS 100000000LL
 
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -49,3 +49,71 @@ def test_engines_stay_outside_the_core():
         text = (NATIVE / name).read_text()
         named = re.findall(r"\bddp_(?:alloc|nalloc|waits)_\w+", text)
         assert not named, f"native/{name} names engine internals {sorted(set(named))}"
+
+
+# The sampler core's circle (threads.c calls into cpu.c and wall.c, which call back): being
+# cut apart; no other file may join it, and no other circle may form.
+CORE_CIRCLE = {"cpu.c", "wall.c", "threads.c", "records.c", "drain.c", "session.c", "thread_start.c"}
+
+
+def _strip(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+
+
+def _calls() -> dict[str, set[str]]:
+    """C file -> the C files whose functions or variables it names.  A file defines the names
+    it declares at the start of a line without `static`/`extern`; it names every identifier it
+    spells.  engines.c's table is where the core reaches the engines without naming them: its
+    own edges are the inversion, not a dependency."""
+    texts = {p.name: _strip(p.read_text()) for p in sorted(NATIVE.glob("*.c"))}
+    owner = {}
+    for name, text in texts.items():
+        for m in re.finditer(r"^(?!static\b|extern\b|typedef\b|#)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*[(=;\[]",
+                             text, re.M):
+            owner[m.group(1)] = name
+    return {name: {owner[w] for w in set(re.findall(r"\b[A-Za-z_]\w*\b", text)) if w in owner} - {name}
+            for name, text in texts.items() if name != "engines.c"} | {"engines.c": set()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one file (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_call_graph_is_read():
+    calls = _calls()
+    assert {"pyframes.c", "pycode.c", "pylayout.c"} <= calls["pyremote.c"]
+    assert "alloclive.c" in calls["alloc.c"] and "records.c" in calls["alloc.c"]
+
+
+def test_no_circle_among_native_files_but_the_cores():
+    circles = _circles(_calls())
+    assert all(c <= CORE_CIRCLE for c in circles), [sorted(c) for c in circles if not c <= CORE_CIRCLE]

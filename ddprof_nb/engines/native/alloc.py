@@ -1,4 +1,5 @@
-"""Allocation samples of the native engine: type leaves and LIVE rows (native/alloc.c).
+"""Allocation samples of the native engine: type leaves and LIVE rows (native/alloc.c,
+alloctype.c, alloclive.c).
 
 ``AllocTracker`` receives the ALLOC records the RecordConverter decodes (``hold_many``), and
 adds them to the profile once the native side had its chance to name the allocated

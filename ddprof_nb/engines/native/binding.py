@@ -24,7 +24,7 @@ ffi = None
 lib = None
 _reason: str | None = None
 
-# CPython versions whose internal layout native/pyframes.c reads (GIL builds only).  On
+# CPython versions whose internal layout native/pyinternals.h reads (GIL builds only).  On
 # 3.13+ the running interpreter's published offsets (_PyRuntime.debug_offsets) are also
 # compared with the compiled ones at load: any difference refuses the engine.
 SUPPORTED = ((3, 11), (3, 12), (3, 13), (3, 14), (3, 15))
