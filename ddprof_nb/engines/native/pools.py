@@ -1,0 +1,169 @@
+"""Samples of threads that run no Python, put under the Python line that asked for the work.
+
+A BLAS, OpenMP, Rust or database pool thread's sample holds only native frames.  Its
+*library* is the object of its outermost frame outside the C runtime (``libopenblas``'s
+``blas_thread_server``, ``libgomp``'s ``gomp_thread_start``, an extension's worker
+function): the library whose pool it is.  A Python thread is *inside* a library at a time
+when a record of it around then holds a native frame of that library: its own CPU samples
+carry their native frames when native threads are sampled, and each tick in which a pool
+thread ran, the sampler walks every blocked Python thread from outside and records where it
+waits as a CPU row of count 0 (an *observation*: ``osthreads.c``).  So a pool thread's
+sample goes under the stack of the Python thread found inside its library nearest in time
+(within ``window_ns``), cut just above its first frame in that library, then a
+``[pool: <thread name>]`` frame, then the pool thread's own frames; with none found, under
+``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept.
+
+Limits: two Python threads inside one library at once get each pool sample by nearness in
+time alone; a pool that keeps working after its caller returned (asynchronous work) goes
+under ``[native threads]`` once no caller is near; a caller blocked in a library without
+unwind tables for its wait (no ``.eh_frame``) is not seen inside it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...events import EventType, FrameKind
+from ...model import Frame, Profile, Thread, aggregate_columns, columns
+from ...render.format import format_duration
+
+__all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
+
+NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
+# the C runtime and loader: every thread starts and waits in them, no pool is theirs
+_RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt)[.-][^/]*$")
+_CPU = EventType.CPU.value
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    profile: Profile
+    attributed_ns: int = 0
+    unattributed_ns: int = 0
+    threads: int = 0
+
+    def notes(self) -> list[str]:
+        total = self.attributed_ns + self.unattributed_ns
+        if total <= 0:
+            return []
+        share = 100.0 * self.attributed_ns / total
+        return [f"threads that run no Python: {format_duration(total)} of CPU on {self.threads} thread(s); "
+                f"{share:.0f}% under the Python line that asked for the work ([pool: <thread>]), "
+                f"{format_duration(self.unattributed_ns)} under [native threads] (no Python thread was inside "
+                f"that library then)"]
+
+
+def _library(frame: Frame) -> str | None:
+    if frame.kind is not FrameKind.NATIVE or not frame.filename or _RUNTIME.search(frame.filename):
+        return None
+    return frame.filename
+
+
+def _short(library: str) -> str:
+    return library.rsplit("/", 1)[-1]
+
+
+def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, str], *, raw: bool = False,
+                    keep_native: bool = True, window_ns: int = 50_000_000) -> PoolResult:
+    """``profile`` with the rows of ``native_tids`` (threads that run no Python) attributed
+    (module docstring), observation rows dropped and, without ``keep_native``, native frames
+    left only as the one ``[library]`` frame of a pool sample.  ``raw``: each pool thread's
+    samples stay under that thread (its frames, or its library's frame)."""
+    frames = list(profile.frames)
+    index = {f: i for i, f in enumerate(frames)}
+
+    def fid(frame: Frame) -> int:
+        i = index.get(frame)
+        if i is None:
+            i = index[frame] = len(frames)
+            frames.append(frame)
+        return i
+
+    libs = [_library(f) for f in profile.frames]
+    native_kind = [f.kind is FrameKind.NATIVE for f in profile.frames]
+    stacks = profile.stacks
+    tids = np.array([t.tid for t in profile.threads], dtype=np.int64)
+    is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
+    observation = (profile.event == _CPU) & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
+
+    # where each Python thread was inside each library, by time: library -> sorted (time, row)
+    inside: dict[str, list[tuple[int, int]]] = {}
+    for row in np.flatnonzero(~is_pool & (profile.event == _CPU)).tolist():
+        seen = set()
+        for f in stacks[int(profile.stack[row])]:
+            lib = libs[f]
+            if lib is not None and lib not in seen:
+                seen.add(lib)
+                inside.setdefault(lib, []).append((int(profile.time_ns[row]), row))
+    for v in inside.values():
+        v.sort()
+
+    threads = list(profile.threads)
+    thread_col = profile.thread.copy()
+    stack_col = profile.stack.copy()
+    new_stacks = list(stacks)
+    interned: dict[tuple[int, ...], int] = {}
+
+    def stack_id(t: tuple[int, ...]) -> int:
+        sid = interned.get(t)
+        if sid is None:
+            sid = interned[t] = len(new_stacks)
+            new_stacks.append(t)
+        return sid
+
+    def python_only(stack) -> tuple[int, ...]:
+        # (native frames collected only to find libraries; a native walk's cut inside the stack goes too)
+        return tuple(f for i, f in enumerate(stack)
+                     if not native_kind[f] and not (i and profile.frames[f].kind is FrameKind.TRUNCATED))
+
+    attributed = unattributed = 0
+    for row in np.flatnonzero(is_pool).tolist():
+        own = stacks[int(profile.stack[row])]
+        lib = next((libs[f] for f in own if libs[f] is not None), None)  # outermost non-runtime frame
+        tid = int(tids[profile.thread[row]])
+        name = names.get(tid) or profile.threads[profile.thread[row]].name or f"thread {tid}"
+        tail = own if keep_native else (fid(Frame(f"[{_short(lib)}]", lib, kind=FrameKind.NATIVE)),) if lib else own
+        if raw:
+            stack_col[row] = stack_id(tuple(tail))
+            continue
+        value = int(profile.values[row, 1])
+        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window_ns) if lib else None
+        if caller is None:
+            unattributed += value
+            head = (fid(NATIVE_THREADS), fid(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "",
+                                                   kind=FrameKind.NATIVE)), fid(Frame(name, kind=FrameKind.THREAD)))
+            stack_col[row] = stack_id(head + (tuple(tail) if keep_native else ()))
+            continue
+        attributed += value
+        theirs = stacks[int(profile.stack[caller])]
+        cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
+        prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])
+        stack_col[row] = stack_id(prefix + (fid(Frame(f"[pool: {name}]", kind=FrameKind.THREAD)),) + tuple(tail))
+        thread_col[row] = profile.thread[caller]
+    if not keep_native:
+        for row in np.flatnonzero(~is_pool).tolist():
+            stack_col[row] = stack_id(python_only(stacks[int(profile.stack[row])]))
+    keep = ~observation
+    cols = aggregate_columns(profile.event[keep], stack_col[keep], thread_col[keep], profile.labels[keep],
+                             profile.time_ns[keep], profile.values[keep])
+    out = profile.replace(frames=tuple(frames), stacks=new_stacks, threads=tuple(threads), **columns(cols))
+    n_threads = len({int(tids[t]) for t in np.unique(profile.thread[is_pool])}) if is_pool.any() else 0
+    return PoolResult(out, attributed, unattributed, n_threads)
+
+
+def _nearest(seen: list[tuple[int, int]], t: int, window_ns: int) -> int | None:
+    """The row of the record nearest ``t`` in time among ``seen`` (sorted), within the window."""
+    if not seen:
+        return None
+    k = bisect.bisect_left(seen, (t, -1))
+    best, best_d = None, window_ns + 1
+    for j in (k - 1, k):
+        if 0 <= j < len(seen):
+            d = abs(seen[j][0] - t)
+            if d < best_d:
+                best, best_d = seen[j][1], d
+    return best
