@@ -3,9 +3,9 @@
  * Each wall tick of a session with native_threads on, the sampler thread lists
  * /proc/self/task (one getdents) and arms a CPU timer on every thread that is neither a
  * registered Python thread nor the sampler itself: the thread's own CPU clock
- * ((~tid << 3) | 6), SIGEV_THREAD_ID, as cpu.c does for Python threads.  A thread is armed
- * at its second sighting, so a Python thread whose tid the interpreter has not published
- * yet is not taken for a native one; its first sample then weighs its CPU since its birth
+ * ((~tid << 3) | 6), SIGEV_THREAD_ID, as cpu.c does for Python threads.  A thread born
+ * during the session is armed at its second sighting, so a Python thread whose tid the
+ * interpreter has not published yet is not taken for a native one; its first sample then weighs its CPU since its birth
  * (or since the start), so a pool thread seen once keeps its whole CPU.  The SIGPROF
  * handler (cpu.c) hands a signal whose timer value points into this table to
  * osthreads_signal: a record with no Python frames, the thread's native stack (unwind.c).
@@ -63,6 +63,7 @@ typedef struct {
 
 static os_thread ost[OS_MAX]; /* static: a late signal never reads freed memory */
 static uint32_t gen;
+static int task_fd = -1; /* /proc/self/task, kept open: each scan rewinds it */
 static uint32_t for_session;
 static os_total *totals;
 static int n_totals, cap_totals;
@@ -220,6 +221,9 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         atomic_store(&t->tid, tid);
     }
     t->seen_gen = gen;
+    /* one there at the start that registered as no Python thread then is a native one */
+    if (t->sightings == 0 && !thread_born_in_session(tid))
+        t->sightings = 1;
     if (++t->sightings == 2) {
         int64_t now = clock_ns(t->clock);
         if (now < 0) {
@@ -317,12 +321,17 @@ void osthreads_tick(int64_t now, int final_tick)
         begin();
     if (final_tick) {
         final();
+        if (task_fd >= 0)
+            close(task_fd);
+        task_fd = -1;
         return;
     }
     gen++;
     st.scans++;
-    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
+    if (task_fd < 0)
+        task_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = task_fd;
+    if (fd < 0 || lseek(fd, 0, SEEK_SET) != 0)
         return;
     int64_t ran = 0;
     int32_t self = my_tid();
@@ -335,7 +344,6 @@ void osthreads_tick(int64_t now, int final_tick)
             if (d->d_name[0] >= '1' && d->d_name[0] <= '9')
                 seen((int32_t)atoi(d->d_name), self, &ran);
         }
-    close(fd);
     for (int i = 0; i < OS_MAX; i++) /* gone since the last scan */
         if (atomic_load(&ost[i].tid) && ost[i].seen_gen != gen) {
             if (ost[i].sightings >= 2)
@@ -356,6 +364,9 @@ void osthreads_after_fork(void)
     for (int i = 0; i < OS_MAX; i++)
         atomic_store(&ost[i].tid, 0), atomic_store(&ost[i].armed, 0);
     for_session = 0;
+    if (task_fd >= 0)
+        close(task_fd); /* (the parent's threads' directory) */
+    task_fd = -1;
 }
 
 int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *names, int cap)

@@ -8,8 +8,9 @@ when a record of it around then holds a native frame of that library: its own CP
 carry their native frames when native threads are sampled, and each tick in which a pool
 thread ran, the sampler walks every blocked Python thread from outside and records where it
 waits as a CPU row of count 0 (an *observation*: ``osthreads.c``).  So a pool thread's
-sample goes under the stack of the Python thread found inside its library nearest in time
-(within ``window_ns``), cut just above its first frame in that library, then a
+sample goes under the stack of the Python thread found inside its library around its time
+(records of that thread in it before and after, at most ``span_ns`` apart; else its nearest
+record in it, within ``window_ns`` or two time ticks), cut just above its first frame in that library, then a
 ``[pool: <thread name>]`` frame, then the pool thread's own frames; with none found, under
 ``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept.
 
@@ -68,11 +69,12 @@ def _short(library: str) -> str:
 
 
 def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, str], *, raw: bool = False,
-                    keep_native: bool = True, window_ns: int = 50_000_000) -> PoolResult:
+                    keep_native: bool = True, window_ns: int = 50_000_000, span_ns: int = 1_000_000_000) -> PoolResult:
     """``profile`` with the rows of ``native_tids`` (threads that run no Python) attributed
     (module docstring), observation rows dropped and, without ``keep_native``, native frames
     left only as the one ``[library]`` frame of a pool sample.  ``raw``: each pool thread's
     samples stay under that thread (its frames, or its library's frame)."""
+    window = max(window_ns, 2 * profile.tick_ns)  # (rows' times are their tick's start)
     frames = list(profile.frames)
     index = {f: i for i, f in enumerate(frames)}
 
@@ -98,7 +100,7 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
             lib = libs[f]
             if lib is not None and lib not in seen:
                 seen.add(lib)
-                inside.setdefault(lib, []).append((int(profile.time_ns[row]), row))
+                inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
     for v in inside.values():
         v.sort()
 
@@ -131,7 +133,7 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
             stack_col[row] = stack_id(tuple(tail))
             continue
         value = int(profile.values[row, 1])
-        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window_ns) if lib else None
+        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if lib else None
         if caller is None:
             unattributed += value
             head = (fid(NATIVE_THREADS), fid(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "",
@@ -155,15 +157,19 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     return PoolResult(out, attributed, unattributed, n_threads)
 
 
-def _nearest(seen: list[tuple[int, int]], t: int, window_ns: int) -> int | None:
-    """The row of the record nearest ``t`` in time among ``seen`` (sorted), within the window."""
+def _nearest(seen: list[tuple[int, int, int]], t: int, window_ns: int, span_ns: int) -> int | None:
+    """The row of the Python thread inside the library at ``t``: the one whose records in it
+    (``seen``: sorted (time, thread, row)) come both before and after ``t`` within
+    ``span_ns`` (it stayed inside between them), else the record nearest ``t`` within
+    ``window_ns``."""
     if not seen:
         return None
-    k = bisect.bisect_left(seen, (t, -1))
+    k = bisect.bisect_left(seen, (t, -1, -1))
+    before, after = (seen[k - 1] if k > 0 else None), (seen[k] if k < len(seen) else None)
+    if before and after and before[1] == after[1] and after[0] - before[0] <= span_ns:
+        return before[2] if t - before[0] <= after[0] - t else after[2]
     best, best_d = None, window_ns + 1
-    for j in (k - 1, k):
-        if 0 <= j < len(seen):
-            d = abs(seen[j][0] - t)
-            if d < best_d:
-                best, best_d = seen[j][1], d
+    for near in (before, after):
+        if near is not None and abs(near[0] - t) < best_d:
+            best, best_d = near[2], abs(near[0] - t)
     return best
