@@ -1,7 +1,7 @@
 /* core.h — what the sampler core's files share: the session, its thread slots and stats.
  *
- * The core is threads.c, labels.c, cpu.c, records.c, wall.c, parked.c, drain.c, session.c
- * and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
+ * The core is threads.c, labels.c, cpu.c, osthreads.c, records.c, wall.c, parked.c, drain.c,
+ * session.c and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
  * core through engine.h alone.  Every name declared here is hidden: it binds inside the
  * module and can never be interposed by, or interpose on, another library's symbol.
  */

@@ -179,8 +179,9 @@ static void retire(os_thread *t)
     atomic_store(&t->armed, 0);
     timer_delete(t->timer);
     int64_t now = clock_ns(t->clock);
+    int64_t last = atomic_load(&t->acct_ns); /* its handler's last read of its own clock */
     if (now < t->seen_ns)
-        now = t->seen_ns; /* exited: the last read */
+        now = t->seen_ns > last ? t->seen_ns : last; /* exited: the latest read */
     keep_total(atomic_load(&t->tid), now - t->base_ns, atomic_load(&t->sampled), t->comm);
     atomic_store(&t->tid, 0);
 }

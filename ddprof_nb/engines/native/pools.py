@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...events import EventType, FrameKind
-from ...model import Frame, Profile, Thread, aggregate_columns, columns
+from ...model import Frame, Profile, aggregate_columns, columns
 from ...render.format import format_duration
 
 __all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
@@ -68,6 +68,45 @@ def _short(library: str) -> str:
     return library.rsplit("/", 1)[-1]
 
 
+class _Tables:
+    """A profile's frames and stacks, with new ones interned after them."""
+
+    def __init__(self, profile: Profile):
+        self.frames = list(profile.frames)
+        self._index = {f: i for i, f in enumerate(self.frames)}
+        self.stacks = list(profile.stacks)
+        self._interned: dict[tuple[int, ...], int] = {}
+
+    def frame(self, frame: Frame) -> int:
+        i = self._index.get(frame)
+        if i is None:
+            i = self._index[frame] = len(self.frames)
+            self.frames.append(frame)
+        return i
+
+    def stack(self, frames: tuple[int, ...]) -> int:
+        sid = self._interned.get(frames)
+        if sid is None:
+            sid = self._interned[frames] = len(self.stacks)
+            self.stacks.append(frames)
+        return sid
+
+
+def _inside(profile: Profile, libs: list, python_rows: np.ndarray) -> dict[str, list[tuple[int, int, int]]]:
+    """Where Python threads were inside each library: library -> sorted (time, thread, row)."""
+    inside: dict[str, list[tuple[int, int, int]]] = {}
+    for row in np.flatnonzero(python_rows).tolist():
+        seen = set()
+        for f in profile.stacks[int(profile.stack[row])]:
+            lib = libs[f]
+            if lib is not None and lib not in seen:
+                seen.add(lib)
+                inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
+    for v in inside.values():
+        v.sort()
+    return inside
+
+
 def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, str], *, raw: bool = False,
                     keep_native: bool = True, window_ns: int = 50_000_000, span_ns: int = 1_000_000_000) -> PoolResult:
     """``profile`` with the rows of ``native_tids`` (threads that run no Python) attributed
@@ -75,47 +114,15 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     left only as the one ``[library]`` frame of a pool sample.  ``raw``: each pool thread's
     samples stay under that thread (its frames, or its library's frame)."""
     window = max(window_ns, 2 * profile.tick_ns)  # (rows' times are their tick's start)
-    frames = list(profile.frames)
-    index = {f: i for i, f in enumerate(frames)}
-
-    def fid(frame: Frame) -> int:
-        i = index.get(frame)
-        if i is None:
-            i = index[frame] = len(frames)
-            frames.append(frame)
-        return i
-
+    t = _Tables(profile)
     libs = [_library(f) for f in profile.frames]
     native_kind = [f.kind is FrameKind.NATIVE for f in profile.frames]
-    stacks = profile.stacks
-    tids = np.array([t.tid for t in profile.threads], dtype=np.int64)
+    tids = np.array([th.tid for th in profile.threads], dtype=np.int64)
     is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
-    observation = (profile.event == _CPU) & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
-
-    # where each Python thread was inside each library, by time: library -> sorted (time, row)
-    inside: dict[str, list[tuple[int, int]]] = {}
-    for row in np.flatnonzero(~is_pool & (profile.event == _CPU)).tolist():
-        seen = set()
-        for f in stacks[int(profile.stack[row])]:
-            lib = libs[f]
-            if lib is not None and lib not in seen:
-                seen.add(lib)
-                inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
-    for v in inside.values():
-        v.sort()
-
-    threads = list(profile.threads)
-    thread_col = profile.thread.copy()
-    stack_col = profile.stack.copy()
-    new_stacks = list(stacks)
-    interned: dict[tuple[int, ...], int] = {}
-
-    def stack_id(t: tuple[int, ...]) -> int:
-        sid = interned.get(t)
-        if sid is None:
-            sid = interned[t] = len(new_stacks)
-            new_stacks.append(t)
-        return sid
+    cpu = profile.event == _CPU
+    observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
+    inside = _inside(profile, libs, ~is_pool & cpu)
+    thread_col, stack_col = profile.thread.copy(), profile.stack.copy()
 
     def python_only(stack) -> tuple[int, ...]:
         # (native frames collected only to find libraries; a native walk's cut inside the stack goes too)
@@ -124,36 +131,34 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
 
     attributed = unattributed = 0
     for row in np.flatnonzero(is_pool).tolist():
-        own = stacks[int(profile.stack[row])]
+        own = profile.stacks[int(profile.stack[row])]
         lib = next((libs[f] for f in own if libs[f] is not None), None)  # outermost non-runtime frame
         tid = int(tids[profile.thread[row]])
         name = names.get(tid) or profile.threads[profile.thread[row]].name or f"thread {tid}"
-        tail = own if keep_native else (fid(Frame(f"[{_short(lib)}]", lib, kind=FrameKind.NATIVE)),) if lib else own
-        if raw:
-            stack_col[row] = stack_id(tuple(tail))
-            continue
-        value = int(profile.values[row, 1])
+        lib_frame = t.frame(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "", kind=FrameKind.NATIVE))
+        tail = tuple(own) if keep_native or not lib else (lib_frame,)
         caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if lib else None
-        if caller is None:
-            unattributed += value
-            head = (fid(NATIVE_THREADS), fid(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "",
-                                                   kind=FrameKind.NATIVE)), fid(Frame(name, kind=FrameKind.THREAD)))
-            stack_col[row] = stack_id(head + (tuple(tail) if keep_native else ()))
-            continue
-        attributed += value
-        theirs = stacks[int(profile.stack[caller])]
-        cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
-        prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])
-        stack_col[row] = stack_id(prefix + (fid(Frame(f"[pool: {name}]", kind=FrameKind.THREAD)),) + tuple(tail))
-        thread_col[row] = profile.thread[caller]
+        if raw:
+            stack_col[row] = t.stack(tail)
+        elif caller is None:
+            unattributed += int(profile.values[row, 1])
+            head = (t.frame(NATIVE_THREADS), lib_frame, t.frame(Frame(name, kind=FrameKind.THREAD)))
+            stack_col[row] = t.stack(head + (tuple(own) if keep_native else ()))
+        else:
+            attributed += int(profile.values[row, 1])
+            theirs = profile.stacks[int(profile.stack[caller])]
+            cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
+            prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])
+            stack_col[row] = t.stack(prefix + (t.frame(Frame(f"[pool: {name}]", kind=FrameKind.THREAD)),) + tail)
+            thread_col[row] = profile.thread[caller]
     if not keep_native:
         for row in np.flatnonzero(~is_pool).tolist():
-            stack_col[row] = stack_id(python_only(stacks[int(profile.stack[row])]))
+            stack_col[row] = t.stack(python_only(profile.stacks[int(profile.stack[row])]))
     keep = ~observation
     cols = aggregate_columns(profile.event[keep], stack_col[keep], thread_col[keep], profile.labels[keep],
                              profile.time_ns[keep], profile.values[keep])
-    out = profile.replace(frames=tuple(frames), stacks=new_stacks, threads=tuple(threads), **columns(cols))
-    n_threads = len({int(tids[t]) for t in np.unique(profile.thread[is_pool])}) if is_pool.any() else 0
+    out = profile.replace(frames=tuple(t.frames), stacks=t.stacks, **columns(cols))
+    n_threads = len(set(tids[np.unique(profile.thread[is_pool])].tolist())) if is_pool.any() else 0
     return PoolResult(out, attributed, unattributed, n_threads)
 
 
