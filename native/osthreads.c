@@ -69,7 +69,20 @@ static os_total *totals;
 static int n_totals, cap_totals;
 static struct {
     uint64_t armed_max, beyond, timer_failures, observations, totals_dropped, scans;
+    int64_t tails_ns, unseen_ns; /* CPU of exited threads after their last read: given to pool threads; left */
 } st;
+
+/* Every thread's clock at the last two scans (sorted by tid): the process's CPU clock moved
+ * by the sum of their moves plus what threads that exited meanwhile used after their last
+ * read (their tails), which no thread's clock can say any more. */
+#define ALL_MAX 8192
+typedef struct {
+    int32_t tid;
+    int64_t ns;
+} clock_read;
+static clock_read reads[2][ALL_MAX];
+static int n_reads[2], cur;
+static int64_t proc_prev = -1;
 
 static int64_t clock_ns(clockid_t c)
 {
@@ -174,6 +187,8 @@ static int arm(os_thread *t, int32_t tid)
 }
 
 /* Its clock's CPU since its base, against what its samples carried: kept; the timer goes. */
+static int exited_now[OS_MAX], n_exited_now; /* totals of pool threads gone in this scan */
+
 static void retire(os_thread *t)
 {
     atomic_store(&t->armed, 0);
@@ -183,6 +198,9 @@ static void retire(os_thread *t)
     if (now < t->seen_ns)
         now = t->seen_ns > last ? t->seen_ns : last; /* exited: the latest read */
     keep_total(atomic_load(&t->tid), now - t->base_ns, atomic_load(&t->sampled), t->comm);
+    if (now < 0 || clock_ns(t->clock) < 0) /* (gone, not turned Python: its tail is in the residual) */
+        if (n_exited_now < OS_MAX && n_totals > 0)
+            exited_now[n_exited_now++] = n_totals - 1;
     atomic_store(&t->tid, 0);
 }
 
@@ -194,9 +212,58 @@ static os_thread *find(int32_t tid)
     return NULL;
 }
 
+static void read_clock(int32_t tid)
+{
+    clock_read *r = reads[cur];
+    int64_t ns = clock_ns((clockid_t)((~(unsigned)tid << 3) | 6));
+    if (ns >= 0 && n_reads[cur] < ALL_MAX)
+        r[n_reads[cur]++] = (clock_read){ tid, ns };
+}
+
+static int cmp_read(const void *a, const void *b)
+{
+    int32_t x = ((const clock_read *)a)->tid, y = ((const clock_read *)b)->tid;
+    return (x > y) - (x < y);
+}
+
+/* The process's CPU since the last scan that no thread alive now accounts for: the tails of
+ * threads that exited meanwhile, handed to the pool threads gone in this scan (in equal
+ * parts); with none, counted as unseen (threads that started and ended between two scans,
+ * or Python threads' tails, which thread_start.c keeps). */
+static void settle_tails(void)
+{
+    int64_t proc = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    clock_read *now = reads[cur], *before = reads[cur ^ 1];
+    int n = n_reads[cur], m = n_reads[cur ^ 1];
+    qsort(now, (size_t)n, sizeof *now, cmp_read);
+    if (proc_prev >= 0 && proc > proc_prev) {
+        int64_t moved = 0;
+        for (int i = 0, j = 0; i < n; i++) {
+            while (j < m && before[j].tid < now[i].tid)
+                j++;
+            moved += j < m && before[j].tid == now[i].tid ? now[i].ns - before[j].ns : now[i].ns; /* (new: born since) */
+        }
+        int64_t rest = proc - proc_prev - moved;
+        if (rest > 0 && n_exited_now) {
+            for (int k = 0; k < n_exited_now; k++)
+                totals[exited_now[k]].used += rest / n_exited_now;
+            st.tails_ns += rest;
+        } else if (rest > 0) {
+            st.unseen_ns += rest;
+        }
+    }
+    proc_prev = proc;
+    cur ^= 1;
+    n_reads[cur] = 0;
+    n_exited_now = 0;
+}
+
 static void seen(int32_t tid, int32_t self, int64_t *ran)
 {
-    if (tid <= 0 || tid == self)
+    if (tid <= 0)
+        return;
+    read_clock(tid);
+    if (tid == self)
         return;
     os_thread *t = find(tid);
     int py = slot_lookup(tid) >= 0;
@@ -301,6 +368,9 @@ static void begin(void)
         atomic_store(&ost[i].tid, 0), atomic_store(&ost[i].armed, 0);
     n_totals = 0;
     memset(&st, 0, sizeof st);
+    n_reads[0] = n_reads[1] = 0;
+    n_exited_now = 0;
+    proc_prev = -1;
     for_session = atomic_load(&sess_gen);
 }
 
@@ -352,6 +422,7 @@ void osthreads_tick(int64_t now, int final_tick)
             else
                 atomic_store(&ost[i].tid, 0);
         }
+    settle_tails();
     uint64_t a = (uint64_t)n_armed();
     if (a > st.armed_max)
         st.armed_max = a;
@@ -387,8 +458,9 @@ int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *name
 
 int ddp_native_threads_stats(uint64_t *out, int n)
 {
-    uint64_t v[6] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans };
-    for (int i = 0; i < n && i < 6; i++)
+    uint64_t v[8] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans,
+                      (uint64_t)st.tails_ns, (uint64_t)st.unseen_ns };
+    for (int i = 0; i < n && i < 8; i++)
         out[i] = v[i];
-    return 6;
+    return 8;
 }

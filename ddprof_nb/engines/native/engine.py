@@ -29,6 +29,7 @@ from ...config import SamplerConfig
 from ...errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ...events import EventType
 from ...model import Metadata, Profile, ProfileBuilder
+from ...render.format import format_duration
 from ..base import Engine
 from . import binding, process_cpu
 from .alloc import AllocTracker
@@ -324,6 +325,9 @@ class NativeEngine(Engine):
                                     keep_native=self.config.native)
             profile = pools.profile
             cpu_notes += pools.notes()
+            if self._pool_stats.get("unseen_ns", 0) >= self.config.interval_ns:
+                cpu_notes.append(f"threads that run no Python: {format_duration(self._pool_stats['unseen_ns'])} of CPU "
+                                 "went to threads that started and ended between two scans (not in the profile)")
             if self._pool_stats.get("beyond"):
                 cpu_notes.append(f"threads that run no Python: {self._pool_stats['beyond']} sightings of threads "
                                  "beyond the 256 sampled at once (their CPU is not in the profile)")
