@@ -149,6 +149,14 @@ static void keep_total(int32_t tid, int64_t used, int64_t sampled, const char *c
     memcpy(o->comm, comm, 16);
 }
 
+static int counted_before(int32_t tid)
+{
+    for (int i = 0; i < n_totals; i++)
+        if (totals[i].tid == tid)
+            return 1;
+    return 0;
+}
+
 static int n_armed(void)
 {
     int n = 0;
@@ -298,8 +306,10 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
             atomic_store(&t->tid, 0);
             return;
         }
-        /* born in the session: all its CPU is the session's (its first sample carries it) */
-        t->base_ns = thread_born_in_session(tid) ? 0 : now;
+        /* born in the session: all its CPU is the session's (its first sample carries it);
+         * one that was counted before (it ran Python meanwhile, a C library's callback
+         * thread): from now */
+        t->base_ns = thread_born_in_session(tid) && !counted_before(tid) ? 0 : now;
         t->seen_ns = now;
         atomic_store(&t->acct_ns, t->base_ns);
         read_comm(tid, t->comm);
@@ -385,12 +395,13 @@ static void final(void)
 
 void osthreads_tick(int64_t now, int final_tick)
 {
-    if (!sess_cfg.native_threads || !(sess_cfg.events & (1u << DDP_EVENT_CPU)) ||
-        atomic_load(&sess_stats.prof_replaced))
+    if (!sess_cfg.native_threads || !(sess_cfg.events & (1u << DDP_EVENT_CPU)))
         return;
     if (for_session != atomic_load(&sess_gen))
         begin();
-    if (final_tick) {
+    /* final, or another tool's SIGPROF handler replaced ours: every timer goes (cpu.c stops
+     * the Python threads' too), each thread's CPU so far kept */
+    if (final_tick || atomic_load(&sess_stats.prof_replaced)) {
         final();
         if (task_fd >= 0)
             close(task_fd);

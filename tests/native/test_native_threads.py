@@ -50,6 +50,30 @@ void pool_join(void)
     for (int i = 0; i < nbg; i++)
         pthread_join(bg[i], NULL);
 }
+/* n idle threads, each woken every 2 ms (a timer needs a running thread to be of use), until released */
+static pthread_t held[512];
+static int nheld;
+static volatile int release_held;
+static void *idle(void *arg)
+{
+    (void)arg;
+    struct timespec ts = { 0, 2000000 };
+    while (!release_held)
+        nanosleep(&ts, NULL);
+    return NULL;
+}
+void pool_hold(int n)
+{
+    release_held = 0;
+    for (nheld = 0; nheld < n && nheld < 512; nheld++)
+        pthread_create(&held[nheld], NULL, idle, NULL);
+}
+void pool_unhold(void)
+{
+    release_held = 1;
+    for (int i = 0; i < nheld; i++)
+        pthread_join(held[i], NULL);
+}
 """
 
 OMP_SOURCE = r"""
@@ -87,7 +111,7 @@ def _build(out, name, cdef, source, **kw):
 def ext_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("ntpool")
     _build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
-           " void pool_join(void);", POOL_SOURCE, libraries=["pthread"])
+           " void pool_join(void); void pool_hold(int n); void pool_unhold(void);", POOL_SOURCE, libraries=["pthread"])
     _build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
            extra_compile_args=["-fopenmp"], extra_link_args=["-fopenmp"])
     return str(out)
@@ -216,3 +240,15 @@ def test_an_openmp_loop(ext_dir):
                  "for _ in range(5): omp.omp_burn(3, 0.15)")
     _assert_accounted(r)
     assert any("[pool: " in k and "[libgomp" in k for k, _ in r["stacks"]), r["stacks"]
+
+
+def test_threads_beyond_the_bound_are_counted_and_no_timer_outlives_the_session(ext_dir):
+    # GIVEN 300 idle native threads alive through a session (the bound is 256 at once) and a
+    # pool at work beside them
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool; pool.pool_hold(300)", "pool.pool_run(2, 0.2)",
+                 after="time.sleep(0.1)")
+    # THEN the note says threads were beyond the bound, the pool's CPU is still under its caller,
+    # and every timer is gone at stop
+    assert any("beyond the 256 sampled at once" in n for n in r["notes"]), r["notes"]
+    assert r["caller"] >= 0.8 * 0.4e9, r["stacks"]
+    assert r["timers_left"] == 0
