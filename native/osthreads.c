@@ -39,6 +39,7 @@
 #define OS_MAX 256
 #define OBS_PER_TICK 8 /* blocked Python threads walked per tick, at most */
 #define OBS_DEPTH 128
+#define OBS_EVERY 5    /* ticks between walks of the blocked Python threads while a pool runs */
 
 typedef struct {
     _Atomic int32_t tid;      /* 0: free */
@@ -63,6 +64,7 @@ typedef struct {
 
 static os_thread ost[OS_MAX]; /* static: a late signal never reads freed memory */
 static uint32_t gen;
+static int ran_before, obs_age;
 static int task_fd = -1; /* /proc/self/task, kept open: each scan rewinds it */
 static uint32_t for_session;
 static os_total *totals;
@@ -381,6 +383,7 @@ static void begin(void)
     n_reads[0] = n_reads[1] = 0;
     n_exited_now = 0;
     proc_prev = -1;
+    ran_before = obs_age = 0;
     for_session = atomic_load(&sess_gen);
 }
 
@@ -437,8 +440,13 @@ void osthreads_tick(int64_t now, int final_tick)
     uint64_t a = (uint64_t)n_armed();
     if (a > st.armed_max)
         st.armed_max = a;
-    if (ran > 0)
+    /* blocked callers: as a pool starts running, then every OBS_EVERY ticks while it runs
+     * (pools.py takes a caller inside a library between two of its records up to 1 s apart) */
+    if (ran > 0 && (!ran_before || ++obs_age >= OBS_EVERY)) {
         observe_blocked(now);
+        obs_age = 0;
+    }
+    ran_before = ran > 0;
 }
 
 void osthreads_after_fork(void)
