@@ -11,9 +11,9 @@
  * osthreads_signal: a record with no Python frames, the thread's native stack (unwind.c).
  * No signal is ever sent to a thread: a timer on its own CPU clock fires only while it runs.
  *
- * So that such a sample can be put under the Python line that asked for the work, each
- * tick in which some native thread ran, every Python thread that is blocked (its CPU clock
- * still) is walked from outside: pc and sp from /proc/self/task/TID/syscall, the same
+ * So that such a sample can be put under the Python line that asked for the work, as a pool
+ * starts running and every OBS_EVERY ticks while it runs, each blocked Python thread (up to
+ * OBS_PER_TICK) is walked from outside: pc and sp from /proc/self/task/TID/syscall, the same
  * unwind tables, its Python frames through safe reads; written as a CPU record of count 0
  * (an observation: where the thread waited, no CPU).  A running Python thread's own CPU
  * samples carry its native frames (records.c) for the same purpose.
