@@ -180,7 +180,8 @@ int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap
  * used in the session, CPU its samples carried, name (16 bytes each, /proc comm); returns how
  * many (may exceed cap).  Stats: armed at once (max), threads beyond the bound, timer
  * failures, blocked Python threads walked, totals not kept, scans, CPU of exited threads after
- * their last read given to the pool threads gone then, and left unassigned; returns how many. */
+ * their last read given to the pool threads gone then, and left unassigned, idle threads that
+ * gave their place to running ones (the table full); returns how many. */
 int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *names, int cap);
 int ddp_native_threads_stats(uint64_t *out, int n);
 int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */

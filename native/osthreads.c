@@ -18,7 +18,8 @@
  * (an observation: where the thread waited, no CPU).  A running Python thread's own CPU
  * samples carry its native frames (records.c) for the same purpose.
  *
- * At most OS_MAX threads are armed at once; those beyond are counted, not sampled.  At the
+ * At most OS_MAX threads are armed at once: when the table is full, a thread that runs takes
+ * the place of one idle for IDLE_SCANS scans; those left beyond are counted, not sampled.  At the
  * final tick every timer goes and each thread's clock says what its samples should carry.
  *
  * Includes: core.h, unwind.h.
@@ -40,6 +41,7 @@
 #define OBS_PER_TICK 8 /* blocked Python threads walked per tick, at most */
 #define OBS_DEPTH 128
 #define OBS_EVERY 5    /* ticks between walks of the blocked Python threads while a pool runs */
+#define IDLE_SCANS 50  /* a full table gives up a thread idle this long for one that runs */
 
 typedef struct {
     _Atomic int32_t tid;      /* 0: free */
@@ -53,6 +55,7 @@ typedef struct {
     int64_t base_ns, seen_ns;
     uint32_t seen_gen;
     int sightings;
+    int idle;                 /* scans since its clock last moved */
     char comm[16];
 } os_thread;
 
@@ -70,7 +73,7 @@ static uint32_t for_session;
 static os_total *totals;
 static int n_totals, cap_totals;
 static struct {
-    uint64_t armed_max, beyond, timer_failures, observations, totals_dropped, scans;
+    uint64_t armed_max, beyond, timer_failures, observations, totals_dropped, scans, evicted;
     int64_t tails_ns, unseen_ns; /* CPU of exited threads after their last read: given to pool threads; left */
 } st;
 
@@ -268,6 +271,31 @@ static void settle_tails(void)
     n_exited_now = 0;
 }
 
+/* The thread just read (the last of this scan's reads) ran since the previous scan. */
+static int ran_since_last_scan(int32_t tid)
+{
+    if (!n_reads[cur] || reads[cur][n_reads[cur] - 1].tid != tid)
+        return 0;
+    clock_read key = { tid, 0 };
+    const clock_read *was = bsearch(&key, reads[cur ^ 1], (size_t)n_reads[cur ^ 1], sizeof key, cmp_read);
+    return !was || reads[cur][n_reads[cur] - 1].ns > was->ns;
+}
+
+/* The table is full and a thread that runs wants in: the longest idle one leaves (its CPU so
+ * far kept, as if it had exited; seen again later, it counts from then). */
+static os_thread *evict_idle(void)
+{
+    os_thread *best = NULL;
+    for (int i = 0; i < OS_MAX; i++)
+        if (atomic_load(&ost[i].armed) && ost[i].idle >= IDLE_SCANS && (!best || ost[i].idle > best->idle))
+            best = &ost[i];
+    if (best) {
+        retire(best);
+        st.evicted++;
+    }
+    return best;
+}
+
 static void seen(int32_t tid, int32_t self, int64_t *ran)
 {
     if (tid <= 0)
@@ -288,6 +316,8 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         for (int i = 0; i < OS_MAX && !t; i++)
             if (!atomic_load(&ost[i].tid))
                 t = &ost[i];
+        if (!t && ran_since_last_scan(tid))
+            t = evict_idle();
         if (!t) {
             st.beyond++;
             return;
@@ -323,7 +353,9 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
     } else if (t->sightings > 2) {
         int64_t now = clock_ns(t->clock);
         if (now > t->seen_ns)
-            *ran += now - t->seen_ns, t->seen_ns = now;
+            *ran += now - t->seen_ns, t->seen_ns = now, t->idle = 0;
+        else
+            t->idle++;
     }
 }
 
@@ -477,9 +509,9 @@ int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *name
 
 int ddp_native_threads_stats(uint64_t *out, int n)
 {
-    uint64_t v[8] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans,
-                      (uint64_t)st.tails_ns, (uint64_t)st.unseen_ns };
-    for (int i = 0; i < n && i < 8; i++)
+    uint64_t v[9] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans,
+                      (uint64_t)st.tails_ns, (uint64_t)st.unseen_ns, st.evicted };
+    for (int i = 0; i < n && i < 9; i++)
         out[i] = v[i];
-    return 8;
+    return 9;
 }

@@ -330,5 +330,6 @@ class NativeEngine(Engine):
                                  "went to threads that started and ended between two scans (not in the profile)")
             if self._pool_stats.get("beyond"):
                 cpu_notes.append(f"threads that run no Python: {self._pool_stats['beyond']} sightings of threads "
-                                 "beyond the 256 sampled at once (their CPU is not in the profile)")
+                                 "beyond the 256 sampled at once (their CPU is not in the profile; a thread that "
+                                 "runs takes the place of one idle for 50 ticks)")
         return profile.with_metadata(notes=meta.notes + tuple(cpu_notes)) if cpu_notes else profile

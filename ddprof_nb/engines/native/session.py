@@ -220,10 +220,10 @@ def native_thread_totals() -> tuple[dict[int, tuple[int, int]], dict[int, str], 
     CPU timer, as ``cpu_thread_totals`` gives Python threads', their OS names, and the
     sampler's counts about them."""
     n = lib.ddp_native_threads(ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, 0)
-    out = ffi.new("uint64_t[8]")
-    lib.ddp_native_threads_stats(out, 8)
+    out = ffi.new("uint64_t[9]")
+    lib.ddp_native_threads_stats(out, 9)
     stats = dict(zip(("armed_max", "beyond", "timer_failures", "observations", "totals_dropped", "scans",
-                      "tails_ns", "unseen_ns"), out))
+                      "tails_ns", "unseen_ns", "evicted"), out))
     if n <= 0:
         return {}, {}, stats
     tid, used, sampled = ffi.new("int32_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
