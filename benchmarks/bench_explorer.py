@@ -162,9 +162,9 @@ def main(argv=None) -> int:
     change("sandwich open (top function)", lambda r: ex.select_function(ex._function_of(ex._top[r % 3])),
            lambda: ex.sandwich.hide())
 
-    from ddprof_nb import aggregate
+    from ddprof_nb.model import selection
 
-    before = aggregate.filter(profile, ignore="func_7")
+    before = selection.filter(profile, ignore="func_7")
     c0, t0 = time.process_time(), time.perf_counter()
     dx = Explorer(before, profile)
     rows.append(("diff view (Explorer(before, after))",
@@ -189,8 +189,8 @@ def main(argv=None) -> int:
         print(f"{label:<38} {ms:7.0f} {cpu:7.0f} " + " ".join(cell(t, c) for c in cols)
               + f" {drawn:6d} {tree:10d}{flag}")
     print("\nms; total = the whole change (wall), CPU = its process CPU time; chart = until the flame chart")
-    print("is sent (the timeline, then the top table and source view follow); filter = aggregate.filter,")
-    print("top = aggregate.top; step columns are wall time; '-' = not run.")
+    print("is sent (the timeline, then the top table and source view follow); filter = selection.filter,")
+    print("top = selection.top; step columns are wall time; '-' = not run.")
     verdict = "within" if worst <= BUDGET_MS else "OVER"
     print(f"worst control change: {worst:.0f} ms wall ({verdict} the {BUDGET_MS:.0f} ms budget), "
           f"{worst_cpu:.0f} ms CPU; worst until the chart is sent: {worst_chart:.0f} ms")

@@ -407,9 +407,11 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(HERE))
     from bench_explorer import synthetic_profile
 
+    from ddprof_nb import save
+
     root = Path(tempfile.mkdtemp(prefix="ddprof-bench-browser-"))
     folded = root / "cpu.folded"
-    synthetic_profile(args.samples, args.stacks).save(folded, event="cpu")
+    save(synthetic_profile(args.samples, args.stacks), folded, event="cpu")
     _notebook(root / "bench.ipynb", _cells(args.samples, args.stacks))
     with jupyterlab(root) as (url, token), sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=args.chromium, args=ARGS, headless=True)

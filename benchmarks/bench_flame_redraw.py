@@ -57,15 +57,15 @@ def _views(samples: int, stacks: int) -> dict:
     sys.path.insert(0, str(HERE))
     from bench_explorer import synthetic_profile
 
-    from ddprof_nb import aggregate, transforms
+    from ddprof_nb.model import selection, calltree
 
     p = synthetic_profile(samples, stacks)
     span = p.metadata.end_ns - p.metadata.start_ns
     return {
         "CPU (default)": (p, "cpu"),
-        "focus regex": (aggregate.filter(p, focus="func_1[0-9]$"), "cpu"),
-        "drop function": (transforms.drop_function(p, "^func_1[0-9]$"), "cpu"),
-        "time range": (aggregate.filter(p, time_range=(span // 3, span // 2)), "cpu"),
+        "focus regex": (selection.filter(p, focus="func_1[0-9]$"), "cpu"),
+        "drop function": (calltree.drop_function(p, "^func_1[0-9]$"), "cpu"),
+        "time range": (selection.filter(p, time_range=(span // 3, span // 2)), "cpu"),
         "wall event": (p, "wall"),
     }
 

@@ -5,6 +5,7 @@
     with ddprof_nb.profile(events=("cpu", "wall")) as p:
         work()
     p.profile.top("cpu")
+    ddprof_nb.save(p.profile, "run.pprof")
 
 Public names only here; heavy modules (explorer, magics) load on first use.
 """
@@ -12,6 +13,7 @@ Public names only here; heavy modules (explorer, magics) load on first use.
 from .config import SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError, ProfilerError
 from .events import EventType, FrameKind
+from .exporters import save
 from .labeling import labels
 from .loading import load
 from .model import Frame, LabelSet, Profile
@@ -27,7 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EventType", "FrameKind", "Profile", "Frame", "LabelSet", "SamplerConfig", "Sampler",
-    "profile", "profiled", "labels", "load", "Explorer", "history",
+    "profile", "profiled", "labels", "load", "save", "Explorer", "history",
     "ProfilerError", "ProfilerBusyError", "NotRunningError", "EngineUnavailableError",
 ]
 

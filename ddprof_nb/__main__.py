@@ -29,6 +29,7 @@ from . import pipeline
 from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, SamplerConfig
 from .errors import ProfilerError
 from .events import EventType
+from .exporters import save
 from .loading import load
 from .remote import RemoteError, Target, format_dump
 from .remote_record import record
@@ -315,10 +316,10 @@ def _write_outputs(profile, output: str | None, args, wall_s: float | None = Non
     first warning (and where every note is), the paths written."""
     written = []
     try:
-        for path, shown, write in ((output, output, profile.save), (args.folded, f"{args.folded}{os.sep}", profile.save),
-                                   (args.html, args.html, profile.to_html)):
+        for path, shown, format in ((output, output, None), (args.folded, f"{args.folded}{os.sep}", None),
+                                    (args.html, args.html, "html")):
             if path:
-                write(path)
+                save(profile, path, format=format)
                 written.append(shown)
     except (OSError, ValueError, ImportError) as exc:
         raise CLIError(f"{PROG} record: could not write the profile: {exc}") from None
@@ -387,7 +388,7 @@ def _load(path: str):
 def _convert(args) -> int:
     profile = _load(args.input)
     try:
-        profile.save(args.output)
+        save(profile, args.output)
     except (OSError, ValueError) as exc:
         raise CLIError(f"{PROG} convert: cannot write {args.output!r}: {getattr(exc, 'strerror', None) or exc}") from None
     print(f"ddprof_nb: wrote {args.output}", file=sys.stderr)

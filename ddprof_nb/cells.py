@@ -8,11 +8,8 @@ in a temporary folder (``/tmp/ipykernel_<pid>/<hash>.py``).  ``name_cells`` rena
 the frames of such files so they read ``Cell In[N]`` — the cell's own line numbers
 are kept (IPython compiles a cell with its first line as line 1).
 
-``reroot`` is the companion transform the magics use: it makes a chosen frame (the
-cell's code) the root of every stack of the thread that ran the cell, leaving out the
-samples of that thread taken outside the cell (IPython's machinery, the profiler's own
-start/stop).  Both return new Profiles (aggregate.map_stacks semantics: stacks that
-become equal are merged).
+``reroot`` is the companion the magics use: ``model.rooting.reroot`` (the cell's code
+the root of every stack of the thread that ran it) with cell frames named on the way.
 """
 
 from __future__ import annotations
@@ -20,10 +17,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Mapping
 
-import numpy as np
-
-from . import aggregate
-from .model import Frame, Profile, ProfileBuilder, aggregate_columns, columns
+from .model import Frame, Profile, rooting, selection
 
 __all__ = ["cell_number", "cell_label", "is_cell_file", "cell_frame", "name_cells", "reroot", "filename_map"]
 
@@ -102,7 +96,7 @@ def name_cells(profile: Profile, shell=None) -> Profile:
     if not renamed:
         return profile
     frames = profile.frames
-    return aggregate.map_stacks(profile, lambda fs, ids: tuple(renamed.get(i, frames[i]) for i in ids))
+    return selection.map_stacks(profile, lambda fs, ids: tuple(renamed.get(i, frames[i]) for i in ids))
 
 
 def reroot(
@@ -114,61 +108,7 @@ def reroot(
     outside: tuple[Frame, ...] | None = None,
     rename: bool | object = False,
 ) -> Profile:
-    """Root the stacks of thread ``tid`` at their first frame for which ``is_root`` holds.
-
-    For that thread's samples only: frames above the root are cut; a sample whose stack
-    has no root frame is left out — or, when ``outside`` is given, attributed to the
-    stack ``outside`` (e.g. the cell and an ``[await]`` frame for an async cell waiting
-    in the event loop); a re-rooted stack holding a frame for which ``drop`` holds (the
-    profiler's own code) is left out.  Other threads keep their stacks.  ``rename``
-    (True, or an IPython shell) also applies ``name_cells``.  Values of merged stacks
-    add up; the metadata is kept.
-    """
-    nframes = len(profile.frames)
-    root = np.fromiter((bool(is_root(f)) for f in profile.frames), dtype=bool, count=nframes)
-    dropped = (np.fromiter((bool(drop(f)) for f in profile.frames), dtype=bool, count=nframes)
-               if drop is not None else np.zeros(nframes, dtype=bool))
-    renamed = _renamer(profile, None if rename is True else rename) if rename else {}
-    mine_threads = [i for i, t in enumerate(profile.threads) if t.tid == tid]
-    mine_rows = np.isin(profile.thread, mine_threads) if mine_threads else np.zeros(len(profile), dtype=bool)
-
-    builder = ProfileBuilder(profile.metadata)
-    frames = profile.frames
-
-    def frame(i: int) -> Frame:
-        return renamed.get(i, frames[i])
-
-    nst = len(profile.stacks)
-    new_other = np.full(nst, -1, dtype=np.int64)
-    new_mine = np.full(nst, -1, dtype=np.int64)
-    for s in np.unique(profile.stack[~mine_rows]).tolist():
-        new_other[s] = builder.stack_id([builder.frame_id(frame(i)) for i in profile.stacks[s]])
-    outside_id = -1
-    if outside is not None:
-        outside_id = builder.stack_of(outside)
-    for s in np.unique(profile.stack[mine_rows]).tolist():
-        ids = profile.stacks[s]
-        k = next((j for j, fid in enumerate(ids) if root[fid]), None)
-        if k is None:
-            new_mine[s] = outside_id
-            continue
-        rest = ids[k:]
-        if dropped[list(rest)].any():
-            continue
-        new_mine[s] = builder.stack_id([builder.frame_id(frame(i)) for i in rest])
-
-    new_stack = np.where(mine_rows, new_mine[profile.stack], new_other[profile.stack]) if len(profile) else \
-        np.zeros(0, dtype=np.int64)
-    keep = new_stack >= 0
-    thread_map = np.array([builder.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
-    label_map = np.array([builder.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
-    cols = aggregate_columns(
-        profile.event[keep],
-        new_stack[keep].astype(np.int32),
-        thread_map[profile.thread[keep]] if keep.any() else profile.thread[keep],
-        label_map[profile.labels[keep]] if keep.any() else profile.labels[keep],
-        profile.time_ns[keep],
-        profile.values[keep],
-    )
-    built = builder.build()
-    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)
+    """``model.rooting.reroot``; ``rename`` (True, or an IPython shell) also names cell
+    frames as ``name_cells`` does."""
+    renamed = _renamer(profile, None if rename is True else rename) if rename else None
+    return rooting.reroot(profile, tid, is_root, drop=drop, outside=outside, renamed=renamed)

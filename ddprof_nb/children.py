@@ -41,10 +41,11 @@ import tempfile
 import threading
 import time
 
-from . import aggregate, sources
+from . import sources
+from .model import selection
 from . import sampler as _sampler
 from .config import SamplerConfig
-from .exporters import write_atomic
+from .exporters.files import write_atomic
 
 ENV_VAR = "DDPROF_NB_CHILD"
 _CONFIG_KEY = "ddprof_nb_child"
@@ -208,9 +209,9 @@ def _finish_child(state: _ChildState | None = None) -> None:
             from .exporters import pprof  # (import cost: every `import ddprof_nb` imports this module)
 
             profile = state.sampler.stop()
-            profile = aggregate.filter(profile, ignore=r"[/\\]ddprof_nb[/\\]children\.py$")
+            profile = selection.filter(profile, ignore=r"[/\\]ddprof_nb[/\\]children\.py$")
             keep = [t.tid for t in profile.threads if t.name != _WATCH_THREAD]
-            profile = aggregate.filter(profile, threads=keep)
+            profile = selection.filter(profile, threads=keep)
             extra = dict(profile.metadata.extra)
             extra["process"] = _process_name()
             profile = profile.with_metadata(extra=extra)
@@ -377,7 +378,7 @@ class ChildCollector:
                 else:
                     notes.append(f"child process pid {pid} exited without writing its profile "
                                  f"(killed?); its samples are missing")
-            merged = aggregate.merge(*parts, labels=labels)
+            merged = selection.merge(*parts, labels=labels)
             extra = dict(profile.metadata.extra)
             extra["children"] = str(len(parts) - 1)
             merged = merged.with_metadata(extra=extra, pid=profile.metadata.pid,

@@ -105,7 +105,7 @@ class SamplerConfig:
         events=DEFAULT_EVENTS,
         interval=DEFAULT_INTERVAL_NS / 1e9,
         alloc_rate=DEFAULT_ALLOC_RATE,
-        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_depth: int | None = DEFAULT_MAX_DEPTH,
         native_alloc: bool = True,
         engine: str = "auto",
         native: bool = False,
@@ -113,7 +113,9 @@ class SamplerConfig:
         labels=None,
         asyncio: str = "fold",
     ) -> "SamplerConfig":
-        """Validate user-facing options (strings with units allowed) into a config."""
+        """Validate user-facing options (strings with units allowed) into a config;
+        ``max_depth=None`` is the default depth."""
+        max_depth = DEFAULT_MAX_DEPTH if max_depth is None else max_depth
         interval_ns = parse_duration_ns(interval)
         if not MIN_INTERVAL_NS <= interval_ns <= MAX_INTERVAL_NS:
             raise ValueError(f"invalid interval {interval!r}: must be between 100us and 60s")

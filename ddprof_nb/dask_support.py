@@ -26,7 +26,8 @@ import re
 import socket
 import threading
 
-from . import aggregate, sources
+from . import sources
+from .model import selection
 from . import sampler as _sampler
 from .config import SamplerConfig
 from .errors import ProfilerError
@@ -175,7 +176,7 @@ class DaskProfiler:
         if new:
             notes.append(f"dask: {len(new)} worker(s) joined after profiling started and are not profiled: "
                          + ", ".join(new))
-        merged = aggregate.merge(*parts, labels=labels)
+        merged = selection.merge(*parts, labels=labels)
         extra = dict(profile.metadata.extra)
         extra["dask_workers"] = str(len(parts) - 1)
         return merged.with_metadata(extra=extra, pid=profile.metadata.pid,

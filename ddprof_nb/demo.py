@@ -39,11 +39,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _EPILOGUE = """\
 def __ddprof_nb_demo_epilogue(report_path, n):
     import json
+    from ddprof_nb import save
     from ddprof_nb.history import history
     out = {"name": history.latest_name, "report": None, "events": [], "top": [], "summary": None}
     profile = history.latest
     if profile is not None:
-        profile.to_html(report_path)
+        save(profile, report_path, format="html")
         out["report"] = report_path
         out["summary"] = repr(profile)
         out["events"] = [e.label for e in profile.events]

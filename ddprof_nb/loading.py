@@ -30,7 +30,7 @@ import codecs
 import os
 import re
 
-from .exporters import MAX_FILE_BYTES, MAX_TEXT_BYTES, gc_paused, human_size, read_source
+from .exporters.files import MAX_FILE_BYTES, MAX_TEXT_BYTES, gc_paused, human_size, read_source
 from .model import Profile
 
 __all__ = ["load", "sniff", "MAX_DECOMPRESSED", "FORMATS"]

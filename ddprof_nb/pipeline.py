@@ -15,12 +15,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import aggregate, cells
+from . import cells
 from .aio.fold import fold_loop_frames
-from .model import Frame, Profile
+from .model import Frame, Profile, rooting, selection
 
 __all__ = [
-    "Step", "StopContext", "run", "trim_prefix",
+    "Step", "StopContext", "run",
     "merge_tasks", "add_labels", "trim_caller", "drop_sampler_frames", "note_fallback", "merge_remote",
     "fold_asyncio", "name_cells", "reroot", "hide_threads",
     "COLLECT", "PYTHON_API", "MAGIC", "CLI", "live_steps",
@@ -72,56 +72,24 @@ def _with_note(profile: Profile, note: str) -> Profile:
 def merge_tasks(p: Profile, ctx: StopContext) -> Profile:
     """The sources' samples of this process (the asyncio task sampler's suspended tasks)
     join the engine's."""
-    return aggregate.merge(p, *ctx.local) if ctx.local else p
+    return selection.merge(p, *ctx.local) if ctx.local else p
 
 
 def add_labels(p: Profile, ctx: StopContext) -> Profile:
     """The session's labels go on every sample."""
-    return aggregate.merge(p, labels=[dict(ctx.labels)]) if ctx.labels else p
-
-
-def trim_prefix(profile: Profile, thread_tid: int, prefix, keep_last: bool) -> Profile:
-    """Drop ``prefix`` (frames that were already on the starting thread's stack) from the
-    root of that thread's stacks, so the profiled code is the root.  ``keep_last`` keeps
-    the frame that started profiling (e.g. the function holding a ``with`` block)."""
-    prefix = list(prefix)
-    if not prefix:
-        return profile
-    cut = len(prefix) - (1 if keep_last else 0)
-    tids = {i for i, t in enumerate(profile.threads) if t.tid == thread_tid}
-    if not tids:
-        return profile
-    rows_by_stack: dict[int, set[int]] = {}
-    for s, t in zip(profile.stack.tolist(), profile.thread.tolist()):
-        rows_by_stack.setdefault(s, set()).add(t)
-
-    def key(f: Frame):
-        return (f.name, f.filename, f.first_line)
-
-    def trim(frames, ids):
-        if len(frames) > cut and all(key(f) == p for f, p in zip(frames[:len(prefix)], prefix)):
-            return frames[cut:]
-        return frames
-
-    # only the starting thread's stacks are trimmed; a stack shared with other threads
-    # keeps its full form for them, so split by thread before mapping
-    if any(len(ts - tids) and len(ts & tids) for ts in rows_by_stack.values()):
-        other = aggregate.filter(profile, threads=[t.tid for i, t in enumerate(profile.threads) if i not in tids])
-        mine = aggregate.filter(profile, threads=[thread_tid])
-        return aggregate.merge(aggregate.map_stacks(mine, trim), other)
-    return aggregate.map_stacks(profile, trim)
+    return selection.merge(p, labels=[dict(ctx.labels)]) if ctx.labels else p
 
 
 def trim_caller(p: Profile, ctx: StopContext) -> Profile:
     """The starting thread's stacks start at the code being profiled, not at its callers."""
-    return trim_prefix(p, ctx.tid, ctx.prefix, ctx.keep_last)
+    return rooting.trim_prefix(p, ctx.tid, ctx.prefix, ctx.keep_last)
 
 
 def drop_sampler_frames(p: Profile, ctx: StopContext) -> Profile:
     """Samples taken inside start()/stop() themselves show the profiler, not the user's code."""
     if not ctx.sampler_files:
         return p
-    return aggregate.filter(p, ignore="^(" + "|".join(re.escape(f) for f in sorted(ctx.sampler_files)) + ")$")
+    return selection.filter(p, ignore="^(" + "|".join(re.escape(f) for f in sorted(ctx.sampler_files)) + ")$")
 
 
 def note_fallback(p: Profile, ctx: StopContext) -> Profile:
@@ -158,7 +126,7 @@ def hide_threads(p: Profile, ctx: StopContext) -> Profile:
     a note says which."""
     if not ctx.hide:
         return p
-    p, hidden = aggregate.drop_threads_only_in(p, ctx.hide, keep_tids=(ctx.tid,))
+    p, hidden = selection.drop_threads_only_in(p, ctx.hide, keep_tids=(ctx.tid,))
     if not hidden:
         return p
     return _with_note(p, f"hid {len(hidden)} idle kernel thread(s) ({', '.join(sorted(set(hidden)))})"

@@ -91,11 +91,14 @@ class Sampler:
     """Runs one engine between ``start()`` and ``stop()``; ``stop()`` returns the Profile."""
 
     def __init__(self, config: SamplerConfig | None = None, *, children: bool = False, dask=None, **options):
-        """``children``: also profile child Python processes started while running
+        """``config``, or ``options`` (``SamplerConfig.make``'s, by name) to make one: never
+        both.  ``children``: also profile child Python processes started while running
         (ddprof_nb.children); ``dask``: a dask.distributed Client whose workers are
         profiled too (ddprof_nb.dask_support).  Both merge into the returned Profile;
         they are sources (``ddprof_nb.sources``), found by option name."""
-        self.config = config or SamplerConfig.make(**options)
+        if config is not None and options:
+            raise TypeError(f"Sampler: a config or options ({', '.join(sorted(options))}), not both")
+        self.config = config if config is not None else SamplerConfig.make(**options)
         self._source_options = {"children": bool(children), "dask": dask}
         self._engine = None
         self._sources: list = []  # running beside the engine (ddprof_nb.sources), in merge order
@@ -263,11 +266,10 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
 
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
-    options = dict(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc, engine=engine,
-                   labels=labels, asyncio=asyncio, native=native, native_threads=native_threads)
-    if max_depth is not None:
-        options["max_depth"] = max_depth
-    sampler = Sampler(children=children, dask=dask, **options)
+    config = SamplerConfig.make(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc,
+                                engine=engine, max_depth=max_depth, labels=labels, asyncio=asyncio, native=native,
+                                native_threads=native_threads)
+    sampler = Sampler(config, children=children, dask=dask)
     handle = ProfileHandle(sampler)
     sink = None
     if live is True:
@@ -295,15 +297,17 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
                 sink.finish(handle.profile, None if handle.profile is not None else "the profile could not be made")
 
 
-def profiled(func=None, **options):
+def profiled(func=None, *, children: bool = False, dask=None, **options):
     """Decorator: profile each call of ``func``, rooted at ``func``; the latest profile
-    is ``func.last_profile`` (kept even when the call raises)."""
+    is ``func.last_profile`` (kept even when the call raises).  ``options`` are
+    ``SamplerConfig.make``'s, checked once, when the function is decorated."""
     if func is None:
-        return functools.partial(profiled, **options)
+        return functools.partial(profiled, children=children, dask=dask, **options)
+    config = SamplerConfig.make(**options)
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        sampler = Sampler(**options)
+        sampler = Sampler(config, children=children, dask=dask)
         sampler.start(trim="below")
         try:
             return func(*args, **kwargs)

@@ -316,9 +316,9 @@ int ddp_wait_inject(int kind, int64_t d_ns);
 #define DDP_ALLOC_KIND_SHIFT 56
 typedef struct {
     uint64_t id;                 /* the ALLOC record's aux */
-    uint64_t size;               /* requested bytes of the sampled block (what is left of it: a mapping partly unmapped) */
+    uint64_t size;               /* requested bytes of the sampled block (a mapping: its bytes resident at stop) */
     char type_name[48];          /* tp_name of the object in the block, "" unknown */
-    uint64_t sampled_size;       /* its bytes when sampled, when it shrank since (LIVE scales its weight); else 0 */
+    uint64_t sampled_size;       /* its bytes when sampled, when size differs (LIVE scales its weight); else 0 */
 } ddp_alloc_info;
 
 typedef struct {
@@ -354,6 +354,11 @@ typedef struct {
     uint64_t not_python;         /* sampled on a thread that runs no Python (no stack to charge) */
     uint64_t live_overflow;      /* recorded but not tracked for LIVE: table full */
     uint64_t maps_trimmed;       /* sampled mappings partly unmapped: LIVE keeps the larger piece left */
+    uint64_t maps_measured;      /* sampled mappings held at stop: LIVE counts their resident pages */
+    uint64_t maps_mapped_bytes;  /* ... the bytes they map */
+    uint64_t maps_resident_bytes;/* ... the bytes of theirs resident (mincore) */
+    uint64_t maps_measure_ns;    /* ... the time that took */
+    uint64_t maps_unmeasured;    /* ... past the measuring budget: LIVE counts their mapped bytes */
     uint64_t objects;            /* objects scanned */
     uint64_t slots_patched;
     uint64_t slots_foreign;      /* slots resolving to another allocator (an interposer): left alone */

@@ -947,7 +947,8 @@ notebook("07-export-and-share", [
     md("""
         # Export and share a profile
 
-        A profile is a file you can send: `Profile.save(path)` picks the format from the name.
+        A profile is a file you can send: `ddprof_nb.save(profile, path)` picks the format from the
+        name (or `format="pprof"`, `"speedscope"`, `"folded"`, `"html"`).
 
         | name | format | open with |
         |---|---|---|
@@ -1003,7 +1004,7 @@ notebook("07-export-and-share", [
         import subprocess
 
         weather = ddprof_nb.history["weather"]
-        weather.save(exports / "weather.pprof")
+        ddprof_nb.save(weather, exports / "weather.pprof")
         print("wrote", exports / "weather.pprof", (exports / "weather.pprof").stat().st_size, "bytes")
         if shutil.which("go"):
             top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=8", "-sample_index=cpu",
@@ -1017,9 +1018,9 @@ notebook("07-export-and-share", [
         ## speedscope and folded stacks
     """),
     code('''
-        weather.save(exports / "weather.speedscope.json")
+        ddprof_nb.save(weather, exports / "weather.speedscope.json")
         (exports / "folded").mkdir(exist_ok=True)
-        weather.save(exports / "folded")
+        ddprof_nb.save(weather, exports / "folded")
         for path in sorted(exports.rglob("*")):
             if path.is_file():
                 print(f"{path.stat().st_size:>10,} bytes  {path}")
@@ -1032,7 +1033,7 @@ notebook("07-export-and-share", [
         (≈5 MB), so it opens offline, in a mail attachment or a CI artifact.
     """),
     code('''
-        weather.save(exports / "weather.html")
+        ddprof_nb.save(weather, exports / "weather.html")
         print("wrote", exports / "weather.html", f"{(exports / 'weather.html').stat().st_size / 1e6:.1f} MB")
     ''', expect=("weather.html",)),
     md("""

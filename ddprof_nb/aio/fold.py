@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from ..events import FrameKind
-from ..model import Frame, Profile, ProfileBuilder, aggregate_columns, columns
+from ..model import Frame, Interner, Profile, selection
 
 LOOP_FRAME = Frame("[asyncio loop]", kind=FrameKind.THREAD)
 IDLE_FRAME = Frame("[idle]", kind=FrameKind.BLOCKER)
@@ -182,7 +182,7 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
     nl = max(1, len(profile.labelsets))
     key = profile.stack.astype(np.int64) * nl + profile.labels.astype(np.int64)
     uniq, inverse = np.unique(key, return_inverse=True)
-    builder = ProfileBuilder(profile.metadata)
+    tables = Interner()
     memo: dict[tuple[int, str | None], int] = {}
     new_ids = np.empty(len(uniq), dtype=np.int32)
     for k, u in enumerate(uniq.tolist()):
@@ -193,12 +193,7 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
         sid = memo.get(m)
         if sid is None:
             frames = tuple(profile.frames[i] for i in stack)
-            sid = memo[m] = builder.stack_of(
+            sid = memo[m] = tables.stack_of(
                 _fold(frames, [classes[i] for i in stack], name, keep_loop, task_frames))
         new_ids[k] = sid
-    thread_map = np.array([builder.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
-    label_map = np.array([builder.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
-    cols = aggregate_columns(profile.event, new_ids[inverse], thread_map[profile.thread],
-                             label_map[profile.labels], profile.time_ns, profile.values)
-    built = builder.build()
-    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)
+    return selection.restacked(profile, tables, new_ids[inverse])

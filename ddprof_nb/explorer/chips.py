@@ -12,7 +12,7 @@ from typing import Callable
 
 import ipywidgets as W
 
-from .. import aggregate, transforms
+from ..model import calltree as transforms, selection as aggregate
 from ..model import Frame, Profile
 from ..render.format import esc
 

@@ -13,7 +13,7 @@ import numpy as np
 from .. import render as F
 from ..events import EventType
 from .threads import user_first
-from ..top import GROUPS
+from ..model.top import GROUPS
 from .top_table import TopTable
 
 __all__ = ["ControlsMixin", "parse_label_filter"]

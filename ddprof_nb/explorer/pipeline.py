@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .. import aggregate, transforms
+from ..model import calltree as transforms, selection as aggregate
 from .. import render as F
 from ..model import Profile
 from .chips import apply as apply_transforms

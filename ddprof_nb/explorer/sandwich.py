@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple
 
 import ipywidgets as W
 
-from .. import top as _top
+from ..model import top as _top
 from .. import render as F
 from ..model import Frame, Profile
 from .figure_widget import figure_widget, remember_state, send_update

@@ -7,9 +7,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .. import top as _top
+from ..model import top as _top
 from .. import render as F
-from ..exporters import write_atomic
+from ..exporters.files import write_atomic
 from ..render.figures import report as interactive_report
 
 __all__ = ["StaticMixin"]

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from .. import aggregate
+from ..model import selection as aggregate
 from ..model import Profile, Thread
 
 __all__ = ["KERNEL_FRAMES", "IDLE_FRAMES", "KERNEL_THREAD_NAMES", "OWN_FRAMES", "Machinery", "find_machinery", "hide_machinery",

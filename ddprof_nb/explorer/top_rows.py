@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..events import EventType
 from ..render.format import format_signed, format_value, value_label, value_unit
-from ..top import Row
+from ..model.top import Row
 
 __all__ = ["columns", "cells"]
 

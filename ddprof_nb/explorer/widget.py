@@ -37,7 +37,7 @@ from .pipeline import PipelineMixin
 from .sandwich import SandwichPanel, sandwich_data
 from .sources import source_lines
 from .static_view import StaticMixin
-from ..top import top
+from ..model.top import top
 from .top_rows import cells, columns
 
 __all__ = ["Explorer", "parse_label_filter"]

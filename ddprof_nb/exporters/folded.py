@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..events import EventType, FrameKind
 from ..model import Frame, Metadata, Profile, ProfileBuilder
-from . import MAX_TEXT_BYTES, finish_profile, read_source, write_atomic
+from .files import MAX_TEXT_BYTES, finish_profile, read_source, write_atomic
 
 __all__ = ["write", "read", "dumps", "loads", "file_name", "event_from_filename", "frame_text"]
 

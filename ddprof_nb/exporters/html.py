@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..model import Profile
 from ..render import figures, html
-from . import write_atomic
+from .files import write_atomic
 
 __all__ = ["write"]
 

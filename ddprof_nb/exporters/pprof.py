@@ -50,7 +50,8 @@ import numpy as np
 
 from ..events import EventType, FrameKind
 from ..model import MIN_TICK_NS, Frame, Metadata, Profile, ProfileBuilder
-from . import MAX_FILE_BYTES, finish_profile, gc_paused, pprof_proto as pb, read_source, write_atomic
+from . import pprof_proto as pb
+from .files import MAX_FILE_BYTES, finish_profile, gc_paused, read_source, write_atomic
 from .pprof_rows import add_rows
 from .pprof_samples import table_of_samples
 

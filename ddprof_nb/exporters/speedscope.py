@@ -31,7 +31,7 @@ import numpy as np
 
 from ..events import EventType, FrameKind
 from ..model import MIN_TICK_NS, Frame, LabelSet, Metadata, Profile, ProfileBuilder
-from . import MAX_TEXT_BYTES, finish_profile, gc_paused, read_source, write_atomic
+from .files import MAX_TEXT_BYTES, finish_profile, gc_paused, read_source, write_atomic
 
 __all__ = ["write", "read", "dumps", "loads", "to_json", "SCHEMA", "FORMAT_VERSION"]
 

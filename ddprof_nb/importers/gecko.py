@@ -37,7 +37,7 @@ import numpy as np
 
 from ..events import EventType
 from ..model import Frame, Metadata, Profile, ProfileBuilder
-from ..exporters import finish_profile
+from ..exporters.files import finish_profile
 
 __all__ = ["from_json", "looks_like"]
 

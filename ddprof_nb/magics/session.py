@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 
 from .. import cells
 from ..explorer.threads import KERNEL_FRAMES
+from ..exporters import save as save_file
 from ..model import Frame, Profile
 
 # the magics' own frames (every module of this package), left out of the profiles they take
@@ -113,7 +114,7 @@ def default_name(shell, session: Session) -> str | None:
 
 def save(profile: Profile, path: str) -> bool:
     try:
-        profile.save(os.path.expanduser(path))
+        save_file(profile, os.path.expanduser(path))
     except Exception as exc:  # noqa: BLE001 - one clear line, never a traceback from us
         print(f"ddprof: could not save to {path}: {exc}", file=sys.stderr)
         return False

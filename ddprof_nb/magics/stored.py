@@ -9,11 +9,10 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
-from .. import transforms
 from ..config import parse_duration_ns
 from ..history import history
 from ..loading import load as load_file
-from ..model import Profile
+from ..model import Profile, calltree
 from ..render import text as render_text
 from .options import Parser, split
 from .session import save as save_to
@@ -90,12 +89,12 @@ def sandwich(rest: str) -> None:
     name, profile = get(a.profile)
     try:
         callers, callees = profile.sandwich(a.function, event=a.event)
-        (key,) = transforms.function_keys(profile, a.function)
-        function = transforms.function_frame(profile, key).label()
+        (key,) = calltree.function_keys(profile, a.function)
+        function = calltree.function_frame(profile, key).label()
         tables = []
         for e in [a.event] if a.event else callees.events:
             tables.append(f"callers of {function} (self: called directly from it; total: reached through it)\n"
-                          + render_text.top_table(transforms.caller_chains(callers), e, n=a.n))
+                          + render_text.top_table(calltree.caller_chains(callers), e, n=a.n))
             tables.append(f"callees of {function} (from its outermost call down)\n"
                           + render_text.top_table(callees, e, n=a.n))
     except ValueError as exc:

@@ -13,8 +13,8 @@
 - ``figures``  plotly figures and the interactive HTML report
 
 Pure: these modules read Profiles and return data and strings; they never read files,
-write files or touch IPython.  They import the model layer (``events``, ``model``,
-``aggregate``) and each other, nothing above.  The names below are the public API.
+write files or touch IPython.  They import the layers below (``events``, ``model``) and
+each other, nothing above.  The names below are the public API.
 """
 
 from .colors import (HIT_LINE, LINE, OTHER_COLOR, ROOT_COLOR, TEXT_COLOR, color_for, diff_color, faded,

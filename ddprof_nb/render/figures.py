@@ -7,7 +7,7 @@ Figures.  plotly is imported only by the functions that make Figures or HTML.
 
 from __future__ import annotations
 
-from .. import top as _top
+from ..model import top as _top
 from ..model import Profile
 from .colors import TEXT_COLOR, state_color
 from .flame import FlameData, flame_data

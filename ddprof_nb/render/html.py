@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from .. import top as _top
+from ..model import top as _top
 from ..events import EventType
 from ..model import Profile
 from .colors import TEXT_COLOR

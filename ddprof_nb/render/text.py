@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .. import top as _top
+from ..model import top as _top
 from ..events import EventType, FrameKind
 from ..model import Profile
 from .format import format_bytes, format_count, format_duration, format_value, value_label, value_unit

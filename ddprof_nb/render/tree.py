@@ -63,7 +63,7 @@ def unique_sorted(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------
-# caches: views made by aggregate.filter share the frames/stacks tuples of their base, so
+# caches: views made by selection.filter share the frames/stacks tuples of their base, so
 # interning and the call-tree shape are computed once per table, not per filter change
 
 

@@ -26,7 +26,7 @@ import traceback
 import ddprof_nb
 from ddprof_nb import ProfilerBusyError, ProfilerError
 from ddprof_nb.engines.native.session import Session
-from ddprof_nb.events import EventType
+from ddprof_nb.events import EventType, FrameKind
 
 # libasan interposes sem_wait & co: the lock/park GOT hooks are refused there (by design)
 SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -37,6 +37,9 @@ EVENT_SETS = {
     "lock_park": ("lock", "park"),
     "all": ("cpu", "wall", "alloc", "live", "lock", "park"),
 }
+# The set that also unwinds native frames (its samples must carry some): every tool meets the
+# unwinder and its tables beside every event, at no extra cell
+NATIVE_SETS = {"all"}
 
 
 def emit(**kw):
@@ -173,9 +176,18 @@ def degraded_by(p, event, words):
                for n in p.metadata.notes)
 
 
-def profile_problems(p, events, words=()):
+def without_native_frames(p, event):
+    """``event``'s samples in the workload's function, none of which carries a native frame."""
+    ev = EventType.parse(event)
+    mine = [s for s in p.samples() if s.event is ev and any(f.name == EXPECT[event] for f in s.stack)]
+    return bool(mine) and not any(f.kind is FrameKind.NATIVE for s in mine for f in s.stack)
+
+
+def profile_problems(p, events, words=(), native=False):
     """What is missing from ``p`` for ``events`` after ``workload(events)`` ran in it.  An
-    event may be missing when a note says the other tool (``words``) degraded it."""
+    event may be missing when a note says the other tool (``words``) degraded it.  With
+    ``native``, the samples of every event but WALL (taken from outside the thread) must
+    carry native frames too."""
     problems = []
     for ev in events:
         if ev in ("lock", "park") and SANITIZED and lockpark_degraded(p):
@@ -186,6 +198,9 @@ def profile_problems(p, events, words=()):
         if EXPECT[ev] not in seen:
             problems.append(f"{ev}: {EXPECT[ev]} not in the samples (frames: {sorted(seen)[:12]}; "
                             f"cpu_workload measured: {MEASURED}; notes: {list(p.metadata.notes)})")
+        elif native and ev != "wall" and without_native_frames(p, ev):
+            problems.append(f"{ev}: no sample in {EXPECT[ev]} carries a native frame although native=True "
+                            f"(notes: {list(p.metadata.notes)})")
     if "wall" in events and MEASURED and MEASURED["wall_ticks_inside"] < WALL_TICKS_INSIDE:
         problems.append(f"wall: the wall thread finished {MEASURED['wall_ticks_inside']} tick(s) in the "
                         f"{MEASURED['seconds']} s cpu_workload ran (a stalled wall thread)")
@@ -194,15 +209,16 @@ def profile_problems(p, events, words=()):
 
 # ---- our profiler, started and stopped from anywhere (not a with block) ---------------------
 class Ours:
-    def __init__(self, events, interval="5ms"):
+    def __init__(self, events, interval="5ms", native=False):
         self.events = events
         self.interval = interval
+        self.native = native
         self.sampler = None
         self.refused = None  # "ErrorClass: message" when start raised a ProfilerError
         self.profile = None
 
     def start(self):
-        sampler = ddprof_nb.Sampler(events=self.events, interval=self.interval)
+        sampler = ddprof_nb.Sampler(events=self.events, interval=self.interval, native=self.native)
         try:
             sampler.start(trim="none")
         except ProfilerError as exc:
@@ -736,11 +752,11 @@ def order_label(ours_start_first, ours_stop_first):
             f"stop:{'ours' if ours_stop_first else 'theirs'}-first")
 
 
-def run_cell(tool, events, ours_start_first, ours_stop_first):
+def run_cell(tool, events, ours_start_first, ours_stop_first, native=False):
     """One cell: both profilers around ``workload(events)`` in the given orders; the list of
     problems (empty: the cell passes) and whether ours was refused."""
     KEPT.clear()
-    ours = Ours(events)
+    ours = Ours(events, native=native)
     tail = {}
 
     def middle():
@@ -766,7 +782,7 @@ def run_cell(tool, events, ours_start_first, ours_stop_first):
     if ours.refused:
         problems += refusal_problems(ours.refused, tool.words)
     else:
-        problems += profile_problems(ours.profile, events, tool.words)
+        problems += profile_problems(ours.profile, events, tool.words, native)
     if tail.get("grew") == 0:
         problems.append(f"{tool.name} stopped working after our session stopped")
     problems += tool.problems()
@@ -779,12 +795,13 @@ def run_matrix(tool_name, set_name, cells=(0, 1, 2, 3)):
     known; the first failing cell ends the run (after the fresh session), so that the cells
     after it can be run again in a clean interpreter instead of inheriting its mess."""
     events = EVENT_SETS[set_name]
+    native = set_name in NATIVE_SETS
     for index in cells:
         label = order_label(*ORDERS[index])
         print(f"CELL {label} ...", flush=True)
         t0 = time.monotonic()
         try:
-            res = run_cell(TOOLS[tool_name](), events, *ORDERS[index])
+            res = run_cell(TOOLS[tool_name](), events, *ORDERS[index], native=native)
         except Exception:  # noqa: BLE001 - a cell's exception is its failure
             res = {"problems": ["exception: " + traceback.format_exc(limit=6)], "refused": None}
         res["seconds"] = round(time.monotonic() - t0, 2)
@@ -793,7 +810,7 @@ def run_matrix(tool_name, set_name, cells=(0, 1, 2, 3)):
             break
     print("CELL fresh session ...", flush=True)
     try:
-        res = run_cell(Nothing(), events, True, False)
+        res = run_cell(Nothing(), events, True, False, native=native)
     except Exception:  # noqa: BLE001
         res = {"problems": ["exception: " + traceback.format_exc(limit=6)], "refused": None}
     if res["refused"]:

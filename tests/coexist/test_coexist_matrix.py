@@ -10,7 +10,8 @@ A cell passes when the process survives it (every interpreter runs under a timeo
 either sampled the workload for every event of the set or was refused with a ProfilerError
 naming the other tool or resource (never "busy"), or says in a note that the other tool
 degraded that event (CPU samples while another SIGPROF handler is installed; lock/park
-unhookable under ASan), the other tool's own results are intact, it keeps working after our
+unhookable under ASan), the other tool's own results are intact, with native frames on
+(the "all" set) every event's samples but WALL carry them, it keeps working after our
 stop when it outlives our session, and a fresh session of ours alone samples afterwards.
 """
 

@@ -17,7 +17,8 @@ from collections import defaultdict
 
 import pytest
 
-from ddprof_nb import EventType, aggregate, labeling
+from ddprof_nb import EventType, labeling
+from ddprof_nb.model import selection
 from ddprof_nb import asyncio_support as A
 from ddprof_nb.aio import stepper as S
 from ddprof_nb.config import SamplerConfig
@@ -92,7 +93,7 @@ class take:
             self.profile = self.sampler.stop()
         else:
             tp = self.tasks.stop()
-            self.profile = A.fold_loop_frames(aggregate.merge(self.engine.stop(), tp))
+            self.profile = A.fold_loop_frames(selection.merge(self.engine.stop(), tp))
             self.tasks.release()
         return self.profile
 
@@ -676,7 +677,8 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
     try:
         setup = (
             "import asyncio, dataclasses, json, time\n"
-            "from ddprof_nb import aggregate, labeling, asyncio_support as A, EventType\n"
+            "from ddprof_nb import labeling, asyncio_support as A, EventType\n"
+            "from ddprof_nb.model import selection\n"
             "from ddprof_nb.aio import stepper as S\n"
             "from ddprof_nb.config import SamplerConfig\n"
             "from ddprof_nb.engines.python import PythonEngine\n"
@@ -690,7 +692,7 @@ def test_labels_and_tasks_in_a_real_kernel(tmp_path):
             "e = PythonEngine(dataclasses.replace(cfg, events=A.engine_events(cfg.events))); ts = A.TaskSampler(cfg)\n"
             "e.start(); ts.start()\n"
             "await asyncio.gather(asyncio.create_task(work('x'), name='wx'), asyncio.create_task(work('y'), name='wy'))\n"
-            "tp = ts.stop(); p = A.fold_loop_frames(aggregate.merge(e.stop(), tp))\n"
+            "tp = ts.stop(); p = A.fold_loop_frames(selection.merge(e.stop(), tp))\n"
             "park = {}\n"
             "for s in p.samples():\n"
             "    if s.event is EventType.PARK:\n"

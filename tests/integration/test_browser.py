@@ -503,11 +503,11 @@ def test_html_report_offline(browser, tmp_path):
 def test_diff_report_offline(browser, tmp_path):
     """GIVEN a profile and one where the paths through load_0 doubled WHEN their diff report
     is opened offline THEN the differential flame chart renders (screenshot)."""
-    from ddprof_nb import aggregate
+    from ddprof_nb.model import selection
     from ddprof_nb.explorer import Explorer
 
     before = _demo_profile(n_samples=50_000, n_stacks=2_000)
-    after = aggregate.merge(before, aggregate.filter(before, focus="^load_0$"))
+    after = selection.merge(before, selection.filter(before, focus="^load_0$"))
     ex = Explorer(before, after)
     grown = [lab for lab, d in zip(ex.flame_data.labels, ex.flame_data.raw[:, 2]) if d > 0]
     assert "load_0" in grown

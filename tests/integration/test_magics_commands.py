@@ -291,7 +291,7 @@ def test_top_tables_are_identical_in_the_magic_the_widget_fallback_and_the_cli(s
         leaf = Frame(f"work_{i}", f"/home/user/pkg/mod{i}.py", 20 + i, 20 + i)
         b.add(EventType.CPU, b.stack_of([root, leaf]), tid, 0, 0, 1 + i, ns)
     path = tmp_path / "one.pprof"
-    b.build().save(path)
+    ddprof_nb.save(b.build(), path)
     # WHEN the magic, the explorer's text fallback and the CLI show its top 20
     run(shell, f"%ddprof load {path} -o one")
     capsys.readouterr()

@@ -165,7 +165,7 @@ def test_native_frames_survive_pprof_speedscope_and_folded(ext_dir, tmp_path):
     #   (names only) keeps them as native frames
     res = run(f'''
         import importlib
-        from ddprof_nb.loading import load
+        from ddprof_nb import load, save
         m = importlib.import_module("_ddpx_nofp")
         def burn_it():
             m.lib.ddpx_burn(6, 2_500_000)
@@ -176,10 +176,10 @@ def test_native_frames_survive_pprof_speedscope_and_folded(ext_dir, tmp_path):
         out = {{"orig": natives(p)}}
         for ext in ("pprof", "speedscope.json"):
             path = os.path.join({str(tmp_path)!r}, "p." + ext)
-            p.save(path)
+            save(p, path)
             out[ext] = natives(load(path))
         path = os.path.join({str(tmp_path)!r}, "cpu.folded")
-        p.save(path)
+        save(p, path)
         out["folded"] = sorted({{(f.name, f.kind.name) for s in load(path).samples() for f in s.stack if "ddpx" in f.name}})
         emit(**out)
     ''', ext_dir)

@@ -49,3 +49,34 @@ def test_asyncio_mode_is_validated_and_survives_the_spec_round_trip():
     spec = SamplerConfig.make().to_spec()
     del spec["asyncio"]
     assert SamplerConfig.from_spec(spec).asyncio == "fold"
+
+
+def test_profile_hands_every_option_to_the_config_by_name(monkeypatch):
+    # GIVEN profile() with every option that reaches the config set away from its default
+    import ddprof_nb
+    from ddprof_nb import sampler as sampler_mod
+
+    made = []
+    monkeypatch.setattr(sampler_mod.Sampler, "start", lambda self, **kw: made.append(self.config) or self)
+    monkeypatch.setattr(sampler_mod.Sampler, "stop", lambda self, steps=(): None)
+    options = dict(events="wall,alloc", interval="5ms", alloc_rate="1MiB", native_alloc=False, engine="python",
+                   max_depth=33, labels={"run": "a"}, asyncio="off", native=True)
+    # WHEN the block runs
+    with ddprof_nb.profile(**options):
+        pass
+    # THEN the session's config is the one SamplerConfig.make gives for the same options
+    assert made == [SamplerConfig.make(**options)]
+    # AND max_depth left out is the default depth
+    with ddprof_nb.profile(events="wall", engine="python"):
+        pass
+    assert made[-1].max_depth == SamplerConfig().max_depth
+
+
+def test_a_sampler_takes_a_config_or_options_and_profiled_checks_them_when_decorating():
+    from ddprof_nb import Sampler, profiled
+
+    with pytest.raises(TypeError, match="not both"):
+        Sampler(SamplerConfig.make(), events="cpu")
+    assert Sampler(events="wall", interval="2ms").config == SamplerConfig.make(events="wall", interval="2ms")
+    with pytest.raises(ValueError, match="invalid interval"):
+        profiled(interval="ten ms")(lambda: None)

@@ -75,13 +75,13 @@ def test_every_view_of_every_profile_opens(make, tmp_path, capsys):
         assert "(no samples)" in bundle["text/plain"] and "(no samples)" in bundle["text/html"]
     doc = _private_file(ex.to_html(tmp_path / "explorer.html"))
     assert doc.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in doc
-    # the HTML exporter (interactive and static) and Profile.save write private files
+    # the HTML exporter (interactive and static) and ddprof_nb.save write private files
     html_export.write(p, tmp_path / "report.html")
     assert "Plotly.newPlot" in _private_file(tmp_path / "report.html")
     html_export.write(p, tmp_path / "static.html", static=True)
     static = _private_file(tmp_path / "static.html")
     assert "<script" not in static and ("<svg" in static) == has_samples
-    p.save(tmp_path / "saved.html")
+    ddprof_nb.save(p, tmp_path / "saved.html")
     assert _private_file(tmp_path / "saved.html").startswith("<!DOCTYPE html>")
     # %ddprof show's fallbacks: a text summary and a static HTML flame, or the printed table
     fb = magics.fallback_bundle(p, "x")

@@ -12,7 +12,8 @@ pytest.importorskip("ipywidgets")
 from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.explorer.threads import find_machinery, hide_machinery, user_first  # noqa: E402
 from ddprof_nb.explorer.widget import Explorer  # noqa: E402
-from ddprof_nb.model import Frame, FrameKind, Metadata, ProfileBuilder, Thread  # noqa: E402
+from ddprof_nb.events import FrameKind  # noqa: E402
+from ddprof_nb.model import Frame, Metadata, ProfileBuilder, Thread  # noqa: E402
 
 MS = 1_000_000
 CELL = Frame("Cell In[3]", "/tmp/ipykernel_1/123.py", 1, 1)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import ddprof_nb
 from ddprof_nb import exporters
 from ddprof_nb.events import EventType, FrameKind
 from ddprof_nb.exporters import folded, pprof, speedscope
@@ -266,12 +267,29 @@ def test_a_failed_write_leaves_neither_a_torn_file_nor_a_temporary(tmp_path, mon
     assert [f.name for f in tmp_path.iterdir()] == ["run.pprof"]
 
 
-def test_profile_save_method_uses_the_same_dispatch(tmp_path):
-    # GIVEN a profile  WHEN Profile.save is called with a speedscope name
+def test_the_public_save_is_the_dispatcher_and_a_profile_writes_no_files(tmp_path):
+    # GIVEN a profile  WHEN ddprof_nb.save is called with a speedscope name
     p = mock_profile()
-    p.save(tmp_path / "x.speedscope.json")
-    # THEN the file is speedscope, readable exactly
+    ddprof_nb.save(p, tmp_path / "x.speedscope.json")
+    # THEN the file is speedscope, readable exactly; files are the exporters' job, not a Profile's
     assert canon(speedscope.read(tmp_path / "x.speedscope.json")) == canon(p)
+    assert ddprof_nb.save is exporters.save
+    assert not hasattr(p, "save") and not hasattr(p, "to_html")
+
+
+def test_save_with_a_format_ignores_the_name_and_refuses_unknown_formats(tmp_path):
+    # GIVEN a profile  WHEN saved with format= under names that say another format (or none)
+    p = mock_profile()
+    exporters.save(p, tmp_path / "report.txt", format="html")
+    exporters.save(p, tmp_path / "x.bin", format="speedscope")
+    exporters.save(p, tmp_path / "stacks.txt", format="folded", event="cpu")
+    # THEN each file is in the format asked for
+    assert "<html" in (tmp_path / "report.txt").read_text().lower()
+    assert canon(speedscope.read(tmp_path / "x.bin")) == canon(p)
+    assert (tmp_path / "stacks.txt").read_text().strip()
+    # AND an unknown format is refused, naming the ones there are
+    with pytest.raises(ValueError, match="pprof, speedscope, folded, html"):
+        exporters.save(p, tmp_path / "x.pprof", format="svg")
 
 
 def test_writers_accept_binary_file_objects():

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 # the modules a session's start and stop pass through (the pipeline's steps included)
-MODULES = ("ddprof_nb.aggregate", "ddprof_nb.sampler", "ddprof_nb.labeling", "ddprof_nb.model",
+MODULES = ("ddprof_nb.model.selection", "ddprof_nb.sampler", "ddprof_nb.labeling", "ddprof_nb.model.data",
            "ddprof_nb.pipeline", "ddprof_nb.asyncio_support", "ddprof_nb.children")
 
 
@@ -43,7 +43,7 @@ def lock_at(module, owner, attr):
 def test_the_scan_finds_the_locks():
     # (an empty scan would make the test below pass without checking anything)
     names = {(m, o, a) for m, o, a in module_locks()}
-    assert ("ddprof_nb.aggregate", None, "_memo_lock") in names, names
+    assert ("ddprof_nb.model.selection", None, "_memo_lock") in names, names
     assert ("ddprof_nb.sampler", None, "_active_lock") in names, names
 
 

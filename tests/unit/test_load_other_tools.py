@@ -261,11 +261,11 @@ ALL_FILES = {
 def test_other_tools_profiles_save_and_reload_in_every_format(tmp_path, name):
     p = ddprof_nb.load(DATA / name, **ALL_FILES[name])
     for out in ("x.pprof", "x.speedscope.json"):
-        p.save(tmp_path / out)
+        ddprof_nb.save(p, tmp_path / out)
         q = ddprof_nb.load(tmp_path / out)
         assert {e: q.total(e) for e in q.events} == {e: p.total(e) for e in p.events}, out
     (tmp_path / "folded").mkdir()
-    p.save(tmp_path / "folded")
+    ddprof_nb.save(p, tmp_path / "folded")
     q = ddprof_nb.load(tmp_path / "folded")
     assert {e: q.total(e) for e in q.events} == {e: p.total(e) for e in p.events if p.total(e)}
 

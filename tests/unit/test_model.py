@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddprof_nb import EventType, FrameKind, aggregate
+from ddprof_nb import EventType, FrameKind
+from ddprof_nb.model import selection
 from ddprof_nb.model import MAX_TICKS, Frame, LabelSet, Metadata, ProfileBuilder, tick_for
 
 
@@ -117,12 +118,12 @@ def test_bad_regex_raises_value_error_naming_it():
 
 def test_merge_adds_labels_and_sums():
     p = sample_profile()
-    m = aggregate.merge(p, p, labels=[{"pid": 1}, {"pid": 2}])
+    m = selection.merge(p, p, labels=[{"pid": 1}, {"pid": 2}])
     assert m.total("cpu") == 200
     assert m.filter(labels={"pid": "2"}).total("cpu") == 100
-    assert aggregate.merge(p, p).total("cpu") == 200
+    assert selection.merge(p, p).total("cpu") == 200
     with pytest.raises(ValueError):
-        aggregate.merge()
+        selection.merge()
 
 
 def test_profile_rejects_inconsistent_columns():

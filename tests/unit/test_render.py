@@ -541,7 +541,7 @@ def test_static_flame_html_is_plain_svg_and_escaped():
 
 
 def test_top_table_text_and_html():
-    from ddprof_nb import top
+    from ddprof_nb.model import top
 
     p = basic()
     rows = top.top(p, "cpu")
@@ -553,7 +553,7 @@ def test_top_table_text_and_html():
 
 
 # ---------------------------------------------------------------------------------------
-# the filter fast paths the explorer relies on keep aggregate.filter's semantics
+# the filter fast paths the explorer relies on keep selection.filter's semantics
 
 
 def _rows_by_key(p) -> dict[tuple, tuple[int, int]]:
@@ -568,7 +568,7 @@ def _rows_by_key(p) -> dict[tuple, tuple[int, int]]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_hide_matches_a_frame_by_frame_rewrite_and_merges_equal_stacks(seed):
-    from ddprof_nb import aggregate
+    from ddprof_nb.model import selection
 
     rng = np.random.default_rng(seed)
     frames = [Frame(f"fn{i}", f"/app/m{i % 3}.py" if i % 4 else f"/lib/python3.11/site-packages/pkg{i}.py", i, i)
@@ -582,21 +582,21 @@ def test_hide_matches_a_frame_by_frame_rewrite_and_merges_equal_stacks(seed):
     p = b.build()
     for pattern in ("site-packages", "^fn[13579]$", "fn", "nomatch"):
         rx = re.compile(pattern)
-        hidden = aggregate.filter(p, hide=pattern)
-        expected = aggregate.map_stacks(
+        hidden = selection.filter(p, hide=pattern)
+        expected = selection.map_stacks(
             p, lambda fs, _ids: [f for f in fs if not (rx.search(f.name) or rx.search(f.filename))])
         assert _rows_by_key(hidden) == _rows_by_key(expected), pattern
         assert len(set(hidden.stacks)) == len(hidden.stacks)  # equal stacks merged
         flat, offsets = hidden.flat_stacks()
         assert [tuple(flat[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:])] == list(hidden.stacks)
         # hide combined with a row filter: the same as hiding, then filtering
-        both = aggregate.filter(p, hide=pattern, threads=[1])
-        assert _rows_by_key(both) == _rows_by_key(aggregate.filter(expected, threads=[1]))
+        both = selection.filter(p, hide=pattern, threads=[1])
+        assert _rows_by_key(both) == _rows_by_key(selection.filter(expected, threads=[1]))
 
 
 @pytest.mark.parametrize("collide", [False, True])
 def test_intern_segments_is_exact_even_when_hashes_collide(collide, monkeypatch):
-    from ddprof_nb import aggregate
+    from ddprof_nb.model import selection
 
     rng = np.random.default_rng(5)
     segs = [tuple(rng.integers(0, 4, size=int(rng.integers(0, 5))).tolist()) for _ in range(400)]
@@ -604,8 +604,8 @@ def test_intern_segments_is_exact_even_when_hashes_collide(collide, monkeypatch)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     flat = np.array([f for s in segs for f in s], dtype=np.int32)
     if collide:  # every multiplier 1: segments with equal sums collide, and must still be told apart
-        monkeypatch.setattr(aggregate, "_HASH_MULT", np.ones(64, dtype=np.uint64))
-    ids, first = aggregate.intern_segments(flat, offsets)
+        monkeypatch.setattr(selection, "_HASH_MULT", np.ones(64, dtype=np.uint64))
+    ids, first = selection.intern_segments(flat, offsets)
     # THEN ids are a dict interning in order of first appearance
     expected: dict = {}
     assert ids.tolist() == [expected.setdefault(s, len(expected)) for s in segs]

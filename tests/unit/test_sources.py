@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddprof_nb import aggregate, sources
+from ddprof_nb import sources
+from ddprof_nb.model import selection
 from ddprof_nb.asyncio_support import TaskSampler
 from ddprof_nb.children import ChildCollector
 from ddprof_nb.config import SamplerConfig
@@ -56,7 +57,7 @@ class Recording:
 
     def collect(self, profile):
         self.log.append((self.name, "collect"))
-        return aggregate.merge(profile, one_sample(f"remote-{self.name}"))
+        return selection.merge(profile, one_sample(f"remote-{self.name}"))
 
     def abort(self):
         self.log.append((self.name, "abort"))
@@ -165,5 +166,5 @@ def test_the_native_engine_leaves_an_excluded_thread_out():
             t.join()
     # THEN the excluded one has only what was sampled before it was excluded, the other
     # its whole wait (both waited the same time)
-    wall = {t.name: int(aggregate.filter(p, threads=[t.native_id]).values[:, 1].sum()) for t in waiters}
+    wall = {t.name: int(selection.filter(p, threads=[t.native_id]).values[:, 1].sum()) for t in waiters}
     assert wall["kept"] >= 250_000_000 and wall["excluded"] < wall["kept"] / 2, wall

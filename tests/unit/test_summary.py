@@ -95,12 +95,12 @@ def test_the_text_summary_ends_with_the_warnings():
 
 
 def test_merged_profiles_add_up_their_sample_counts():
-    from ddprof_nb import aggregate
+    from ddprof_nb.model import selection
 
     a, b = profile(extra={"samples_alloc": "437"}), profile(extra={"samples_alloc": "63"})
-    assert F.event_samples(aggregate.merge(a, b), EventType.ALLOC) == 500
+    assert F.event_samples(selection.merge(a, b), EventType.ALLOC) == 500
     # a part that does not say its count: unknown, not short
-    merged = aggregate.merge(a, profile())
+    merged = selection.merge(a, profile())
     assert F.event_samples(merged, EventType.ALLOC) is None
     assert "alloc 1.00 GiB / 12,060,666 objects" in F.status_line(merged)
 

@@ -9,7 +9,7 @@ import pytest
 
 from ddprof_nb.events import EventType
 from ddprof_nb import render as F
-from ddprof_nb.top import SORT_KEYS, top
+from ddprof_nb.model.top import SORT_KEYS, top
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder
 
 

@@ -1,4 +1,4 @@
-"""Call-tree transforms (ddprof_nb.transforms, as Profile methods) against totals
+"""Call-tree transforms (ddprof_nb.model.calltree, as Profile methods) against totals
 computed by hand on small profiles: a recursive function, a helper with many callers,
 indirect recursion, a library collapsed into one frame."""
 
@@ -254,7 +254,7 @@ def test_empty_and_bad_input():
 
 
 def test_caller_chains_read_direct_and_reached_through():
-    from ddprof_nb.transforms import caller_chains
+    from ddprof_nb.model.calltree import caller_chains
 
     callers, _ = build(HELPER).sandwich("helper")
     chains = caller_chains(callers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddprof_nb import aggregate
+from ddprof_nb.model import selection
 from ddprof_nb import render as F
 from ddprof_nb.events import EventType
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder
@@ -52,5 +52,5 @@ def test_call_tree_totals_match_a_count_over_paths(paths, data):
     assert tree_paths(F.call_tree(p, "cpu")) == brute(p)
     # a view of a few rows shares the table: its tree is summed over those stacks only
     keep = data.draw(st.lists(st.booleans(), min_size=len(p), max_size=len(p)))
-    view = aggregate._select(p, __import__("numpy").array(keep, dtype=bool))
+    view = selection._select(p, __import__("numpy").array(keep, dtype=bool))
     assert tree_paths(F.call_tree(view, "cpu")) == brute(view)

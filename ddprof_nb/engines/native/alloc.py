@@ -187,7 +187,7 @@ class AllocTracker:
                 self.live_unmatched += 1
                 continue
             _id, sid, thread, labels, t, count, value = row
-            if rec.sampled_size:  # a mapping partly unmapped since: the weight of the bytes left
+            if rec.sampled_size:  # a mapping: the weight of the bytes it holds resident
                 value = round(value * int(rec.size) / int(rec.sampled_size))
             name = ffi.string(rec.type_name).decode("utf-8", "replace") or None
             self.builder.add(EventType.LIVE, self._typed_stack(sid, name), thread, labels, t, count, value)
@@ -208,6 +208,7 @@ class AllocTracker:
         s = _binding.ffi.new("ddp_nalloc_stats *")
         _binding.lib.ddp_nalloc_get_stats(s)
         return {name: int(getattr(s, name)) for name in (
-            "sampled", "emit_failed", "not_python", "live_overflow", "maps_trimmed", "objects", "slots_patched", "slots_foreign",
+            "sampled", "emit_failed", "not_python", "live_overflow", "maps_trimmed", "maps_measured", "maps_mapped_bytes",
+            "maps_resident_bytes", "maps_measure_ns", "maps_unmeasured", "objects", "slots_patched", "slots_foreign",
             "restore_mismatch", "protect_failed", "passes", "passes_deferred", "kinds_patched", "kinds_foreign", "tracking_objects",
             "active_patches", "slots_unhooked")}

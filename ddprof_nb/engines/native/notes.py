@@ -231,6 +231,13 @@ def native_alloc_notes(enabled: bool, st: dict) -> list[str]:
     if st["maps_trimmed"]:
         notes.append(f"live: {st['maps_trimmed']} sampled mapping(s) partly unmapped: live counts the larger piece "
                      "left of each (a hole in the middle drops the smaller side)")
+    if st["maps_measured"]:
+        notes.append(f"live: [mmap] counts the pages a sampled mapping holds resident at stop, not the address space "
+                     f"it maps: {st['maps_resident_bytes'] / 2**20:.1f} MiB of {st['maps_mapped_bytes'] / 2**20:.1f} MiB "
+                     f"in {st['maps_measured']} mapping(s) held ({st['maps_measure_ns'] / 1e6:.2f} ms to measure)")
+    if st["maps_unmeasured"]:
+        notes.append(f"live: {st['maps_unmeasured']} sampled mapping(s) past the measuring budget (64 GiB of address "
+                     "space per stop) count the bytes they map, not the pages they hold")
     if st["slots_foreign"]:
         foreign = [k for i, k in enumerate(_NALLOC_KINDS) if st["kinds_foreign"] >> i & 1]
         notes.append(f"alloc: {st['slots_foreign']} slot(s) of {', '.join(foreign)} resolve to another allocator "

@@ -6,15 +6,15 @@ table reads: the text and HTML reports, the interactive report and the explorer.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from .aggregate import top_values
-from .events import EventType, FrameKind
-from .model import CSRStacks, Frame, Profile
+from ..events import EventType, FrameKind
+from .data import CSRStacks, Frame
+from .selection import memo, sorted_unique
 
-__all__ = ["GROUPS", "SELF", "SORT_KEYS", "Row", "top", "by_file"]
+__all__ = ["GROUPS", "SELF", "SORT_KEYS", "Row", "top", "top_values", "by_file"]
 
 GROUPS = ("function", "line", "file")
 
@@ -57,6 +57,57 @@ SORT_KEYS = {
 }
 _BY_NUMBER = ("self", "total", "self_n", "total_n")
 SELF = ("self_n", "self")  # the sort by self of a value column: SELF[value_index]
+
+
+def top_values(profile: Profile, event, by: str = "function", value_index: int = 1):
+    """``top``'s numbers as arrays, for callers that need a few rows of many: a
+    representative frame per function (or line), and its self and total (int64 arrays,
+    zero where absent)."""
+    if by not in ("function", "line"):
+        raise ValueError(f"top(by={by!r}): expected 'function' or 'line'")
+    e = EventType.parse(event)
+    rows = profile.event == e.value
+    weights = np.zeros(len(profile.stacks), dtype=np.int64)
+    np.add.at(weights, profile.stack[rows], profile.values[rows, value_index])
+    # which frames group together, and which (stack, key) pairs exist, depend on the
+    # tables only: computed once per table, then each call is two scatter-adds
+    frame_key, reps = memo((profile.frames,), ("top-keys", by), lambda: _frame_keys(profile.frames, by))
+    nkeys = len(reps)
+    leaf_stack, leaf_key, pair_stack, pair_key = memo(
+        (profile.stacks, profile.frames), ("top-pairs", by), lambda: _top_pairs(profile, frame_key, nkeys))
+    self_v = np.zeros(nkeys, dtype=np.int64)
+    total_v = np.zeros(nkeys, dtype=np.int64)
+    np.add.at(self_v, leaf_key, weights[leaf_stack])
+    np.add.at(total_v, pair_key, weights[pair_stack])
+    return reps, self_v, total_v
+
+
+def _frame_keys(frames: Sequence[Frame], by: str) -> tuple[np.ndarray, list[Frame]]:
+    """Key index per frame (its function, or its line) and a representative frame per key."""
+    keys: dict[tuple, int] = {}
+    frame_key = np.empty(len(frames), dtype=np.int64)
+    reps: list[Frame] = []
+    for i, f in enumerate(frames):
+        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
+        idx = keys.get(k)
+        if idx is None:
+            idx = keys[k] = len(reps)
+            reps.append(f)
+        frame_key[i] = idx
+    return frame_key, reps
+
+
+def _top_pairs(profile: Profile, frame_key: np.ndarray, nkeys: int):
+    """(stack, leaf key) of each non-empty stack, and every distinct (stack, key) pair
+    (so a recursive function counts once per stack), as int32 arrays."""
+    flat, offsets = profile.flat_stacks()
+    lengths = np.diff(offsets)
+    nonempty = np.flatnonzero(lengths > 0)
+    leaf_key = frame_key[flat[offsets[nonempty + 1] - 1]] if len(nonempty) else np.zeros(0, np.int64)
+    stack_of_pos = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    pair = sorted_unique(stack_of_pos * max(1, nkeys) + frame_key[flat]) if len(flat) else np.zeros(0, np.int64)
+    return (nonempty.astype(np.int32), leaf_key.astype(np.int32),
+            (pair // max(1, nkeys)).astype(np.int32), (pair % max(1, nkeys)).astype(np.int32))
 
 
 def by_file(view: Profile) -> Profile:

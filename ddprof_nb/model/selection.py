@@ -1,6 +1,9 @@
-"""Transforms of Profiles: filter (events, threads, labels, time, focus/ignore/hide),
-merge, map_frames, and the top table.  Each returns a NEW Profile (or rows); inputs
-are never modified.
+"""Selection: which samples and frames a view keeps.  ``filter`` (events, threads, labels,
+time, focus/ignore/hide), ``merge`` (several profiles into one), ``map_stacks`` (every stack
+rewritten) and ``drop_threads_only_in``.  Each returns a NEW Profile, made with its input's
+``replace``; inputs are never modified.  (``Profile`` in the annotations is
+``model.profile.Profile``, which imports this module for its methods: this one reads
+Profiles, never makes one from scratch.)
 
 Frame-regex semantics follow pprof: a regex matches a frame when it is found
 (``re.search``) in the frame's name or its filename.
@@ -18,10 +21,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .events import EventType
-from .model import CSRStacks, Frame, Profile, ProfileBuilder, aggregate_columns, columns
+from ..events import EventType
+from .data import CSRStacks, Frame, Interner, aggregate_columns, columns, tick_for
 
-__all__ = ["filter", "merge", "map_stacks", "top_values", "frame_matches", "compile_regex", "drop_threads_only_in"]
+__all__ = ["filter", "merge", "map_stacks", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
 
 def compile_regex(pattern: str | None, what: str = "regex"):
@@ -41,7 +44,7 @@ def frame_matches(profile: Profile, pattern) -> np.ndarray:
     the views of one profile (which share its frames table) reuse the answer."""
     rx = compile_regex(pattern) if isinstance(pattern, str) else pattern
     frames = profile.frames
-    return _memo((frames,), ("frames", rx.pattern, rx.flags), lambda: np.fromiter(
+    return memo((frames,), ("frames", rx.pattern, rx.flags), lambda: np.fromiter(
         (bool(rx.search(f.name) or (f.filename and rx.search(f.filename))) for f in frames),
         dtype=bool,
         count=len(frames),
@@ -60,7 +63,7 @@ def _stacks_containing(profile: Profile, frame_mask: np.ndarray) -> np.ndarray:
 
 def _stacks_matching(profile: Profile, rx) -> np.ndarray:
     """``_stacks_containing`` for a regex, cached per (stacks table, frames table, regex)."""
-    return _memo((profile.stacks, profile.frames), ("stacks", rx.pattern, rx.flags),
+    return memo((profile.stacks, profile.frames), ("stacks", rx.pattern, rx.flags),
                  lambda: _stacks_containing(profile, frame_matches(profile, rx)))
 
 
@@ -83,7 +86,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_child)
 
 
-def _memo(objs: tuple, extra: tuple, make):
+def memo(objs: tuple, extra: tuple, make):
     key = tuple(id(o) for o in objs) + extra
     with _memo_lock:
         hit = _memo_items.get(key)
@@ -98,7 +101,7 @@ def _memo(objs: tuple, extra: tuple, make):
     return value
 
 
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
+def sorted_unique(values: np.ndarray) -> np.ndarray:
     """Unique values by sorting (numpy 2's default unique hashes, ~15x slower on 1M int64)."""
     if len(values) == 0:
         return values
@@ -177,7 +180,7 @@ def filter(
 def _hide(view: Profile, rx) -> Profile:
     """``view`` with the frames matching ``rx`` removed from its stacks; stacks that
     become equal are merged, and so are their samples' rows."""
-    stack_map, stacks, flat, merged = _memo((view.stacks, view.frames), ("hide", rx.pattern, rx.flags),
+    stack_map, stacks, flat, merged = memo((view.stacks, view.frames), ("hide", rx.pattern, rx.flags),
                                             lambda: _hidden_stacks(view, frame_matches(view, rx)))
     if stack_map is None:  # nothing to hide
         return view
@@ -309,29 +312,32 @@ def map_stacks(profile: Profile, fn: Callable[[tuple[Frame, ...], tuple[int, ...
 
     Stacks that become equal are merged and their samples' values summed.
     """
-    builder = ProfileBuilder(profile.metadata)
+    tables = Interner()
     new_stack = np.fromiter(
-        (builder.stack_of(fn(tuple(profile.frames[i] for i in s), s)) for s in profile.stacks),
+        (tables.stack_of(fn(tuple(profile.frames[i] for i in s), s)) for s in profile.stacks),
         dtype=np.int32,
         count=len(profile.stacks),
     )
-    return _rebuild(profile, builder, stack_map=new_stack)
+    return restacked(profile, tables, new_stack[profile.stack] if len(profile) else profile.stack)
 
 
-def _rebuild(profile: Profile, builder: ProfileBuilder, *, stack_map: np.ndarray) -> Profile:
-    """Finish ``builder`` with ``profile``'s samples, stacks remapped through ``stack_map``."""
-    thread_map = np.array([builder.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
-    label_map = np.array([builder.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
+def restacked(profile: Profile, tables: Interner, row_stack: np.ndarray, keep: np.ndarray | None = None) -> Profile:
+    """``profile``'s rows (those in ``keep``, a mask, or all) on the stacks ``row_stack`` (one
+    per row, indexes into ``tables``' stacks), their threads and label sets interned in
+    ``tables`` too, and rows that now share a key merged; metadata and tick as they were."""
+    rows = slice(None) if keep is None else keep
+    thread_map = np.array([tables.thread_id(t.tid, t.name) for t in profile.threads] or [0], dtype=np.int32)
+    label_map = np.array([tables.labels_id(ls) for ls in profile.labelsets] or [0], dtype=np.int32)
+    thread, labels = profile.thread[rows], profile.labels[rows]
     cols = aggregate_columns(
-        profile.event,
-        stack_map[profile.stack] if len(profile) else profile.stack,
-        thread_map[profile.thread] if len(profile) else profile.thread,
-        label_map[profile.labels] if len(profile) else profile.labels,
-        profile.time_ns,
-        profile.values,
+        profile.event[rows],
+        np.asarray(row_stack, dtype=np.int32)[rows],
+        thread_map[thread] if len(thread) else thread,
+        label_map[labels] if len(labels) else labels,
+        profile.time_ns[rows],
+        profile.values[rows],
     )
-    built = builder.build()
-    return built.replace(**columns(cols), metadata=profile.metadata, tick_ns=profile.tick_ns)
+    return profile.replace(**tables.tables(), **columns(cols))
 
 
 def _merged_sample_counts(profiles) -> dict[str, str]:
@@ -373,76 +379,25 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
         notes=tuple(dict.fromkeys(n for p in profiles for n in p.metadata.notes)),
         extra={**first.extra, **_merged_sample_counts(profiles)},
     )
-    builder = ProfileBuilder(meta)
+    tables = Interner()
     parts = []
     for p, extra in zip(profiles, labels):
-        stack_map = np.array([builder.stack_of(p.stack_frames(i)) for i in range(len(p.stacks))] or [0], dtype=np.int32)
-        thread_map = np.array([builder.thread_id(t.tid, t.name) for t in p.threads] or [0], dtype=np.int32)
+        stack_map = np.array([tables.stack_of(p.stack_frames(i)) for i in range(len(p.stacks))] or [0], dtype=np.int32)
+        thread_map = np.array([tables.thread_id(t.tid, t.name) for t in p.threads] or [0], dtype=np.int32)
         label_map = np.array(
-            [builder.labels_id(ls.merged(extra) if extra else ls) for ls in p.labelsets] or [0], dtype=np.int32
+            [tables.labels_id(ls.merged(extra) if extra else ls) for ls in p.labelsets] or [0], dtype=np.int32
         )
         if len(p):
             parts.append((p.event, stack_map[p.stack], thread_map[p.thread], label_map[p.labels],
                           p.time_ns + (p.metadata.start_ns - start), p.values))
-    built = builder.build(end_ns=end)
-    tick = max([built.tick_ns] + [p.tick_ns for p in profiles])
+    tick = max([tick_for(meta.duration_ns)] + [p.tick_ns for p in profiles])
     if parts:
         ev, st, th, lb, t, v = (np.concatenate(c) for c in zip(*parts))
         cols = aggregate_columns(ev, st, th, lb, (t // tick) * tick, v)
     else:
-        cols = (built.event, built.stack, built.thread, built.labels, built.time_ns, built.values)
-    return built.replace(**columns(cols), metadata=meta, tick_ns=tick)
-
-
-def top_values(profile: Profile, event, by: str = "function", value_index: int = 1):
-    """``top``'s numbers as arrays, for callers that need a few rows of many: a
-    representative frame per function (or line), and its self and total (int64 arrays,
-    zero where absent)."""
-    if by not in ("function", "line"):
-        raise ValueError(f"top(by={by!r}): expected 'function' or 'line'")
-    e = EventType.parse(event)
-    rows = profile.event == e.value
-    weights = np.zeros(len(profile.stacks), dtype=np.int64)
-    np.add.at(weights, profile.stack[rows], profile.values[rows, value_index])
-    # which frames group together, and which (stack, key) pairs exist, depend on the
-    # tables only: computed once per table, then each call is two scatter-adds
-    frame_key, reps = _memo((profile.frames,), ("top-keys", by), lambda: _frame_keys(profile.frames, by))
-    nkeys = len(reps)
-    leaf_stack, leaf_key, pair_stack, pair_key = _memo(
-        (profile.stacks, profile.frames), ("top-pairs", by), lambda: _top_pairs(profile, frame_key, nkeys))
-    self_v = np.zeros(nkeys, dtype=np.int64)
-    total_v = np.zeros(nkeys, dtype=np.int64)
-    np.add.at(self_v, leaf_key, weights[leaf_stack])
-    np.add.at(total_v, pair_key, weights[pair_stack])
-    return reps, self_v, total_v
-
-
-def _frame_keys(frames: Sequence[Frame], by: str) -> tuple[np.ndarray, list[Frame]]:
-    """Key index per frame (its function, or its line) and a representative frame per key."""
-    keys: dict[tuple, int] = {}
-    frame_key = np.empty(len(frames), dtype=np.int64)
-    reps: list[Frame] = []
-    for i, f in enumerate(frames):
-        k = f.function_key if by == "function" else (f.name, f.filename, f.line, f.kind)
-        idx = keys.get(k)
-        if idx is None:
-            idx = keys[k] = len(reps)
-            reps.append(f)
-        frame_key[i] = idx
-    return frame_key, reps
-
-
-def _top_pairs(profile: Profile, frame_key: np.ndarray, nkeys: int):
-    """(stack, leaf key) of each non-empty stack, and every distinct (stack, key) pair
-    (so a recursive function counts once per stack), as int32 arrays."""
-    flat, offsets = profile.flat_stacks()
-    lengths = np.diff(offsets)
-    nonempty = np.flatnonzero(lengths > 0)
-    leaf_key = frame_key[flat[offsets[nonempty + 1] - 1]] if len(nonempty) else np.zeros(0, np.int64)
-    stack_of_pos = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    pair = _sorted_unique(stack_of_pos * max(1, nkeys) + frame_key[flat]) if len(flat) else np.zeros(0, np.int64)
-    return (nonempty.astype(np.int32), leaf_key.astype(np.int32),
-            (pair // max(1, nkeys)).astype(np.int32), (pair % max(1, nkeys)).astype(np.int32))
+        cols = (np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros((0, 2), np.int64))
+    return profiles[0].replace(**tables.tables(), **columns(cols), metadata=meta, tick_ns=tick)
 
 
 def drop_threads_only_in(profile: Profile, infrastructure: str, keep_tids=()) -> tuple[Profile, list[str]]:

@@ -7,7 +7,7 @@ metadata as they were; stacks that become equal are merged and their values adde
 They compose: every one takes and returns a Profile, and ``Profile`` has a method for
 each (``p.collapse_recursion().merge_function("helper").inverted()``).
 
-Regexes follow ``aggregate`` (and pprof): a regex matches a frame when ``re.search``
+Regexes follow ``selection`` (and pprof): a regex matches a frame when ``re.search``
 finds it in the frame's name or file name.  A *function* is a frame's
 ``function_key`` (name, file, first line, kind): the frames of its lines are one function.
 
@@ -43,9 +43,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import aggregate
-from .events import EventType
-from .model import CSRStacks, Frame, Profile, aggregate_columns, columns
+from ..events import EventType
+from . import selection
+from .data import CSRStacks, Frame, aggregate_columns, columns
 
 __all__ = [
     "sandwich", "inverted", "merge_function", "drop_function", "collapse_recursion",
@@ -120,23 +120,23 @@ def _reversed_stacks(profile: Profile) -> CSRStacks:
 
 def merge_function(profile: Profile, pattern: str) -> Profile:
     """The matching frames removed from every stack: their time goes to their caller."""
-    if aggregate.compile_regex(pattern, "merge_function regex") is None:
+    if selection.compile_regex(pattern, "merge_function regex") is None:
         raise ValueError("merge_function: the regex is empty")
-    return aggregate.filter(profile, hide=pattern)
+    return selection.filter(profile, hide=pattern)
 
 
 def drop_function(profile: Profile, pattern: str) -> Profile:
     """Only the samples whose stack holds no matching frame."""
-    if aggregate.compile_regex(pattern, "drop_function regex") is None:
+    if selection.compile_regex(pattern, "drop_function regex") is None:
         raise ValueError("drop_function: the regex is empty")
-    return aggregate.filter(profile, ignore=pattern)
+    return selection.filter(profile, ignore=pattern)
 
 
 def collapse_recursion(profile: Profile, pattern: str | None = None, *, direct_only: bool = False) -> Profile:
     """Recursion collapsed (see the module docstring): each function (or each matching
     one) once per stack; ``direct_only``: only a function calling itself directly."""
-    rx = aggregate.compile_regex(pattern, "collapse_recursion regex")
-    eligible = aggregate.frame_matches(profile, rx).tolist() if rx is not None else None
+    rx = selection.compile_regex(pattern, "collapse_recursion regex")
+    eligible = selection.frame_matches(profile, rx).tolist() if rx is not None else None
     function_ids: dict[tuple, int] = {}
     fn_of = [function_ids.setdefault(f.function_key, len(function_ids)) for f in profile.frames]
 
@@ -162,7 +162,7 @@ def collapse_recursion(profile: Profile, pattern: str | None = None, *, direct_o
 def collapse_module(profile: Profile, pattern: str) -> Profile:
     """Consecutive frames whose file name matches ``pattern`` collapsed into one frame
     named after the matched directory or file (its file name: the path up to the match)."""
-    rx = aggregate.compile_regex(pattern, "collapse_module regex")
+    rx = selection.compile_regex(pattern, "collapse_module regex")
     if rx is None:
         raise ValueError("collapse_module: the regex is empty")
     extra: list[Frame] = []
@@ -232,10 +232,10 @@ def sandwich(profile: Profile, function, event=None) -> tuple[Profile, Profile]:
     """``(callers, callees)`` of ``function`` (see the module docstring), over the samples
     of ``event`` (default: every event present)."""
     keys = function_keys(profile, function)
-    view = profile if event is None else aggregate.filter(profile, events=[EventType.parse(event)])
+    view = profile if event is None else selection.filter(profile, events=[EventType.parse(event)])
     is_target = np.fromiter((f.function_key in keys for f in view.frames), dtype=bool, count=len(view.frames))
-    rows = aggregate._stacks_containing(view, is_target)[view.stack] if len(view) else np.zeros(0, dtype=bool)
-    view = aggregate._select(view, rows)
+    rows = selection._stacks_containing(view, is_target)[view.stack] if len(view) else np.zeros(0, dtype=bool)
+    view = selection._select(view, rows)
     extra: list[Frame] = []
     index_of = _frame_index(view, extra)
     roots = {key: index_of(function_frame(view, key)) for key in keys}
