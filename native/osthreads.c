@@ -376,7 +376,8 @@ static void observe(slot_t *s, int64_t ts, int mode)
     /* "nr a1 .. a6 sp pc", or "-1 sp pc" (blocked outside a syscall) */
     char *tok[9];
     int k = 0;
-    for (char *p = strtok(buf, " \n"); p && k < 9; p = strtok(NULL, " \n"))
+    char *save = NULL; /* (strtok_r: strtok's state is the whole process's) */
+    for (char *p = strtok_r(buf, " \n", &save); p && k < 9; p = strtok_r(NULL, " \n", &save))
         tok[k++] = p;
     if (k < 3)
         return;
