@@ -1,6 +1,6 @@
 """Nothing lost under load: many threads that want the GIL, beside a drain that needs it.
 
-    python benchmarks/bench_load.py [--seconds 10] [--rows NAME,...]
+    python benchmarks/bench_load.py [--seconds 10] [--rows NAME,...] [--pairs 30]
 
 Each row runs one workload for `--seconds` in one native session (cpu+wall at the row's
 interval; every worker thread lives from before the start to after the stop) and compares
@@ -29,6 +29,18 @@ the clocks; split within 3 points.  Rows (the goal's table, then two more):
     sleep64      64 threads sleeping 5 ms in a loop + 1 burner, 10 ms
     py32_1ms     32 pure-Python threads, 1 ms
     py256_10ms   256 pure-Python threads, 10 ms
+
+Then rows with threads that run no Python (native_threads="attribute", cpu at 100 Hz): a C
+pool (built here with cffi) whose N pthreads, started per call, each do a fixed number of
+iterations while the caller waits.  In-process alternating pairs, the order flipped every
+pair: the call alone, then the call inside a session (started before it, stopped after: its
+start and stop are not timed).  Overhead: the median over the pairs of the call's wall time
+with / without, and of the process's CPU over the call, with / without; "dropped" sums
+the sessions' dropped samples; "in profile": the median session's CPU over the process's.
+Goal: 0 dropped, overhead <= 2 %.
+
+    native8      8 native threads, 10 ms
+    native32     32 native threads, 10 ms
 """
 
 from __future__ import annotations
@@ -145,10 +157,92 @@ def run_row(name: str, seconds: float) -> dict:
     }
 
 
+NATIVE_ROWS = {"native8": 8, "native32": 32}
+_POOL = r"""
+#include <pthread.h>
+static long iters;
+static void *work(void *arg)
+{
+    (void)arg;
+    volatile double x = 0;
+    for (long i = 0; i < iters; i++)
+        x += i * 0.5;
+    return NULL;
+}
+void pool_work(int n, long each)
+{
+    pthread_t th[64];
+    iters = each;
+    for (int i = 0; i < n && i < 64; i++)
+        pthread_create(&th[i], NULL, work, NULL);
+    for (int i = 0; i < n && i < 64; i++)
+        pthread_join(th[i], NULL);
+}
+"""
+
+
+def _native_pool():
+    import tempfile
+
+    import cffi
+
+    out = tempfile.mkdtemp(prefix="ddp_bench_pool")
+    ffi = cffi.FFI()
+    ffi.cdef("void pool_work(int n, long each);")
+    ffi.set_source("_ddp_bench_pool", _POOL, libraries=["pthread"])
+    ffi.compile(tmpdir=out, verbose=False)
+    sys.path.insert(0, out)
+    from _ddp_bench_pool import lib
+
+    return lib
+
+
+def run_native_row(name: str, pairs: int, call_s: float = 0.4) -> dict:
+    import statistics
+
+    from ddprof_nb.config import SamplerConfig
+    from ddprof_nb.engines.native import NativeEngine
+    from ddprof_nb.events import EventType
+
+    n = NATIVE_ROWS[name]
+    pool = _native_pool()
+    t = time.perf_counter()
+    pool.pool_work(n, 2_000_000)
+    each = max(1, int(2_000_000 * call_s / max(time.perf_counter() - t, 1e-3)))  # a call of ~call_s
+    config = SamplerConfig.make(events=("cpu",), interval="10ms", native_threads="attribute")
+
+    def once(profiled: bool):
+        engine = NativeEngine(config) if profiled else None
+        if engine:
+            engine.start()
+        c0, w0 = time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID), time.perf_counter()
+        pool.pool_work(n, each)
+        w1, c1 = time.perf_counter(), time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)
+        if not engine:
+            return w1 - w0, c1 - c0, 0, 0.0
+        p = engine.stop()
+        return w1 - w0, c1 - c0, sum(p.metadata.dropped.values()), p.total(EventType.CPU) / max(c1 - c0, 1)
+
+    once(True)  # (the unwind tables of the objects loaded: built once, by the first session)
+    walls, cpus, held, dropped = [], [], [], 0
+    for i in range(pairs):
+        first = i % 2 == 0
+        a = once(first)
+        b = once(not first)
+        on, off = (a, b) if first else (b, a)
+        walls.append(on[0] / off[0])
+        cpus.append(on[1] / off[1])
+        held.append(on[3])
+        dropped += on[2]
+    return {"row": name, "threads": n, "pairs": pairs, "dropped": dropped, "wall": statistics.median(walls),
+            "cpu": statistics.median(cpus), "held": statistics.median(held)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default=",".join([*ROWS, *NATIVE_ROWS]))
+    ap.add_argument("--pairs", type=int, default=30, help="alternating pairs per native-threads row")
     args = ap.parse_args(argv)
     from ddprof_nb.engines.native import binding as _binding, session as _session
 
@@ -162,13 +256,25 @@ def main(argv=None) -> int:
     print("| row | threads | interval | dropped | thinned | CPU rec/clocks (timers) | wall rec/(threads x s) | "
           "split err (pt) | drain CPU | wall-thread busy | RSS MB (growth) | goals |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.rows.split(","):
+    names = args.rows.split(",")
+    for name in [n for n in names if n in ROWS]:
         r = run_row(name, args.seconds)
         ok = r["dropped"] == 0 and abs(r["cpu"] - 1) <= 0.03 and abs(r["wall"] - 1) <= 0.03 and r["split"] <= 3
         print(f"| {r['row']} | {r['threads']} | {r['interval']} | {r['dropped']} | {r['thinned']} | "
               f"{r['cpu']:.3f} ({r['timers']:.3f}; {r['cpu_truth']:.1f} s) | {r['wall']:.3f} | {r['split']:.1f} | {r['drain']:.2f} % | "
               f"{r['wallthread']:.2f} % | {r['rss']:.0f} ({r['rss_growth']:+.0f}) | {'met' if ok else 'MISSED'} |",
               flush=True)
+    natives = [n for n in names if n in NATIVE_ROWS]
+    if natives:
+        print()
+        print("| row | native threads | pairs | dropped | wall with/without (median) | process CPU with/without "
+              "(median) | in profile / process CPU | goals |")
+        print("|---|---|---|---|---|---|---|---|")
+    for name in natives:
+        r = run_native_row(name, args.pairs)
+        ok = r["dropped"] == 0 and r["wall"] <= 1.02 and r["cpu"] <= 1.02
+        print(f"| {r['row']} | {r['threads']} | {r['pairs']} | {r['dropped']} | {r['wall']:.4f} | {r['cpu']:.4f} | "
+              f"{r['held']:.3f} | {'met' if ok else 'MISSED'} |", flush=True)
     return 0
 
 

@@ -76,6 +76,9 @@ def _parser() -> _Parser:
                      help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     rec.add_argument("--native", action="store_true",
                      help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
+    rec.add_argument("--native-threads", default="off", choices=("attribute", "raw", "off"),
+                     help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked "
+                          "(attribute), per thread (raw), or left out (off, default)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
@@ -213,7 +216,7 @@ def _record_config(args) -> SamplerConfig:
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
                               native_alloc=not args.no_native_alloc, engine=args.engine, labels=labels,
-                              asyncio=args.asyncio, native=args.native)
+                              asyncio=args.asyncio, native=args.native, native_threads=args.native_threads)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
         return SamplerConfig.make(**config_options)

@@ -19,6 +19,9 @@ DEFAULT_MAX_DEPTH = 128  # frames kept per stack; deeper stacks end in [truncate
 MIN_INTERVAL_NS = 100_000  # 10 kHz; finer is noise with a 250 Hz kernel tick
 MAX_INTERVAL_NS = 60_000_000_000
 ENGINES = ("auto", "native", "python")
+# CPU of threads that run no Python (BLAS, OpenMP, Rust pools; native engine): "attribute"
+# puts it under the Python line that asked for the work, "raw" under each thread, "off" leaves it out
+NATIVE_THREADS_MODES = ("off", "attribute", "raw")
 # asyncio tasks (ddprof_nb.aio): "fold" samples suspended tasks, labels each
 # task's samples and folds the event loop's machinery into one frame; "raw" does the same
 # but keeps the loop's frames; "off" leaves asyncio alone
@@ -90,6 +93,7 @@ class SamplerConfig:
     alloc_rate: int = DEFAULT_ALLOC_RATE
     native_alloc: bool = True  # alloc/live also sample C allocations of extension modules (native engine)
     native: bool = False  # samples carry the C/C++/Rust frames between the Python ones (native engine)
+    native_threads: str = "off"  # one of NATIVE_THREADS_MODES
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
     labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
@@ -105,6 +109,7 @@ class SamplerConfig:
         native_alloc: bool = True,
         engine: str = "auto",
         native: bool = False,
+        native_threads: str = "off",
         labels=None,
         asyncio: str = "fold",
     ) -> "SamplerConfig":
@@ -122,6 +127,11 @@ class SamplerConfig:
             raise ValueError(f"invalid native_alloc {native_alloc!r}: must be True or False")
         if not isinstance(native, bool):
             raise ValueError(f"invalid native {native!r}: must be True or False")
+        if native_threads is True or native_threads is False:
+            native_threads = "attribute" if native_threads else "off"
+        if native_threads not in NATIVE_THREADS_MODES:
+            raise ValueError(f"invalid native_threads {native_threads!r}; expected one of: "
+                             f"{', '.join(NATIVE_THREADS_MODES)}")
         if asyncio not in ASYNCIO_MODES:
             raise ValueError(f"invalid asyncio mode {asyncio!r}; expected one of: {', '.join(ASYNCIO_MODES)}")
         return cls(
@@ -130,6 +140,7 @@ class SamplerConfig:
             alloc_rate=parse_size_bytes(alloc_rate),
             native_alloc=native_alloc,
             native=native,
+            native_threads=native_threads,
             max_depth=max_depth,
             engine=engine,
             labels=tuple(sorted((str(k), str(v)) for k, v in dict(labels or {}).items())),
@@ -144,6 +155,7 @@ class SamplerConfig:
             "alloc_rate": self.alloc_rate,
             "native_alloc": self.native_alloc,
             "native": self.native,
+            "native_threads": self.native_threads,
             "max_depth": self.max_depth,
             "engine": self.engine,
             "labels": [list(kv) for kv in self.labels],
@@ -159,6 +171,7 @@ class SamplerConfig:
             alloc_rate=int(spec["alloc_rate"]),
             native_alloc=bool(spec.get("native_alloc", True)),
             native=bool(spec.get("native", False)),
+            native_threads=spec.get("native_threads", "off"),
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],
             labels=tuple(tuple(kv) for kv in spec.get("labels", ())),

@@ -235,7 +235,7 @@ class ProfileHandle:
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", native_alloc=True, engine="auto",
             max_depth=None, labels=None, children=False, dask=None, asyncio="fold",
-            live=False, native=False) -> Iterator[ProfileHandle]:
+            live=False, native=False, native_threads="off") -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
 
     ``asyncio``: "fold" (default) gives asyncio tasks their own stacks and ``task`` label,
@@ -248,6 +248,11 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
     ``native=True`` (native engine): CPU, alloc and lock/park samples also carry the C, C++
     and Rust frames between the Python ones (``numpy`` -> ``cblas_dgemm`` -> its kernel), the
     interpreter's eval-loop frames replaced by the Python frames they run.
+
+    ``native_threads`` (native engine, CPU): also sample the threads that run no Python (BLAS,
+    OpenMP, Rust and database pools).  "attribute" (or True) puts their CPU under the Python line
+    that asked for the work, beneath a ``[pool: <thread name>]`` frame; "raw" under each thread;
+    "off" (default) leaves it out (a note then says how much CPU ran outside the profile).
 
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed
@@ -262,7 +267,8 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
     The profile is produced even when the block raises (including KeyboardInterrupt).
     """
     config = SamplerConfig.make(events=events, interval=interval, alloc_rate=alloc_rate, native_alloc=native_alloc,
-                                engine=engine, max_depth=max_depth, labels=labels, asyncio=asyncio, native=native)
+                                engine=engine, max_depth=max_depth, labels=labels, asyncio=asyncio, native=native,
+                                native_threads=native_threads)
     sampler = Sampler(config, children=children, dask=dask)
     handle = ProfileHandle(sampler)
     sink = None

@@ -1,7 +1,7 @@
 /* core.h — what the sampler core's files share: the session, its thread slots and stats.
  *
- * The core is threads.c, labels.c, cpu.c, records.c, wall.c, parked.c, drain.c, session.c
- * and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
+ * The core is threads.c, labels.c, cpu.c, osthreads.c, records.c, wall.c, parked.c, drain.c,
+ * session.c and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
  * core through engine.h alone.  Every name declared here is hidden: it binds inside the
  * module and can never be interposed by, or interpose on, another library's symbol.
  */
@@ -156,11 +156,18 @@ int thread_exits_inside(void);          /* exiting threads writing their clock i
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
+int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
+                   int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's records */
 int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */
 /* r's bucket under the tick at last_ts (>= r's own): the Profile's final tick is at least
  * that of its last record, so records merged in it share one final tick too; -1 for none. */
 int64_t bucket_under(const ddp_record *r, int64_t last_ts);
 void records_reset(void);
+
+/* ---- threads that run no Python (osthreads.c) ----------------------------------------- */
+int osthreads_signal(void *value);      /* SIGPROF handler: 1 when the timer is one of its threads' */
+void osthreads_tick(int64_t now, int final); /* wall thread: find, arm, retire; final: totals */
+void osthreads_after_fork(void);
 
 /* ---- the wall thread (wall.c) --------------------------------------------------------- */
 int wall_flush(slot_t *s);              /* pending WALL record to the aggregate or ring; 0 both full */

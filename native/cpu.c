@@ -102,6 +102,8 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
      * checks below guard the timer's value anyway. */
     if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
         goto out;
+    if (osthreads_signal(si->si_value.sival_ptr))
+        goto out; /* a thread that runs no Python (osthreads.c) */
     slot_t *s = si->si_value.sival_ptr;
     slot_t *base = sess_slots;
     if (!base || s < base || s >= base + MAX_SLOTS || ((char *)s - (char *)base) % sizeof(slot_t)) {

@@ -115,7 +115,7 @@ typedef struct {
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
     int32_t cpu_timer_scale;     /* tests: the CPU timers' period is interval_ns times this (0 = 1): late timers */
     int32_t native_frames;       /* 1: samples a thread takes of itself (CPU, alloc, lock/park) carry its native frames */
-    int32_t native_reserved2;
+    int32_t native_threads;      /* 1: CPU samples of threads that run no Python too (osthreads.c) */
 } ddp_config;
 
 typedef struct {
@@ -176,6 +176,14 @@ int ddp_record_size(void);                 /* bytes per record incl. frames; 0 w
 /* After ddp_stop, before ddp_release: per thread with a CPU timer then, the CPU its clock says
  * it used since first seen and the CPU its samples carried.  Returns how many (may exceed cap). */
 int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap);
+/* After stop: each thread that runs no Python and had a CPU timer: tid, CPU its clock says it
+ * used in the session, CPU its samples carried, name (16 bytes each, /proc comm); returns how
+ * many (may exceed cap).  Stats: armed at once (max), threads beyond the bound, timer
+ * failures, blocked Python threads walked, totals not kept, scans, CPU of exited threads after
+ * their last read given to the pool threads gone then, and left unassigned, idle threads that
+ * gave their place to running ones (the table full); returns how many. */
+int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *names, int cap);
+int ddp_native_threads_stats(uint64_t *out, int n);
 int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */
 /* Block (without the GIL) until there is work for the drain: returns a DDP_WAKE_* mask (0 on
  * timeout), DDP_ENOTRUNNING once the session stops. */

@@ -68,7 +68,9 @@ int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
         rec->stack_hash = 0;
         return -1;
     }
-    if (sess_cfg.native_frames && tid == my_tid()) /* its own stack: a signal handler's or a hook's */
+    /* its own stack (a signal handler's or a hook's); with native threads sampled, the
+     * native frames say which library a Python thread is inside (osthreads.c) */
+    if ((sess_cfg.native_frames || sess_cfg.native_threads) && tid == my_tid())
         depth += uw_append_own(frames + depth, sess_cfg.max_depth - depth, mode);
     rec->depth = (uint16_t)depth;
     rec->flags = flags;
@@ -107,6 +109,55 @@ int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int
 {
     return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
                       tstate_kind, mode, ts);
+}
+
+/* A record whose native frames are not the calling thread's own Python walk: `tstate`'s
+ * Python frames (0: none, a thread that runs no Python), then `pcs` (leaf first; NULL: the
+ * calling thread's own, from its signal handler).  For osthreads.c. */
+int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
+                   int state, const uint64_t *pcs, int n, int mode, int64_t ts)
+{
+    size_t ticket;
+    ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
+    if (!rec)
+        return PROD_FULL;
+    rec->event = (uint8_t)event;
+    rec->state = (uint8_t)state;
+    rec->tid = tid;
+    rec->label_id = label;
+    rec->ts_ns = ts;
+    rec->count = count;
+    rec->value = weight;
+    rec->aux = 0;
+    rec->reserved = 0;
+    rec->reserved2 = 0;
+    ddp_frame *frames = (ddp_frame *)(rec + 1);
+    int depth = 0;
+    if (tstate) {
+        int torn = walk_into(rec, tstate, mode) < 0; /* (another thread's: no native frames of ours) */
+        if (torn) {
+            ddp_ring_publish(sess_ring, ticket);
+            atomic_fetch_add_explicit(&sess_stats.dropped_torn[event], 1, memory_order_relaxed);
+            return PROD_TORN;
+        }
+        depth = rec->depth;
+    }
+    int room = sess_cfg.max_depth - depth;
+    if (!pcs) {
+        depth += uw_append_own(frames + depth, room, mode);
+    } else {
+        for (int i = 0; i < n && i < room; i++, depth++)
+            frames[depth] = (ddp_frame){ DDP_NATIVE_CODE, pcs[i], -1, 0 };
+    }
+    if (depth == 0 && sess_cfg.max_depth > 0) /* no table knows its code: one truncated frame */
+        frames[depth++] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
+    rec->depth = (uint16_t)depth;
+    rec->flags = tstate ? rec->flags : 0;
+    rec->stack_hash = stack_hash_of(rec->flags, depth, frames);
+    ddp_ring_publish(sess_ring, ticket);
+    if (count)
+        atomic_fetch_add_explicit(&sess_stats.samples[event], 1, memory_order_relaxed);
+    return PROD_OK;
 }
 
 /* Record an event with the CALLING thread's own stack, from ordinary code (the allocator

@@ -79,8 +79,9 @@ static void engines_stop(int with_gil)
 
 void engines_tick(int64_t now, int final)
 {
-    if (sess_cfg.native_frames && !final)
+    if ((sess_cfg.native_frames || sess_cfg.native_threads) && !final)
         uw_refresh(); /* objects loaded or unloaded since: their tables (cheap when none was) */
+    osthreads_tick(now, final);
     for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
         if (ddp_engines[i]->tick && atomic_load(&engine_on[i]))
             ddp_engines[i]->tick(now, final);
@@ -141,6 +142,7 @@ static void atfork_child(void)
         return;
     atomic_store(&ddp_session_active, 0);
     cpu_after_fork();
+    osthreads_after_fork();
     ddp_saferead_after_fork_child();
     ddp_py_after_fork_child();
     for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++) /* (alloc: its hooks become pass-throughs) */
@@ -194,8 +196,8 @@ int ddp_start(const ddp_config *c)
     atomic_store(&ddp_graveyard_overflow, 0);
     /* native frames: the loaded objects' unwind tables, before the GIL is taken (the loader's
      * lock, which dl_iterate_phdr takes, may be held by a thread waiting for the GIL) */
-    if (sess_cfg.native_frames && uw_refresh() < 0)
-        sess_cfg.native_frames = 0;
+    if ((sess_cfg.native_frames || sess_cfg.native_threads) && uw_refresh() < 0)
+        sess_cfg.native_frames = sess_cfg.native_threads = 0;
 
     int rc = DDP_OK;
     PyGILState_STATE g = PyGILState_Ensure();

@@ -13,13 +13,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from ..config import ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES, SamplerConfig
+from ..config import (ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES,
+                      NATIVE_THREADS_MODES, SamplerConfig)
 
 SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help",
                "kernels", "dump", "attach", "allow-attach")
 
 USAGE = """\
-%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [--native] [-l KEY=VALUE ...]
+%%ddprof [-e EVENTS] [-i INTERVAL] [--alloc-rate SIZE] [--no-native-alloc] [--native]
+         [--native-threads attribute|raw|off] [-l KEY=VALUE ...]
          [-o NAME] [--save PATH] [--no-show] [--live] [--engine auto|native|python]
          [--asyncio fold|raw|off] [--children] [--dask CLIENT]     profile this cell
 %ddprof [options] STATEMENT     profile one statement
@@ -72,6 +74,9 @@ def _sampler_options(p: Parser, statement: bool = False) -> None:
                    help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     p.add_argument("--native", action="store_true",
                    help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
+    p.add_argument("--native-threads", default="off", choices=NATIVE_THREADS_MODES,
+                   help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked (attribute), "
+                        "per thread (raw), or left out (off, default)")
     p.add_argument("-l", "--label", action="append" if statement else "extend", nargs=None if statement else "+",
                    default=[], metavar="KEY=VALUE", help="label every sample with KEY=VALUE")
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")
@@ -135,6 +140,7 @@ def sampler_config(args) -> SamplerConfig:
         options["native_alloc"] = False
     if args.native:
         options["native"] = True
+    options["native_threads"] = args.native_threads
     try:
         return SamplerConfig.make(**options)
     except ValueError as exc:

@@ -99,13 +99,13 @@ def _seconds(text: str) -> float:
     return float(value) * {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
-def _coverage_notes(pool_dir: str, work: str, after: str = "") -> list[str]:
+def _coverage_notes(pool_dir: str, work: str, after: str = "", native_threads: str = "off") -> list[str]:
     """The coverage notes of a CPU session around ``work`` (Python lines; ``pool`` is the C
     pool library), ``after`` run once the session stopped."""
     r = run_script(f"""
         sys.path.insert(0, {pool_dir!r})
         from _ddp_pool import lib as pool
-        e = engine(events=("cpu",))
+        e = NativeEngine(SamplerConfig.make(events=("cpu",), native_threads={native_threads!r}))
         e.start()
         {work}
         p = e.stop()
@@ -143,3 +143,14 @@ def test_cpu_of_native_threads_that_ended_during_the_session_is_counted(pool_dir
     # THEN the note says that much went to threads that ended outside the profile
     m = re.search(r"; ([\d.]+ *\S+) went to threads that ended before stop outside the profile", note)
     assert m and abs(_seconds(m.group(1)) - 0.8) <= 0.08, note
+
+
+@pytest.mark.parametrize("work,after", [
+    ("burn(0.2); pool.pool_burn_and_stay(2, 0.4)", "pool.pool_release()"),  # a pool that stays
+    ("burn(0.2); pool.pool_run(2, 0.4)", ""),  # threads started and ended per call
+])
+def test_no_note_when_threads_that_run_no_python_are_sampled(pool_dir, work, after):
+    # GIVEN the same pools, with native_threads on: their CPU is in the profile
+    notes = _coverage_notes(pool_dir, work, after=after, native_threads="attribute")
+    # THEN nothing is said about CPU outside the profile
+    assert notes == [], notes

@@ -29,6 +29,7 @@ from ...config import SamplerConfig
 from ...errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from ...events import EventType
 from ...model import Metadata, Profile, ProfileBuilder
+from ...render.format import format_duration
 from ..base import Engine
 from . import binding, process_cpu
 from .alloc import AllocTracker
@@ -37,7 +38,8 @@ from .decode import RecordConverter
 from .lockpark import WaitClassifier
 from .nativeframes import NativeMerger
 from .notes import session_notes
-from .session import Session, after_fork_child, cpu_thread_totals
+from .pools import attribute_pools
+from .session import Session, after_fork_child, cpu_thread_totals, native_thread_totals
 
 _active: "NativeEngine | None" = None
 DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
@@ -133,6 +135,10 @@ class NativeEngine(Engine):
         self._names: dict[int, str] = {}
         self._errors: list[str] = []
         self._forked = False
+        # threads that run no Python: sampled (CPU sessions), attributed at stop (pools.py)
+        self._pools = config.native_threads != "off" and EventType.CPU in config.events
+        self._pool_tids: set[int] = set()
+        self._pool_stats: dict[str, int] = {}
         self._start_ns = 0
         self._cpu_at = None  # (start, stop) process_cpu snapshots of a CPU session
 
@@ -158,7 +164,7 @@ class NativeEngine(Engine):
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
             alloc_rate=self.config.alloc_rate, native_alloc=self.config.native_alloc,
-            native_frames=self.config.native, **self._session_knobs,
+            native_frames=self.config.native, native_threads=self._pools, **self._session_knobs,
             **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
         )
         try:
@@ -183,7 +189,7 @@ class NativeEngine(Engine):
         if waits:
             self._converter.waits = WaitClassifier(self._converter.builder, waits)
         # ---- end lock/park
-        if self.config.native:  # native frames: named, merged between the Python ones
+        if self.config.native or self._pools:  # native frames: named, merged between the Python ones
             self._converter.native = NativeMerger(self._converter.builder)
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
@@ -263,6 +269,12 @@ class NativeEngine(Engine):
             self._converter.name_threads()
             stats = session.stats()
             stats["cpu_threads"] = cpu_thread_totals()
+            if self._pools:  # threads that run no Python: their clocks calibrate their samples too
+                totals, names, self._pool_stats = native_thread_totals()
+                self._pool_tids = set(totals)
+                self._names.update(names)
+                self._converter.name_threads()
+                stats["cpu_threads"] = {**totals, **stats["cpu_threads"]}
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
                 self._converter.alloc.flush(final=True)
                 self._converter.alloc.add_live()
@@ -308,4 +320,16 @@ class NativeEngine(Engine):
         profile, cpu_notes = calibrate_cpu(profile, stats.get("cpu_threads") or {}, self._names, self.config.labels)
         if self._cpu_at is not None and self._cpu_at[1] is not None:
             cpu_notes += process_cpu.coverage_notes(*self._cpu_at, profile, own_tids={self._drain_tid})
+        if self._pools:
+            pools = attribute_pools(profile, self._pool_tids, self._names, raw=self.config.native_threads == "raw",
+                                    keep_native=self.config.native)
+            profile = pools.profile
+            cpu_notes += pools.notes()
+            if self._pool_stats.get("unseen_ns", 0) >= self.config.interval_ns:
+                cpu_notes.append(f"threads that run no Python: {format_duration(self._pool_stats['unseen_ns'])} of CPU "
+                                 "went to threads that started and ended between two scans (not in the profile)")
+            if self._pool_stats.get("beyond"):
+                cpu_notes.append(f"threads that run no Python: {self._pool_stats['beyond']} sightings of threads "
+                                 "beyond the 256 sampled at once (their CPU is not in the profile; a thread that "
+                                 "runs takes the place of one idle for 50 ticks)")
         return profile.with_metadata(notes=meta.notes + tuple(cpu_notes)) if cpu_notes else profile

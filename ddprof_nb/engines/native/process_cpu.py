@@ -98,7 +98,8 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
                           for name, ns in outside.most_common(4))
         more = f" and {len(outside) - 4} more" if len(outside) > 4 else ""
         parts.append(f"{format_duration(total_outside)} ran on threads that run no Python, not in this profile "
-                     f"({names}{more}): native worker pools (BLAS, OpenMP, a library's own threads)")
+                     f"({names}{more}): native worker pools (BLAS, OpenMP, a library's own threads; "
+                     "native_threads='attribute' samples them)")
     if own:
         parts.append(f"{format_duration(own)} was the profiler's own threads")
     rest = missing - total_outside - own

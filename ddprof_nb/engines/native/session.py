@@ -44,7 +44,8 @@ class Session:
                  wall_threads_per_tick: int = 0, read_mode: str = "guarded", exclude_tids=(),
                  alloc_rate: int = 0, native_alloc: bool = False, wait_threshold_ns: int = 0,
                  wait_max_rate: int = 0, merge_wall: bool = True, drain_early: bool = True, drain_new_code: bool = True,
-                 merge_shadow: bool = False, cpu_timer_scale: int = 1, native_frames: bool = False):
+                 merge_shadow: bool = False, cpu_timer_scale: int = 1, native_frames: bool = False,
+                 native_threads: bool = False):
         """``merge_wall``: identical WALL samples of a thread within one Profile time tick
         become one record (exact; off = one record per sample).  ``drain_early``: ``wait()``
         returns once the buffer is a quarter full; ``drain_new_code``: once samples name code
@@ -76,6 +77,7 @@ class Session:
         cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
         cfg.native_alloc = int(bool(native_alloc))  # allocations: also C allocations of extension modules
         cfg.native_frames = int(bool(native_frames))  # samples of a thread's own stack: its native frames too
+        cfg.native_threads = int(bool(native_threads))  # CPU: threads that run no Python too (osthreads.c)
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:
@@ -211,6 +213,30 @@ def cpu_thread_totals() -> dict[int, tuple[int, int]]:
         u, s = totals.get(tid[i], (0, 0))
         totals[tid[i]] = (u + used[i], s + sampled[i])
     return totals
+
+
+def native_thread_totals() -> tuple[dict[int, tuple[int, int]], dict[int, str], dict[str, int]]:
+    """After a session's stop, before its release: the threads that run no Python and had a
+    CPU timer, as ``cpu_thread_totals`` gives Python threads', their OS names, and the
+    sampler's counts about them."""
+    n = lib.ddp_native_threads(ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, 0)
+    out = ffi.new("uint64_t[9]")
+    lib.ddp_native_threads_stats(out, 9)
+    stats = dict(zip(("armed_max", "beyond", "timer_failures", "observations", "totals_dropped", "scans",
+                      "tails_ns", "unseen_ns", "evicted"), out))
+    if n <= 0:
+        return {}, {}, stats
+    tid, used, sampled = ffi.new("int32_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
+    names = ffi.new("char[]", 16 * n)
+    n = min(n, lib.ddp_native_threads(tid, used, sampled, names, n))
+    totals: dict[int, tuple[int, int]] = {}
+    named: dict[int, str] = {}
+    raw = ffi.buffer(names)[:]
+    for i in range(n):
+        u, s = totals.get(tid[i], (0, 0))
+        totals[tid[i]] = (u + used[i], s + sampled[i])
+        named[tid[i]] = raw[16 * i:16 * i + 16].split(b"\0", 1)[0].decode("utf-8", "replace") or f"thread {tid[i]}"
+    return totals, named, stats
 
 
 def after_fork_child() -> None:

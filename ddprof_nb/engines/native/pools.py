@@ -1,0 +1,180 @@
+"""Samples of threads that run no Python, put under the Python line that asked for the work.
+
+A BLAS, OpenMP, Rust or database pool thread's sample holds only native frames.  Its
+*library* is the object of its outermost frame outside the C runtime (``libopenblas``'s
+``blas_thread_server``, ``libgomp``'s ``gomp_thread_start``, an extension's worker
+function): the library whose pool it is.  A Python thread is *inside* a library at a time
+when a record of it around then holds a native frame of that library: its own CPU samples
+carry their native frames when native threads are sampled, and each tick in which a pool
+thread ran, the sampler walks every blocked Python thread from outside and records where it
+waits as a CPU row of count 0 (an *observation*: ``osthreads.c``).  So a pool thread's
+sample goes under the stack of the Python thread found inside its library around its time
+(records of that thread in it before and after, at most ``span_ns`` apart; else its nearest
+record in it, within ``window_ns`` or two time ticks), cut just above its first frame in that library, then a
+``[pool: <thread name>]`` frame, then the pool thread's own frames; with none found, under
+``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept.
+
+Limits: two Python threads inside one library at once get each pool sample by nearness in
+time alone; a pool that keeps working after its caller returned (asynchronous work) goes
+under ``[native threads]`` once no caller is near; a caller blocked in a library without
+unwind tables for its wait (no ``.eh_frame``) is not seen inside it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...events import EventType, FrameKind
+from ...model import Frame, Profile, aggregate_columns, columns
+from ...render.format import format_duration
+
+__all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
+
+NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
+# the C runtime and loader: every thread starts and waits in them, no pool is theirs
+_RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt)[.-][^/]*$")
+_CPU = EventType.CPU.value
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    profile: Profile
+    attributed_ns: int = 0
+    unattributed_ns: int = 0
+    threads: int = 0
+
+    def notes(self) -> list[str]:
+        total = self.attributed_ns + self.unattributed_ns
+        if total <= 0:
+            return []
+        share = 100.0 * self.attributed_ns / total
+        return [f"threads that run no Python: {format_duration(total)} of CPU on {self.threads} thread(s); "
+                f"{share:.0f}% under the Python line that asked for the work ([pool: <thread>]), "
+                f"{format_duration(self.unattributed_ns)} under [native threads] (no Python thread was inside "
+                f"that library then)"]
+
+
+def _library(frame: Frame) -> str | None:
+    if frame.kind is not FrameKind.NATIVE or not frame.filename or _RUNTIME.search(frame.filename):
+        return None
+    return frame.filename
+
+
+def _short(library: str) -> str:
+    return library.rsplit("/", 1)[-1]
+
+
+class _Tables:
+    """A profile's frames and stacks, with new ones interned after them."""
+
+    def __init__(self, profile: Profile):
+        self.frames = list(profile.frames)
+        self._index = {f: i for i, f in enumerate(self.frames)}
+        self.stacks = list(profile.stacks)
+        self._interned: dict[tuple[int, ...], int] = {}
+
+    def frame(self, frame: Frame) -> int:
+        i = self._index.get(frame)
+        if i is None:
+            i = self._index[frame] = len(self.frames)
+            self.frames.append(frame)
+        return i
+
+    def stack(self, frames: tuple[int, ...]) -> int:
+        sid = self._interned.get(frames)
+        if sid is None:
+            sid = self._interned[frames] = len(self.stacks)
+            self.stacks.append(frames)
+        return sid
+
+
+def _inside(profile: Profile, libs: list, python_rows: np.ndarray) -> dict[str, list[tuple[int, int, int]]]:
+    """Where Python threads were inside each library: library -> sorted (time, thread, row)."""
+    inside: dict[str, list[tuple[int, int, int]]] = {}
+    for row in np.flatnonzero(python_rows).tolist():
+        seen = set()
+        for f in profile.stacks[int(profile.stack[row])]:
+            lib = libs[f]
+            if lib is not None and lib not in seen:
+                seen.add(lib)
+                inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
+    for v in inside.values():
+        v.sort()
+    return inside
+
+
+def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, str], *, raw: bool = False,
+                    keep_native: bool = True, window_ns: int = 50_000_000, span_ns: int = 1_000_000_000) -> PoolResult:
+    """``profile`` with the rows of ``native_tids`` (threads that run no Python) attributed
+    (module docstring), observation rows dropped and, without ``keep_native``, native frames
+    left only as the one ``[library]`` frame of a pool sample.  ``raw``: each pool thread's
+    samples stay under that thread (its frames, or its library's frame)."""
+    window = max(window_ns, 2 * profile.tick_ns)  # (rows' times are their tick's start)
+    t = _Tables(profile)
+    libs = [_library(f) for f in profile.frames]
+    native_kind = [f.kind is FrameKind.NATIVE for f in profile.frames]
+    tids = np.array([th.tid for th in profile.threads], dtype=np.int64)
+    is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
+    cpu = profile.event == _CPU
+    observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
+    inside = _inside(profile, libs, ~is_pool & cpu)
+    thread_col, stack_col = profile.thread.copy(), profile.stack.copy()
+
+    def python_only(stack) -> tuple[int, ...]:
+        # (native frames collected only to find libraries; a native walk's cut inside the stack goes too)
+        return tuple(f for i, f in enumerate(stack)
+                     if not native_kind[f] and not (i and profile.frames[f].kind is FrameKind.TRUNCATED))
+
+    attributed = unattributed = 0
+    for row in np.flatnonzero(is_pool).tolist():
+        own = profile.stacks[int(profile.stack[row])]
+        lib = next((libs[f] for f in own if libs[f] is not None), None)  # outermost non-runtime frame
+        tid = int(tids[profile.thread[row]])
+        name = names.get(tid) or profile.threads[profile.thread[row]].name or f"thread {tid}"
+        lib_frame = t.frame(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "", kind=FrameKind.NATIVE))
+        tail = tuple(own) if keep_native or not lib else (lib_frame,)
+        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if lib else None
+        if raw:
+            stack_col[row] = t.stack(tail)
+        elif caller is None:
+            unattributed += int(profile.values[row, 1])
+            head = (t.frame(NATIVE_THREADS), lib_frame, t.frame(Frame(name, kind=FrameKind.THREAD)))
+            stack_col[row] = t.stack(head + (tuple(own) if keep_native else ()))
+        else:
+            attributed += int(profile.values[row, 1])
+            theirs = profile.stacks[int(profile.stack[caller])]
+            cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
+            prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])
+            stack_col[row] = t.stack(prefix + (t.frame(Frame(f"[pool: {name}]", kind=FrameKind.THREAD)),) + tail)
+            thread_col[row] = profile.thread[caller]
+    if not keep_native:
+        for row in np.flatnonzero(~is_pool).tolist():
+            stack_col[row] = t.stack(python_only(profile.stacks[int(profile.stack[row])]))
+    keep = ~observation
+    cols = aggregate_columns(profile.event[keep], stack_col[keep], thread_col[keep], profile.labels[keep],
+                             profile.time_ns[keep], profile.values[keep])
+    out = profile.replace(frames=tuple(t.frames), stacks=t.stacks, **columns(cols))
+    n_threads = len(set(tids[np.unique(profile.thread[is_pool])].tolist())) if is_pool.any() else 0
+    return PoolResult(out, attributed, unattributed, n_threads)
+
+
+def _nearest(seen: list[tuple[int, int, int]], t: int, window_ns: int, span_ns: int) -> int | None:
+    """The row of the Python thread inside the library at ``t``: the one whose records in it
+    (``seen``: sorted (time, thread, row)) come both before and after ``t`` within
+    ``span_ns`` (it stayed inside between them), else the record nearest ``t`` within
+    ``window_ns``."""
+    if not seen:
+        return None
+    k = bisect.bisect_left(seen, (t, -1, -1))
+    before, after = (seen[k - 1] if k > 0 else None), (seen[k] if k < len(seen) else None)
+    if before and after and before[1] == after[1] and after[0] - before[0] <= span_ns:
+        return before[2] if t - before[0] <= after[0] - t else after[2]
+    best, best_d = None, window_ns + 1
+    for near in (before, after):
+        if near is not None and abs(near[0] - t) < best_d:
+            best, best_d = near[2], abs(near[0] - t)
+    return best

@@ -1,0 +1,259 @@
+"""Threads that run no Python (a C extension's pthreads, BLAS and OpenMP pools): their CPU is
+sampled on their own CPU clocks and put under the Python line that asked for the work."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from nhelpers import run_script
+
+POOL_SOURCE = r"""
+#include <pthread.h>
+#include <time.h>
+static double burn_s;
+static double cpu_now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void *burn(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "ntpool");
+    double t0 = cpu_now();
+    volatile double x = 0;
+    while (cpu_now() - t0 < burn_s)
+        for (int i = 0; i < 100000; i++)
+            x += i * 0.5;
+    return NULL;
+}
+/* n pthreads started for this call, each burning `seconds` of CPU; the caller waits */
+void pool_run(int n, double seconds)
+{
+    pthread_t th[64];
+    burn_s = seconds;
+    for (int i = 0; i < n && i < 64; i++)
+        pthread_create(&th[i], NULL, burn, NULL);
+    for (int i = 0; i < n && i < 64; i++)
+        pthread_join(th[i], NULL);
+}
+/* the same, but the caller returns at once: the work goes on with no caller inside */
+static pthread_t bg[64];
+static int nbg;
+void pool_start(int n, double seconds)
+{
+    burn_s = seconds;
+    for (nbg = 0; nbg < n && nbg < 64; nbg++)
+        pthread_create(&bg[nbg], NULL, burn, NULL);
+}
+void pool_join(void)
+{
+    for (int i = 0; i < nbg; i++)
+        pthread_join(bg[i], NULL);
+}
+/* n idle threads (an idle pool: blocked on a condition variable) until released */
+static pthread_t held[512];
+static int nheld, release_held;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static void *idle(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    while (!release_held)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+void pool_hold(int n)
+{
+    release_held = 0;
+    for (nheld = 0; nheld < n && nheld < 512; nheld++)
+        pthread_create(&held[nheld], NULL, idle, NULL);
+}
+void pool_unhold(void)
+{
+    pthread_mutex_lock(&mu);
+    release_held = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < nheld; i++)
+        pthread_join(held[i], NULL);
+}
+"""
+
+OMP_SOURCE = r"""
+#include <time.h>
+static double cpu_now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+/* every thread of an OpenMP team of n burns `seconds` of its own CPU */
+double omp_burn(int n, double seconds)
+{
+    double total = 0;
+    #pragma omp parallel num_threads(n) reduction(+:total)
+    {
+        double t0 = cpu_now();
+        volatile double x = 0;
+        while (cpu_now() - t0 < seconds)
+            for (int i = 0; i < 100000; i++)
+                x += i * 0.5;
+        total += x;
+    }
+    return total;
+}
+"""
+
+
+def _build(out, name, cdef, source, **kw):
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    ffi.set_source(name, source, **kw)
+    ffi.compile(tmpdir=str(out), verbose=False)
+    assert glob.glob(os.path.join(out, f"{name}*.so"))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def ext_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ntpool")
+    _build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
+           " void pool_join(void); void pool_hold(int n); void pool_unhold(void);", POOL_SOURCE, libraries=["pthread"])
+    _build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
+           extra_compile_args=["-fopenmp"], extra_link_args=["-fopenmp"])
+    return str(out)
+
+
+def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", native=False, env_first: str = "",
+             after: str = "") -> dict:
+    """A CPU session around ``work()`` (defined by ``setup``): the process's CPU over the
+    session (less its profiler threads', ``own``: coverage_notes' rule), the profile's CPU, the CPU under the Python function ``caller`` and under the
+    root ``[native threads]``, each stack's frame names, the notes."""
+    return run_script(f"""
+        {env_first}
+        sys.path.insert(0, {ext_dir!r})
+        {setup}
+        def caller():
+            {work}
+        # a first session builds the unwind tables of the objects loaded (its start-up cost)
+        e = NativeEngine(SamplerConfig.make(events=("cpu",), native_threads={native_threads!r})); e.start(); e.stop()
+        e = NativeEngine(SamplerConfig.make(events=("cpu",), interval="10ms", native_threads={native_threads!r},
+                                            native={native!r}))
+        e.start()
+        def own_cpu():  # the profiler's own threads (its overhead: not in any profile)
+            ns = 0
+            for t in os.listdir("/proc/self/task"):
+                try:
+                    if open(f"/proc/self/task/{{t}}/comm").read().startswith("ddprof_nb-"):
+                        ns += int(open(f"/proc/self/task/{{t}}/schedstat").read().split()[0])
+                except OSError:
+                    pass
+            return ns
+        o0, c0 = own_cpu(), time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)
+        caller()
+        {after}
+        c1, o1 = time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID), own_cpu()
+        p = e.stop()
+        stacks = collections.Counter()
+        under_caller = under_root = profile = 0
+        for s in p.samples():
+            if s.event is not EventType.CPU:
+                continue
+            names = [f.name for f in s.stack]
+            profile += s.values[1]
+            under_caller += s.values[1] * ("caller" in names)
+            under_root += s.values[1] * (names[:1] == ["[native threads]"])
+            stacks[" ; ".join(names)] += s.values[1]
+        emit(process=c1 - c0 - (o1 - o0), own=o1 - o0, profile=profile, caller=under_caller, root=under_root,
+             stacks=[[k, v] for k, v in stacks.most_common(20)], notes=list(p.metadata.notes),
+             timers_left=timers_of_ours(),
+             threads={{t.tid: t.name for t in p.threads}})
+        """, timeout=120)
+
+
+def _assert_accounted(r, under="caller", share=0.90):
+    # the profile holds the process's CPU over the session within 5 % ...
+    assert abs(r["profile"] - r["process"]) <= 0.05 * r["process"], (r["profile"], r["process"], r["own"], r["stacks"])
+    # ... and at least 90 % of it is under the Python line that asked for the work
+    assert r[under] >= share * r["process"], (r[under], r["process"], r["stacks"])
+
+
+def test_a_c_extensions_pthreads_are_under_the_calling_line(ext_dir):
+    # GIVEN a C extension that starts 2 pthreads per call, each burning 0.4 s of CPU, while
+    # the calling Python thread waits in pthread_join (the GIL released), three calls
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "for _ in range(3): pool.pool_run(2, 0.4)")
+    # THEN their CPU is in the profile and under the caller (threads that start and end per call included)
+    _assert_accounted(r)
+    # AND beneath a [pool: <OS thread name>] frame, then the library's one frame (native=False)
+    pool = [k for k, _ in r["stacks"] if "[pool: ntpool]" in k]
+    assert pool and all(k.endswith("[pool: ntpool] ; [_ddp_ntpool" + k.split("[_ddp_ntpool", 1)[1]) for k in pool), r
+    assert all(k.rsplit(" ; ", 1)[-1].startswith("[_ddp_ntpool") for k in pool), pool
+    # AND the coverage note (CPU outside the profile) stays quiet, and no timer is left armed
+    assert not [n for n in r["notes"] if n.startswith("cpu: the profile holds")], r["notes"]
+    assert r["timers_left"] == 0
+
+
+def test_without_the_option_the_pool_is_outside_the_profile(ext_dir):
+    # GIVEN the same work with native threads off (the old behaviour)
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_run(2, 0.4)", native_threads="off")
+    # THEN the profile misses most of the process's CPU, and the note says so
+    assert r["profile"] < 0.6 * r["process"], r
+    assert [n for n in r["notes"] if n.startswith("cpu: the profile holds")], r["notes"]
+
+
+def test_native_frames_of_the_pool_thread_follow_the_pool_frame(ext_dir):
+    # GIVEN native=True
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_run(2, 0.4)", native=True)
+    _assert_accounted(r)
+    # THEN the pool's samples go on below [pool: ntpool] with the thread's own frames: its
+    # start routine `burn` (the extension's), named from its symbols
+    pool = [(k, v) for k, v in r["stacks"] if "[pool: ntpool]" in k]
+    assert sum(v for k, v in pool if " ; burn" in k.split("[pool: ntpool]", 1)[1]) >= 0.9 * sum(v for _, v in pool), pool
+
+
+def test_work_with_no_caller_inside_goes_under_native_threads(ext_dir):
+    # GIVEN pool threads that burn 2 x 0.2 s after their caller returned, while Python sleeps
+    # (joined only after they are done: a join would be a caller inside the library)
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_start(2, 0.2)",
+                 after="time.sleep(1.5); pool.pool_join()")
+    # THEN their CPU is under [native threads] -> [library] -> the thread's name
+    assert r["root"] >= 0.8 * 0.4e9, r["stacks"]
+    roots = [k for k, _ in r["stacks"] if k.startswith("[native threads]")]
+    assert all(k.split(" ; ")[2] == "ntpool" and k.split(" ; ")[1].startswith("[_ddp_ntpool") for k in roots), roots
+    assert any("no Python thread was inside" in n for n in r["notes"]), r["notes"]
+
+
+def test_raw_view_keeps_each_pool_thread_apart(ext_dir):
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_run(2, 0.4)", native_threads="raw")
+    # THEN nothing is under the caller but its own CPU; the pool threads are threads of the profile
+    assert r["caller"] < 0.2 * r["process"], r["stacks"]
+    assert abs(r["profile"] - r["process"]) <= 0.05 * r["process"], r
+    assert list(r["threads"].values()).count("ntpool") >= 2, r["threads"]
+
+
+def test_numpy_matmul_on_two_blas_threads(ext_dir):
+    pytest.importorskip("numpy")
+    # GIVEN numpy's BLAS with 2 threads (the caller and a pool thread) multiplying matrices
+    r = _session(ext_dir, "import numpy as np; a = np.random.rand(1200, 1200); a @ a",
+                 "for _ in range(6): a @ a", env_first="os.environ['OPENBLAS_NUM_THREADS'] = '2'")
+    _assert_accounted(r)
+    # (the pool thread's work is there: the caller alone would be ~half)
+    assert sum(v for k, v in r["stacks"] if "[pool: " in k) >= 0.3 * r["process"], r["stacks"]
+
+
+def test_an_openmp_loop(ext_dir):
+    # GIVEN an OpenMP team of 3 (the caller and 2 pool threads) burning 0.15 s each, 5 times
+    r = _session(ext_dir, "from _ddp_ntomp import lib as omp; omp.omp_burn(3, 0.01)",
+                 "for _ in range(5): omp.omp_burn(3, 0.15)")
+    _assert_accounted(r)
+    assert any("[pool: " in k and "[libgomp" in k for k, _ in r["stacks"]), r["stacks"]
+
+
+def test_threads_beyond_the_bound_are_counted_and_no_timer_outlives_the_session(ext_dir):
+    # GIVEN 300 idle native threads alive through a session (the bound is 256 at once), and a
+    # pool started per call beside them once they have been idle a while (the table is full)
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool; pool.pool_hold(300)",
+                 "time.sleep(1.0); pool.pool_run(2, 0.2)", after="time.sleep(0.1)")
+    # THEN the note says threads were beyond the bound, and every timer is gone at stop
+    assert any("beyond the 256 sampled at once" in n for n in r["notes"]), r["notes"]
+    assert r["timers_left"] == 0
+    # AND the pool's threads took the places of idle ones: its CPU is under its caller
+    assert r["caller"] >= 0.8 * 0.4e9, r["stacks"]
