@@ -96,8 +96,9 @@ run_sampling() {  # the tests of version $1 that sample and keep time
         alone_then_two "$v" "not chroot" tests --ignore=tests/unit "${lane[@]/#/--ignore=}"
     else
         # what depends on the interpreter's version (the rest is the same Python on every
-        # version: 3.11 runs it, and tests/unit runs on 3.15 in the chroot too)
-        alone_then_two "$v" "internals and not browser and not slow and not pure_python and not chroot" tests
+        # version: 3.11 runs it, and tests/unit, pure Python, runs on 3.15 in the chroot too)
+        alone_then_two "$v" "internals and not browser and not slow and not pure_python and not chroot" \
+            tests --ignore=tests/unit
     fi
 }
 run_pytest() {  # every pytest phase of version $1, in order (REPEAT's unit of work)
@@ -241,7 +242,7 @@ else
         chroot_pid=done
     fi
     for v in ${ready[@]+"${ready[@]}"}; do
-        step "python $v: $([ $quick = 1 ] && echo "the other quick tests" || echo "native, integration and coexistence tests"), one at a time"
+        step "python $v: $([ $quick = 1 ] && echo "the other quick tests" || { [ "$v" = 3.11 ] && echo "native, integration and coexistence tests" || echo "the tests marked internals"; }): alone ones one at a time, then two at a time"
         run_sampling "$v" || failed+=("tests-$v")
     done
 fi
