@@ -11,16 +11,16 @@
 # At its end it prints how long each phase took and the slowest tests of every pytest run.
 #
 # Each interpreter gets its own venv under .venvs/ with ddprof_nb installed (native
-# part compiled for that version).  3.11 runs everything; 3.12 and 3.13 run the parts
-# that depend on the interpreter (native, integration without the browser and without the
-# tests marked pure_python); the pure-Python unit tests run on 3.11 and, in the chroot, on
-# 3.15.
+# part compiled for that version).  3.11 runs everything; 3.12 and 3.13 (and 3.14/3.15 in
+# the chroot) run the tests marked internals: tests/native and the integration modules that
+# read interpreter internals (tests/conftest.py names them; docs/testing.md has the rule).
 #
-# The order keeps the tests that sample and keep time alone on the machine: first everything
-# that keeps no time, at once (every venv's dependencies, the chroot and its venvs'
-# dependencies in the background, each version's build one after another, the sanitized
-# build, the notebook and binder tests, the pure-Python unit tests on both cores); then each
-# sampling phase one after another, one test at a time, with nothing beside it.
+# The order keeps the tests that keep time away from other work: first everything that keeps
+# no time, at once (every venv's dependencies, the chroot and its venvs' dependencies in the
+# background, each version's build one after another, the sanitized build, the notebook and
+# binder tests, the unit tests on both cores); then each version's sampling tests: those
+# marked alone one at a time with nothing beside them, then the others two at a time
+# (pytest-xdist), as the alone marker allows.  The tests that need the chroot run in its phase.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -76,21 +76,29 @@ wait_lane() {
     return $rc
 }
 run_unit() {  # tests/unit: pure Python, no time kept: both cores (pytest-xdist)
-    if [ $quick = 1 ]; then pytest_of 3.11 -n 2 -m quick tests/unit; else pytest_of 3.11 -n 2 tests/unit; fi
+    if [ $quick = 1 ]; then pytest_of 3.11 -n 2 -m quick tests/unit; else pytest_of 3.11 -n 2 -m "not chroot" tests/unit; fi
 }
-run_sampling() {  # the tests of version $1 that sample and keep time: one at a time, alone
+# The tests that sample and keep time, of version $1 and marker expression $2 (args after: paths):
+# those marked alone one at a time with nothing beside them, then the rest on both cores.
+alone_then_two() {
+    local v=$1 m=$2 rc=0 r
+    pytest_of "$v" -m "($m) and alone" "${@:3}"; r=$?
+    [ $r = 0 ] || [ $r = 5 ] || rc=$r  # (5: no test selected)
+    pytest_of "$v" -n 2 -m "($m) and not alone" "${@:3}"; r=$?
+    [ $r = 0 ] || [ $r = 5 ] || rc=$r
+    return $rc
+}
+run_sampling() {  # the tests of version $1 that sample and keep time
     local v=$1
     if [ $quick = 1 ]; then
-        pytest_of "$v" -m quick tests --ignore=tests/unit
+        alone_then_two "$v" quick tests --ignore=tests/unit
     elif [ "$v" = "3.11" ]; then
-        pytest_of "$v" tests --ignore=tests/unit "${lane[@]/#/--ignore=}"
+        alone_then_two "$v" "not chroot" tests --ignore=tests/unit "${lane[@]/#/--ignore=}"
     else
-        # (tests/unit is pure Python: 3.11 here and 3.15 in the chroot run it; so are
-        # the tests marked pure_python, which read no interpreter internals and sample nothing;
-        # the coexistence matrix, whose cells are the same Python on every version, runs on 3.11)
-        pytest_of "$v" tests/native tests/integration tests/coexist/test_coexist_repros.py \
-            tests/coexist/test_coexist_lifecycle.py tests/coexist/test_coexist_fork.py \
-            -m "not browser and not slow and not pure_python"
+        # what depends on the interpreter's version (the rest is the same Python on every
+        # version: 3.11 runs it, and tests/unit, pure Python, runs on 3.15 in the chroot too)
+        alone_then_two "$v" "internals and not browser and not slow and not pure_python and not chroot" \
+            tests --ignore=tests/unit
     fi
 }
 run_pytest() {  # every pytest phase of version $1, in order (REPEAT's unit of work)
@@ -176,9 +184,11 @@ for v in $PYTHONS; do
     if ! DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
         | grep -v "^WARNING: Location"; then :; fi
     "$venv/bin/python" -c "import ddprof_nb._native" || { failed+=("build-$v"); continue; }
-    # a regular (non-editable) `pip install .`, imported from outside the source tree
+    # a regular (non-editable) `pip install .`, imported from outside the source tree: on the
+    # first version only (what it checks, the package's files and data, is the same on every
+    # version; each version's native build is checked just above)
     target=$(mktemp -d)
-    if [ $quick = 1 ]; then :  # (packaging: the whole suite's)
+    if [ $quick = 1 ] || [ "$v" != "${PYTHONS%% *}" ]; then :  # (packaging: the whole suite's)
     elif DDPROF_NB_REQUIRE_NATIVE=1 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --target "$target" . \
         >/dev/null 2>&1 && (cd / && PYTHONPATH="$target" "$venv/bin/python" -c \
         "import ddprof_nb, ddprof_nb.engines.native.binding as b; assert ddprof_nb.__file__.startswith('$target'), ddprof_nb.__file__; assert b.unavailable_reason() is None, b.unavailable_reason(); print('pip install . on', '$v', 'ok')"); then :
@@ -234,7 +244,7 @@ else
         chroot_pid=done
     fi
     for v in ${ready[@]+"${ready[@]}"}; do
-        step "python $v: $([ $quick = 1 ] && echo "the other quick tests" || echo "native, integration and coexistence tests"), one at a time"
+        step "python $v: $([ $quick = 1 ] && echo "the other quick tests" || { [ "$v" = 3.11 ] && echo "native, integration and coexistence tests" || echo "the tests marked internals"; }): alone ones one at a time, then two at a time"
         run_sampling "$v" || failed+=("tests-$v")
     done
 fi
@@ -249,6 +259,9 @@ if [ -n "$chroot_pid" ]; then
     if [ "$chroot_pid" != done ]; then  # (REPEAT: still in the background until here)
         wait "$chroot_pid"; cat "$setup_logs/chroot.log"
         chroot_rows
+    fi
+    if [[ " ${ready[*]-} " == *" 3.11 "* ]]; then  # 3.11 reading the chroot's interpreters
+        pytest_of 3.11 -m chroot tests || failed+=("chroot-from-3.11")
     fi
     bash scripts/test_chroot.sh | tee "$setup_logs/chroot-tests.log"
     [ "${PIPESTATUS[0]}" = 0 ] || failed+=("chroot-3.14/3.15")

@@ -118,7 +118,7 @@ def _python_pid(pid: int, minor: str) -> int:
     raise AssertionError(f"no python{minor} process under {pid}")
 
 
-VERSIONS = ["3.12", "3.13", *(pytest.param(m, marks=pytest.mark.slow) for m in ("3.14", "3.15"))]
+VERSIONS = ["3.12", "3.13", *(pytest.param(m, marks=[pytest.mark.slow, pytest.mark.chroot]) for m in ("3.14", "3.15"))]
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

@@ -150,7 +150,7 @@ def _probe_in_chroot(argv: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-IN_CHROOT = [pytest.param(m, marks=pytest.mark.slow) for m in ("3.14", "3.15")]
+IN_CHROOT = [pytest.param(m, marks=[pytest.mark.slow, pytest.mark.chroot]) for m in ("3.14", "3.15")]
 
 
 @pytest.mark.parametrize("minor", ["3.11", "3.12", "3.13", *IN_CHROOT])
