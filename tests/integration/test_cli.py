@@ -229,6 +229,18 @@ WALK = textwrap.dedent("""\
         subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.1\\n"
                         "while time.process_time() < end: pass"], check=True)
 """)
+# numpy's BLAS on two threads of its own: CPU on threads that run no Python
+BLAS = textwrap.dedent("""\
+    import os
+    os.environ["OPENBLAS_NUM_THREADS"] = "2"
+    import time
+    import numpy as np
+
+    a = np.random.default_rng(0).random((400, 400))
+    end = time.process_time() + 0.6
+    while time.process_time() < end:
+        a @ a
+""")
 TARGET = textwrap.dedent("""\
     import time
 
@@ -243,7 +255,7 @@ TARGET = textwrap.dedent("""\
 IN_PROCESS_ONLY = {
     "alloc_rate": ["--alloc-rate", "64KiB"], "no_native_alloc": ["--no-native-alloc"],
     "engine": ["--engine", "python"], "asyncio": ["--asyncio", "off"], "max_depth": ["--max-depth", "3"],
-    "children": ["--children"], "native": ["--native"],
+    "children": ["--children"], "native": ["--native"], "native_threads": ["--native-threads", "raw"],
 }
 
 
@@ -258,6 +270,7 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("walk")
     (d / "scripts").mkdir()
     (d / "scripts" / "walk.py").write_text(WALK)
+    (d / "scripts" / "blas.py").write_text(BLAS)
     r = Runs()
     r.dir = d
     r.all = cli(["record", "-e", "cpu,wall,alloc", "-i", "5ms", "--alloc-rate", "64KiB", "--no-native-alloc",
@@ -266,10 +279,13 @@ def runs(tmp_path_factory):
     r.base = cli(["record", "-o", "base.pprof", "--", "scripts/walk.py"], d)
     r.python = cli(["record", "--engine", "python", "-o", "py.pprof", "--", "scripts/walk.py"], d)
     r.native = cli(["record", "--native", "-e", "cpu", "-o", "native.pprof", "--", "scripts/walk.py"], d)
-    for run in (r.all, r.base, r.python, r.native):
+    r.pools = cli(["record", "--native-threads", "attribute", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d)
+    r.no_pools = cli(["record", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d)
+    for run in (r.all, r.base, r.python, r.native, r.pools, r.no_pools):
         assert run.returncode == 0, run.stderr
-    r.p_all, r.p_base, r.p_python, r.p_native = (
-        ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof", "native.pprof"))
+    r.p_all, r.p_base, r.p_python, r.p_native, r.p_pools, r.p_no_pools = (
+        ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof", "native.pprof", "pools.pprof",
+                                        "no_pools.pprof"))
     (d / "target.py").write_text(TARGET)
     target = subprocess.Popen([sys.executable, str(d / "target.py")], stdout=subprocess.PIPE, text=True)
     try:
@@ -330,6 +346,11 @@ def _python_depth(p):
     return max(sum(1 for f in p.stack_frames(s) if f.kind.label == "python") for s in set(p.stack.tolist()))
 
 
+def _pool_frames(p):
+    """Frames that only threads running no Python give: [pool: ...] or [native threads]."""
+    return {f.name for f in p.frames if f.name.startswith("[pool: ") or f.name == "[native threads]"}
+
+
 def _table_rows(text):
     return [ln for ln in text.splitlines() if "%" in ln and not ln.lstrip().startswith("self")]
 
@@ -348,6 +369,7 @@ CHECKS = {
     ("record", "max_depth"): lambda r: _python_depth(r.p_all) <= 3 < _python_depth(r.p_base),
     ("record", "native"): lambda r: (any(f.kind is FrameKind.NATIVE for f in r.p_native.frames)
                                      and not any(f.kind is FrameKind.NATIVE for f in r.p_base.frames)),
+    ("record", "native_threads"): lambda r: (_pool_frames(r.p_pools) and not _pool_frames(r.p_no_pools)),
     ("record", "children"): lambda r: len(_labels(r.p_all, "pid") - {None}) == 2 and _labels(r.p_base, "pid") == {None},
     ("record", "label"): lambda r: (_labels(r.p_all, "run") == {"cli"} and _labels(r.p_pid, "run") == {"pid"}
                                     and _labels(r.p_base, "run") == {None}),

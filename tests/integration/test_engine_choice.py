@@ -11,6 +11,7 @@ replaced by proxies that report CPython 3.99 (its reason is then recomputed).
 """
 
 import importlib
+import pkgutil
 import platform
 import sys
 import time
@@ -129,6 +130,13 @@ def _native_modules():
     if not NATIVE_SOURCE.is_file():
         pytest.skip("ddprof_nb/engines/native/engine.py is not written yet")
     native = importlib.import_module("ddprof_nb.engines.native")  # must import when it exists
+    # every module of the engine imported now, with the real verdict: a module first imported
+    # while a test fakes the version would keep the fake's missing ``lib`` for the process
+    for info in pkgutil.iter_modules(native.__path__, native.__name__ + "."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - a refused engine may not import every part
+            pass
     mods = [native]
     binding = sys.modules.get("ddprof_nb.engines.native.binding")
     if binding is not None:

@@ -13,12 +13,13 @@ interpreter's own go below the leaf Python frame and the interpreter's are left 
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from ...events import FrameKind
 from ...model import Frame
 from ...nativesyms import Symbolizer
-from .binding import lib
+from . import binding
 
 __all__ = ["NativeMerger", "EVAL_FRAMES", "has_native"]
 
@@ -26,12 +27,20 @@ _FRAME = struct.Struct("<QQii")  # ddp_frame: code, fingerprint (a native frame:
 # The interpreter's own frames that run Python code: shown as the Python frames they run.
 EVAL_FRAMES = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrame", "PyEval_EvalFrameEx",
                          "PyEval_EvalFrame", "_PyEval_EvalFrameDefault [cold]"})
-_NATIVE, _CUT, _ENTRY = lib.DDP_NATIVE_CODE, lib.DDP_NATIVE_CUT, lib.DDP_FRAME_ENTRY
+
+
+@functools.cache
+def _codes() -> tuple[int, int, int]:
+    """The record encoding's markers (native/ddprof.h): read when first needed, since this
+    module is importable where the native module is refused."""
+    lib = binding.require()
+    return lib.DDP_NATIVE_CODE, lib.DDP_NATIVE_CUT, lib.DDP_FRAME_ENTRY
 
 
 def has_native(raw) -> bool:
     """A record's frame bytes end with a native frame (they then hold at least one)."""
-    return len(raw) >= _FRAME.size and _FRAME.unpack_from(raw, len(raw) - _FRAME.size)[0] in (_NATIVE, _CUT)
+    native, cut, _ = _codes()
+    return len(raw) >= _FRAME.size and _FRAME.unpack_from(raw, len(raw) - _FRAME.size)[0] in (native, cut)
 
 
 class NativeMerger:
@@ -59,14 +68,15 @@ class NativeMerger:
         groups: list[list[int]] = [[]]
         natives: list[int] = []
         cut = False
+        native_code, cut_code, entry = _codes()
         for code, fp, lasti, first in _FRAME.iter_unpack(raw):
-            if code == _NATIVE:
+            if code == native_code:
                 natives.append(fp)
-            elif code == _CUT:
+            elif code == cut_code:
                 cut = True
             else:
                 groups[-1].append(python_id(code, fp, lasti))
-                if first & _ENTRY:
+                if first & entry:
                     groups.append([])
         if not groups[-1]:
             groups.pop()
