@@ -161,8 +161,8 @@ void cpu_prof_check(void)
         timer_disarm(&sess_slots[i]);
 }
 
-/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting) is sampled
- * by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
+/* A thread whose timer lags (it ran 2 periods of CPU past its last accounting; 10 with native
+ * frames) is sampled by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
  * weighing the CPU since its last accounting.  Only a thread that ran since the previous read
  * and that /proc says is running or runnable (not in a syscall): its frames are where it is
  * burning CPU.  No signal: a SIGPROF sent after that read could find the thread gone to sleep
@@ -173,8 +173,11 @@ void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
     if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&sess_stats.prof_replaced) ||
         atomic_load(&s->excluded))
         return;
+    /* A walk from outside sees no native frames: when samples carry them, a lag is left to the
+     * thread's next signal (its sample weighs the lag too) unless its signals are not coming. */
+    int64_t lag = (sess_cfg.native_frames || sess_cfg.native_threads) ? 10 : 2;
     int64_t acct = atomic_load(&s->cpu_acct_ns);
-    if (acct <= 0 || cpu_now - acct < 2 * sess_cfg.interval_ns)
+    if (acct <= 0 || cpu_now - acct < lag * sess_cfg.interval_ns)
         return;
     if (!thread_runnable(atomic_load(&s->tid)))
         return;

@@ -101,13 +101,13 @@ def test_extension_split_70_30_under_the_calling_python_function(ext_dir, flavou
         for stack, n in under(p, "burn_it", 0):
             if burner(stack):
                 ticks[burner(stack)] += n
-        emit(got=got, ticks=ticks, truth=truth, total=sum(w for _, w in under(p, "burn_it")), shapes=shapes.most_common(4))
+        emit(got=got, ticks=ticks, truth=truth, total=sum(w for _, w in under(p, "burn_it")), shapes=shapes.most_common(10))
     ''', ext_dir)
     total = res["total"]
     assert total > 1e9 * 1.2, res  # CPU weights are ns: about 2.2 s of burning
     got = res["got"]
     assert set(got) == {"ddpx_hot_a", "ddpx_hot_b"}, res
-    assert sum(got.values()) >= 0.97 * total, res
+    assert sum(got.values()) >= 0.97 * total, (res["shapes"], res)
     ticks, truth = res["ticks"], res["truth"]
     assert sum(ticks.values()) >= 100 and abs(truth - 0.7) <= 0.1, res  # (the burners do run about 7:3)
     # the split within 3 points of the burners' own CPU clock readings
