@@ -319,7 +319,8 @@ class NativeEngine(Engine):
         profile = builder.build(end_ns=meta.end_ns)
         profile, cpu_notes = calibrate_cpu(profile, stats.get("cpu_threads") or {}, self._names, self.config.labels)
         if self._cpu_at is not None and self._cpu_at[1] is not None:
-            cpu_notes += process_cpu.coverage_notes(*self._cpu_at, profile, own_tids={self._drain_tid})
+            quiet = process_cpu.QUIET_SHARE if self.config.native_threads == "off" else process_cpu.QUIET_SHARE_ALL_THREADS
+            cpu_notes += process_cpu.coverage_notes(*self._cpu_at, profile, own_tids={self._drain_tid}, quiet_share=quiet)
         if self._pools:
             pools = attribute_pools(profile, self._pool_tids, self._names, raw=self.config.native_threads == "raw",
                                     keep_native=self.config.native)

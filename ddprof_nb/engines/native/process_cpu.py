@@ -24,8 +24,10 @@ __all__ = ["CpuSnapshot", "snapshot", "coverage_notes"]
 
 # below this share of the process's CPU outside the profile, nothing is said: a notebook
 # kernel's own I/O threads (ZeroMQ), an interpreter's helper threads and the clocks'
-# granularity stay within it, and a warning on every profile would be read as noise
-_QUIET_SHARE = 0.05
+# granularity stay within it, and a warning on every profile would be read as noise.  When
+# every thread is sampled (native_threads) the profile should hold it all: a smaller gap is named.
+QUIET_SHARE = 0.05
+QUIET_SHARE_ALL_THREADS = 0.02
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,9 @@ def snapshot() -> CpuSnapshot:
 
 
 def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set[int] = frozenset(),
-                   own_names: tuple[str, ...] = ("ddprof_nb-",)) -> list[str]:
+                   own_names: tuple[str, ...] = ("ddprof_nb-",), quiet_share: float = QUIET_SHARE) -> list[str]:
     """Notes when the profile's CPU total, with the profiler's own threads, misses more than
-    5 % of the process's CPU in the session: the threads outside it (by name, with their
+    ``quiet_share`` of the process's CPU in the session: the threads outside it (by name, with their
     CPU), the profiler's own threads, and what is left (threads that started and ended unseen)."""
     process = stop.process_ns - start.process_ns
     if process <= 0 or not stop.threads:
@@ -71,7 +73,7 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
     in_profile = int(profile.values[cpu, 1].sum()) if cpu.any() else 0
     sampled = {profile.threads[i].tid for i in np.unique(profile.thread[cpu])} if cpu.any() else set()
     missing = process - in_profile
-    if missing <= _QUIET_SHARE * process:
+    if missing <= quiet_share * process:
         return []
     own = 0  # (the profiler's own threads: its overhead, which alone never makes a note)
     outside: Counter[str] = Counter()
@@ -88,7 +90,7 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
             outside[name] += used
             count[name] += 1
     total_outside = sum(outside.values())
-    if missing - own <= _QUIET_SHARE * process:
+    if missing - own <= quiet_share * process:
         return []
     share = in_profile / process
     parts = [f"cpu: the profile holds {format_duration(in_profile)} of the process's {format_duration(process)} "
@@ -103,7 +105,7 @@ def coverage_notes(start: CpuSnapshot, stop: CpuSnapshot, profile, own_tids: set
     if own:
         parts.append(f"{format_duration(own)} was the profiler's own threads")
     rest = missing - total_outside - own
-    if rest > _QUIET_SHARE * process:
+    if rest > quiet_share * process:
         parts.append(f"{format_duration(rest)} went to threads that ended before stop outside the profile "
                      "(or to the clocks' rounding), not in this profile")
     return ["; ".join(parts)]
