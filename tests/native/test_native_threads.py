@@ -210,12 +210,14 @@ def test_native_frames_of_the_pool_thread_follow_the_pool_frame(ext_dir):
 
 
 def test_work_with_no_caller_inside_goes_under_native_threads(ext_dir):
-    # GIVEN pool threads that burn 2 x 0.2 s after their caller returned, while Python sleeps
+    # GIVEN pool threads that burn 2 x 0.5 s after their caller returned, while Python sleeps
     # (joined only after they are done: a join would be a caller inside the library)
-    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_start(2, 0.2)",
-                 after="time.sleep(1.5); pool.pool_join()")
-    # THEN their CPU is under [native threads] -> [library] -> the thread's name
-    assert r["root"] >= 0.8 * 0.4e9, r["stacks"]
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool", "pool.pool_start(2, 0.5)",
+                 after="time.sleep(2.5); pool.pool_join()")
+    # THEN their CPU is under [native threads] -> [library] -> the thread's name (but for what
+    # they burnt right after the call, near their caller's last record in the library: its
+    # work, by the rule; 0.12 s of 0.4 s seen at load 7)
+    assert r["root"] >= 0.6 * 1.0e9, r["stacks"]
     roots = [k for k, _ in r["stacks"] if k.startswith("[native threads]")]
     assert all(k.split(" ; ")[2] == "ntpool" and k.split(" ; ")[1].startswith("[_ddp_ntpool") for k in roots), roots
     assert any("no Python thread was inside" in n for n in r["notes"]), r["notes"]
