@@ -27,7 +27,9 @@ def _cdef() -> str:
 
 
 def _extra_compile_args() -> list[str]:
-    args = ["-O2", "-g", "-std=gnu11", "-Wall", "-Wno-unused-function", "-fno-strict-aliasing"]
+    # an undeclared function is an error in GCC 14 (Debian's 3.14/3.15): make it one everywhere
+    args = ["-O2", "-g", "-std=gnu11", "-Wall", "-Wno-unused-function", "-fno-strict-aliasing",
+            "-Werror=implicit-function-declaration"]
     if os.environ.get("DDPROF_NB_SANITIZE") == "1":  # ASan + UBSan build (tests/native under sanitizers)
         args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1"]
     return args
