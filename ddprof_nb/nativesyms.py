@@ -2,13 +2,16 @@
 
 A sampled native frame is a bare address.  Here it becomes (function, library): the
 library from the process's memory map, the function from the library's ELF ``.symtab``
-and ``.dynsym`` (function symbols sorted by address, read once per library), demangled
+and ``.dynsym`` (function symbols sorted by address, read once per library) and from the
+xz-compressed ``.symtab`` of its ``.gnu_debugdata`` (the "MiniDebugInfo" of distributions
+that strip their binaries but keep the local functions' names there), demangled
 (``demangle.py``).  An address no symbol covers is ``library+0xoffset``, never ``??``.
 """
 
 from __future__ import annotations
 
 import bisect
+import lzma
 import mmap
 import os
 import struct
@@ -22,6 +25,8 @@ from .demangle import demangle as _default_demangle
 __all__ = ["NativeFrame", "Symbolizer"]
 
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _STT_GNU_IFUNC = 2, 11, 2, 10
+_NAME_BITS = 48  # a symbol's name: its offset in one of the library's buffers, the buffer's index above
+_DEBUGDATA_MAX = 256 << 20  # a .gnu_debugdata that inflates beyond this is not read
 _SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                        ("value", "<u8"), ("size", "<u8")])
 
@@ -40,7 +45,8 @@ class _Library:
     from the (memory-mapped) string table when first asked for."""
 
     def __init__(self, path: str, bias: int, data):
-        self.path, self.bias, self._data = path, bias, data
+        self.path, self.bias = path, bias
+        self._buffers = [data]  # the file, then its .gnu_debugdata inflated (when it has one)
         self.starts: list[int] = []
         self.ends: list[int] = []
         self._name_at: list[int] = []
@@ -53,17 +59,35 @@ class _Library:
                 data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
             bias = elfsyms.load_base(data, maps, path)
             lib = cls(path, bias or 0, data)
-            lib._read_symbols(data)
+            lib._read_symbols()
         except (OSError, ValueError, struct.error):  # ElfError is a ValueError; a truncated file
             return None
         return lib
 
-    def _read_symbols(self, data) -> None:
+    def _read_symbols(self) -> None:
+        parts, debugdata = self._symbol_parts(0)
+        if debugdata is not None:
+            try:
+                inner = lzma.LZMADecompressor().decompress(debugdata, max_length=_DEBUGDATA_MAX)
+                self._buffers.append(inner)
+                parts += self._symbol_parts(1)[0]
+            except (lzma.LZMAError, ValueError, struct.error):  # damaged: the file's own symbols stay
+                del self._buffers[1:]
+        self._index(parts)
+
+    def _symbol_parts(self, buffer: int):
+        """The function symbols of one buffer's symbol tables, and its .gnu_debugdata bytes."""
+        data = self._buffers[buffer]
         h = elfsyms._header(data)
-        shoff, shentsize, shnum = h[6], h[11], h[12]
+        shoff, shentsize, shnum, shstrndx = h[6], h[11], h[12], h[13]
         sections = [elfsyms._SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)
                     if shoff + (i + 1) * shentsize <= len(data)]
-        parts = []
+        parts, debugdata = [], None
+        if shstrndx < len(sections):
+            names_at = sections[shstrndx][4]
+            for sh in sections:
+                if data[names_at + sh[0]:names_at + sh[0] + 15] == b".gnu_debugdata\0" and sh[4] + sh[5] <= len(data):
+                    debugdata = bytes(data[sh[4]:sh[4] + sh[5]])
         for sh in sections:
             # (name, type, flags, addr, offset, size, link, info, align, entsize); NOBITS tables: stripped
             if sh[1] not in (_SHT_SYMTAB, _SHT_DYNSYM) or sh[6] >= len(sections) or sh[4] + sh[5] > len(data):
@@ -80,7 +104,10 @@ class _Library:
             # aliases at one address: a sized symbol, then one not starting with "_" (getpid,
             # weak, over __getpid), then a global one (bind 1), then the first met
             rank = ((syms["size"] > 0).astype(np.int64) * 4 + (first != 95) * 2 + ((syms["info"] >> 4) == 1))
-            parts.append((syms["value"], syms["size"], at, rank))
+            parts.append((syms["value"], syms["size"], at + (buffer << _NAME_BITS), rank))
+        return parts, debugdata
+
+    def _index(self, parts) -> None:
         if not parts:
             return
         value, size, at, rank = (np.concatenate(x) for x in zip(*parts))
@@ -99,9 +126,10 @@ class _Library:
             return None
         name = self._names.get(i)
         if name is None:
-            at = self._name_at[i]
-            end = self._data.find(b"\0", at)
-            name = self._names[i] = self._data[at:end if end >= 0 else len(self._data)].decode("utf-8", "replace")
+            data = self._buffers[self._name_at[i] >> _NAME_BITS]
+            at = self._name_at[i] & ((1 << _NAME_BITS) - 1)
+            end = data.find(b"\0", at)
+            name = self._names[i] = data[at:end if end >= 0 else len(data)].decode("utf-8", "replace")
         return name
 
 

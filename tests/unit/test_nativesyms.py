@@ -119,3 +119,48 @@ def test_rust_v0_against_cxxfilt_on_a_real_library():
     for name, want in zip(names, ref):
         want = re.sub(r"(\d): [a-z0-9]+", r"\1", re.sub(r"\[[0-9a-f]+\]", "", want))
         assert demangle(name) == want, name
+
+
+MINI_SRC = r"""
+static __attribute__((noinline)) int hidden_worker(int n) { int s = 0; for (int i = 0; i < n; i++) s += i * 7; return s; }
+void *where_is_hidden_worker(void) { return (void *)hidden_worker; }
+int visible(int n) { return hidden_worker(n); }
+"""
+
+
+def _minidebuginfo_library(d, with_debugdata: bool) -> str:
+    """A shared library stripped of .symtab, its local function's name kept (or not) in an
+    xz-compressed .gnu_debugdata, as distributions that ship MiniDebugInfo build them."""
+    import lzma
+    import subprocess
+
+    src, lib = d / "mini.c", d / f"libmini{int(with_debugdata)}.so"
+    src.write_text(MINI_SRC)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    if with_debugdata:
+        debug = d / "mini.debug"
+        subprocess.run(["objcopy", "--only-keep-debug", str(lib), str(debug)], check=True)
+        (d / "mini.xz").write_bytes(lzma.compress(debug.read_bytes()))
+    subprocess.run(["strip", "--strip-all", str(lib)], check=True)
+    if with_debugdata:
+        subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={d / 'mini.xz'}", str(lib)], check=True)
+    return str(lib)
+
+
+@pytest.mark.parametrize("with_debugdata", [True, False], ids=["minidebuginfo", "stripped"])
+def test_a_stripped_librarys_local_function_is_named_from_its_gnu_debugdata(tmp_path, with_debugdata):
+    # GIVEN a library stripped of .symtab whose static function hidden_worker is named only in
+    #   its .gnu_debugdata (or nowhere: the same library without it)
+    lib = ctypes.CDLL(_minidebuginfo_library(tmp_path, with_debugdata))
+    lib.where_is_hidden_worker.restype = ctypes.c_void_p
+    # WHEN the function's address (and one inside it) is resolved
+    sym = Symbolizer()
+    at = lib.where_is_hidden_worker()
+    names = {sym.resolve(at).name, sym.resolve(at + 2).name}
+    # THEN its name comes from .gnu_debugdata; without it, library+offset as for any stripped code
+    if with_debugdata:
+        assert names == {"hidden_worker"}, names
+    else:
+        assert all(n.startswith("libmini0.so+0x") for n in names), names
+    # AND the exported function keeps its .dynsym name either way
+    assert sym.resolve(_addr(lib.visible)).name == "visible"
