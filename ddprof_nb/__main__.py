@@ -45,8 +45,6 @@ _LINE_MAX = 300  # the longest line record prints at its end
 # what sampling a process from outside takes (dests); any other record option given with
 # --pid is refused, so a new option cannot be silently ignored there
 PID_OPTIONS = frozenset({"help", "pid", "duration", "events", "interval", "label", "output", "folded", "html"})
-_RECORD_VALUE_OPTIONS = {"-e", "--events", "-i", "--interval", "--alloc-rate", "--engine", "--asyncio", "-o", "--output",
-                         "--folded", "--html", "-l", "--label", "--max-depth", "--pid", "--duration"}
 
 
 class CLIError(Exception):
@@ -76,6 +74,9 @@ def _parser() -> _Parser:
                      help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     rec.add_argument("--native", action="store_true",
                      help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
+    rec.add_argument("--interpreter-frames", action="store_true",
+                     help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
+                          "between the Python frames they run, instead of merging them away")
     rec.add_argument("--native-threads", default="off", choices=("attribute", "raw", "off"),
                      help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked "
                           "(attribute), per thread (raw), or left out (off, default)")
@@ -124,6 +125,8 @@ def _split_record(argv: list[str]) -> tuple[list[str], str | None, str | None, l
 
     Options end at ``--``, at ``-m MODULE`` or at the first word that is not an option;
     everything after the target belongs to the target, dashes included."""
+    # the options that take a value, from the parser itself (a list kept by hand missed one)
+    takes_value = {s for a in subcommands()["record"]._actions if a.nargs != 0 for s in a.option_strings}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -139,7 +142,7 @@ def _split_record(argv: list[str]) -> tuple[list[str], str | None, str | None, l
         if a.startswith("-m") and len(a) > 2 and not a.startswith("--"):
             return argv[:i], None, a[2:], argv[i + 1:]
         if a.startswith("-") and a != "-":
-            if a in _RECORD_VALUE_OPTIONS:
+            if a in takes_value:
                 i += 1
             i += 1
             continue
@@ -211,12 +214,19 @@ def _labels(args) -> dict[str, str]:
     return labels
 
 
+def _native_mode(args) -> bool | str:
+    if args.interpreter_frames and not args.native:
+        raise CLIError(f"{PROG} record: --interpreter-frames needs --native")
+    return "interpreter" if args.interpreter_frames else args.native
+
+
 def _record_config(args) -> SamplerConfig:
     labels = _labels(args)
     try:
         config_options = dict(events=args.events, interval=args.interval, alloc_rate=args.alloc_rate,
                               native_alloc=not args.no_native_alloc, engine=args.engine, labels=labels,
-                              asyncio=args.asyncio, native=args.native, native_threads=args.native_threads)
+                              asyncio=args.asyncio, native=_native_mode(args),
+                              native_threads=args.native_threads)
         if args.max_depth is not None:
             config_options["max_depth"] = args.max_depth
         return SamplerConfig.make(**config_options)

@@ -22,6 +22,9 @@ ENGINES = ("auto", "native", "python")
 # CPU of threads that run no Python (BLAS, OpenMP, Rust pools; native engine): "attribute"
 # puts it under the Python line that asked for the work, "raw" under each thread, "off" leaves it out
 NATIVE_THREADS_MODES = ("off", "attribute", "raw")
+# native frames: True merges the interpreter's eval-loop frames into the Python frames they run
+# (as py-spy does); "interpreter" keeps them in the stack as well
+NATIVE_MODES = (False, True, "interpreter")
 # asyncio tasks (ddprof_nb.aio): "fold" samples suspended tasks, labels each
 # task's samples and folds the event loop's machinery into one frame; "raw" does the same
 # but keeps the loop's frames; "off" leaves asyncio alone
@@ -92,7 +95,7 @@ class SamplerConfig:
     interval_ns: int = DEFAULT_INTERVAL_NS  # CPU-time period per thread, and the wall period
     alloc_rate: int = DEFAULT_ALLOC_RATE
     native_alloc: bool = True  # alloc/live also sample C allocations of extension modules (native engine)
-    native: bool = False  # samples carry the C/C++/Rust frames between the Python ones (native engine)
+    native: bool | str = False  # one of NATIVE_MODES: the C/C++/Rust frames between the Python ones (native engine)
     native_threads: str = "off"  # one of NATIVE_THREADS_MODES
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
@@ -108,7 +111,7 @@ class SamplerConfig:
         max_depth: int | None = DEFAULT_MAX_DEPTH,
         native_alloc: bool = True,
         engine: str = "auto",
-        native: bool = False,
+        native: bool | str = False,
         native_threads: str = "off",
         labels=None,
         asyncio: str = "fold",
@@ -125,8 +128,8 @@ class SamplerConfig:
             raise ValueError(f"invalid max_depth {max_depth!r}: must be an int in 1..4096")
         if not isinstance(native_alloc, bool):
             raise ValueError(f"invalid native_alloc {native_alloc!r}: must be True or False")
-        if not isinstance(native, bool):
-            raise ValueError(f"invalid native {native!r}: must be True or False")
+        if not any(native is m or (isinstance(m, str) and native == m) for m in NATIVE_MODES):
+            raise ValueError(f"invalid native {native!r}: must be True, False or 'interpreter'")
         if native_threads is True or native_threads is False:
             native_threads = "attribute" if native_threads else "off"
         if native_threads not in NATIVE_THREADS_MODES:
@@ -170,7 +173,7 @@ class SamplerConfig:
             interval_ns=int(spec["interval_ns"]),
             alloc_rate=int(spec["alloc_rate"]),
             native_alloc=bool(spec.get("native_alloc", True)),
-            native=bool(spec.get("native", False)),
+            native=spec.get("native", False),
             native_threads=spec.get("native_threads", "off"),
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],

@@ -247,7 +247,8 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
 
     ``native=True`` (native engine): CPU, alloc and lock/park samples also carry the C, C++
     and Rust frames between the Python ones (``numpy`` -> ``cblas_dgemm`` -> its kernel), the
-    interpreter's eval-loop frames replaced by the Python frames they run.
+    interpreter's eval-loop frames replaced by the Python frames they run;
+    ``native="interpreter"`` keeps those frames too.
 
     ``native_threads`` (native engine, CPU): also sample the threads that run no Python (BLAS,
     OpenMP, Rust and database pools).  "attribute" (or True) puts their CPU under the Python line

@@ -74,6 +74,9 @@ def _sampler_options(p: Parser, statement: bool = False) -> None:
                    help="alloc/live: Python objects only (no numpy array data or C extensions' malloc)")
     p.add_argument("--native", action="store_true",
                    help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
+    p.add_argument("--interpreter-frames", action="store_true",
+                   help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
+                        "between the Python frames they run, instead of merging them away")
     p.add_argument("--native-threads", default="off", choices=NATIVE_THREADS_MODES,
                    help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked (attribute), "
                         "per thread (raw), or left out (off, default)")
@@ -139,7 +142,9 @@ def sampler_config(args) -> SamplerConfig:
     if args.no_native_alloc:
         options["native_alloc"] = False
     if args.native:
-        options["native"] = True
+        options["native"] = "interpreter" if args.interpreter_frames else True
+    elif args.interpreter_frames:
+        raise UsageError("--interpreter-frames needs --native")
     options["native_threads"] = args.native_threads
     try:
         return SamplerConfig.make(**options)

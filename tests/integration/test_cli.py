@@ -256,6 +256,7 @@ IN_PROCESS_ONLY = {
     "alloc_rate": ["--alloc-rate", "64KiB"], "no_native_alloc": ["--no-native-alloc"],
     "engine": ["--engine", "python"], "asyncio": ["--asyncio", "off"], "max_depth": ["--max-depth", "3"],
     "children": ["--children"], "native": ["--native"], "native_threads": ["--native-threads", "raw"],
+    "interpreter_frames": ["--native", "--interpreter-frames"],
 }
 
 
@@ -279,13 +280,15 @@ def runs(tmp_path_factory):
     r.base = cli(["record", "-o", "base.pprof", "--", "scripts/walk.py"], d)
     r.python = cli(["record", "--engine", "python", "-o", "py.pprof", "--", "scripts/walk.py"], d)
     r.native = cli(["record", "--native", "-e", "cpu", "-o", "native.pprof", "--", "scripts/walk.py"], d)
+    r.interp = cli(["record", "--native", "--interpreter-frames", "-e", "cpu", "-o", "interp.pprof", "--",
+                    "scripts/walk.py"], d)
     r.pools = cli(["record", "--native-threads", "attribute", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d)
     r.no_pools = cli(["record", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d)
-    for run in (r.all, r.base, r.python, r.native, r.pools, r.no_pools):
+    for run in (r.all, r.base, r.python, r.native, r.interp, r.pools, r.no_pools):
         assert run.returncode == 0, run.stderr
-    r.p_all, r.p_base, r.p_python, r.p_native, r.p_pools, r.p_no_pools = (
-        ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof", "native.pprof", "pools.pprof",
-                                        "no_pools.pprof"))
+    r.p_all, r.p_base, r.p_python, r.p_native, r.p_interp, r.p_pools, r.p_no_pools = (
+        ddprof_nb.load(d / f) for f in ("all.pprof", "base.pprof", "py.pprof", "native.pprof", "interp.pprof",
+                                        "pools.pprof", "no_pools.pprof"))
     (d / "target.py").write_text(TARGET)
     target = subprocess.Popen([sys.executable, str(d / "target.py")], stdout=subprocess.PIPE, text=True)
     try:
@@ -369,6 +372,9 @@ CHECKS = {
     ("record", "max_depth"): lambda r: _python_depth(r.p_all) <= 3 < _python_depth(r.p_base),
     ("record", "native"): lambda r: (any(f.kind is FrameKind.NATIVE for f in r.p_native.frames)
                                      and not any(f.kind is FrameKind.NATIVE for f in r.p_base.frames)),
+    ("record", "interpreter_frames"): lambda r: ("_PyEval_EvalFrameDefault" in {f.name for f in r.p_interp.frames}
+                                                 and "_PyEval_EvalFrameDefault" not in {
+                                                     f.name for f in r.p_native.frames}),
     ("record", "native_threads"): lambda r: (_pool_frames(r.p_pools) and not _pool_frames(r.p_no_pools)),
     ("record", "children"): lambda r: len(_labels(r.p_all, "pid") - {None}) == 2 and _labels(r.p_base, "pid") == {None},
     ("record", "label"): lambda r: (_labels(r.p_all, "run") == {"cli"} and _labels(r.p_pid, "run") == {"pid"}

@@ -20,17 +20,29 @@ def test_config_keeps_native_and_hands_it_on():
     assert SamplerConfig.from_spec(c.to_spec()).native is True
     with pytest.raises(ValueError, match="native"):
         SamplerConfig.make(native="yes")
+    c = SamplerConfig.make(native="interpreter")  # eval-loop frames kept
+    assert SamplerConfig.from_spec(c.to_spec()).native == "interpreter"
 
 
 def test_magic_and_cli_options():
-    from ddprof_nb.__main__ import _parser
+    from IPython.core.error import UsageError
+
+    from ddprof_nb.__main__ import CLIError, _parser, _record_config
     from ddprof_nb.magics.options import CELL_PARSER, START_PARSER, sampler_config
 
     assert sampler_config(CELL_PARSER.parse_argstring("--native")).native is True
     assert sampler_config(START_PARSER.parse_argstring("--native")).native is True
     assert sampler_config(CELL_PARSER.parse_argstring("")).native is False
+    assert sampler_config(CELL_PARSER.parse_argstring("--native --interpreter-frames")).native == "interpreter"
+    with pytest.raises(UsageError, match="needs --native"):
+        sampler_config(CELL_PARSER.parse_argstring("--interpreter-frames"))
     args, _ = _parser().parse_known_args(["record", "--native", "-o", "x.pprof", "--", "script.py"])
     assert args.native is True
+    args, _ = _parser().parse_known_args(["record", "--native", "--interpreter-frames", "--", "script.py"])
+    assert _record_config(args).native == "interpreter"
+    args, _ = _parser().parse_known_args(["record", "--interpreter-frames", "--", "script.py"])
+    with pytest.raises(CLIError, match="needs --native"):
+        _record_config(args)
 
 
 class _Builder:

@@ -164,7 +164,7 @@ class NativeEngine(Engine):
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
             read_mode=self._read_mode, exclude_tids=(self._drain_tid,),
             alloc_rate=self.config.alloc_rate, native_alloc=self.config.native_alloc,
-            native_frames=self.config.native, native_threads=self._pools, **self._session_knobs,
+            native_frames=bool(self.config.native), native_threads=self._pools, **self._session_knobs,
             **self._wait_knobs,  # lock/park: short-wait threshold, records/s (0 = defaults)
         )
         try:
@@ -190,7 +190,8 @@ class NativeEngine(Engine):
             self._converter.waits = WaitClassifier(self._converter.builder, waits)
         # ---- end lock/park
         if self.config.native or self._pools:  # native frames: named, merged between the Python ones
-            self._converter.native = NativeMerger(self._converter.builder)
+            self._converter.native = NativeMerger(self._converter.builder,
+                                                  keep_eval=self.config.native == "interpreter")
         if EventType.ALLOC in self.config.events:  # allocations: type leaves, LIVE at stop
             self._converter.alloc = AllocTracker(self._converter.builder)
         if self.live is not None:
@@ -323,7 +324,7 @@ class NativeEngine(Engine):
             cpu_notes += process_cpu.coverage_notes(*self._cpu_at, profile, own_tids={self._drain_tid}, quiet_share=quiet)
         if self._pools:
             pools = attribute_pools(profile, self._pool_tids, self._names, raw=self.config.native_threads == "raw",
-                                    keep_native=self.config.native)
+                                    keep_native=bool(self.config.native))
             profile = pools.profile
             cpu_notes += pools.notes()
             if self._pool_stats.get("unseen_ns", 0) >= self.config.interval_ns:
