@@ -4,7 +4,10 @@
  * at the result: blocks carry no header of ours, so a block allocated while profiling and
  * freed after stop (or the reverse) goes to the same allocator.  Both domains require the
  * GIL, which protects the countdowns and the live table (alloclive.c); the RAW domain (no
- * GIL) is not hooked, and own-GIL subinterpreters (3.12+) are not supported.
+ * GIL) is not hooked.  A subinterpreter with its own GIL (3.12+) runs these hooks beside the
+ * main interpreter's threads: its allocations pass through uncounted but for the countdown's
+ * bytes (outside_main_interpreter), so the live table and the sampling state stay the main
+ * interpreter's alone.
  *
  * Sampling is a Poisson process over bytes (allocsample.c): one countdown per hook slot over
  * all threads' bytes, so the fast path is a subtraction at a constant address, a sign test
@@ -70,6 +73,21 @@ static struct {
     uint64_t rng, pending_id, pending_size;
     int pending_tries;
 } smp;
+
+/* 1: the calling thread runs a subinterpreter, which may hold a GIL of its own (3.12+): the
+ * hooks' cold paths must not touch state the main interpreter's GIL protects.  Only cold paths
+ * ask (a thread-local read and a compare). */
+static inline int outside_main_interpreter(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *ts = PyThreadState_GetUnchecked();
+#elif PY_VERSION_HEX >= 0x030C0000
+    PyThreadState *ts = _PyThreadState_UncheckedGet();
+#else
+    PyThreadState *ts = NULL; /* 3.11: every interpreter shares the one GIL */
+#endif
+    return ts && ts->interp != PyInterpreterState_Main();
+}
 
 /* ---- random gaps ------------------------------------------------------------------------- */
 static inline uint64_t rng_next(void)
@@ -169,6 +187,11 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
         probe_mask |= 1u << L->slot;
         return;
     }
+    if (outside_main_interpreter()) {
+        /* the countdown fired in a subinterpreter: the main interpreter's next allocation
+         * samples instead (remaining stays < 0) */
+        return;
+    }
     int e = errno;
     slow_path_body(L, p, n);
     errno = e;
@@ -257,6 +280,8 @@ static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nele
 static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old, size_t n, int counted)
 {
     void *p = L->prev.realloc(L->prev.ctx, old, n);
+    if (outside_main_interpreter())
+        return p; /* its blocks are never in the live table (its allocations are not sampled) */
     if (!p) {
         if (counted)
             slow_path(L, NULL, n); /* the countdown fired: keep it consistent */
@@ -271,7 +296,8 @@ static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old,
 
 static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
 {
-    ddp_live_forget((uintptr_t)p);
+    if (!outside_main_interpreter())
+        ddp_live_forget((uintptr_t)p);
     L->prev.free(L->prev.ctx, p);
 }
 
