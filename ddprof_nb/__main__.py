@@ -77,8 +77,8 @@ def _parser() -> _Parser:
     rec.add_argument("--native", action="store_true",
                      help="samples also carry the C/C++/Rust frames between the Python ones (native engine)")
     rec.add_argument("--native-threads", default="off", choices=("attribute", "raw", "off"),
-                     help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked "
-                          "(attribute), per thread (raw), or left out (off, default)")
+                     help="CPU and allocations of threads that run no Python (BLAS, OpenMP pools): under the "
+                          "line that asked (attribute), per thread (raw), or left out (off, default)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")
