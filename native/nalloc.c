@@ -585,6 +585,8 @@ static int nalloc_start(const ddp_config *cfg)
     pthread_mutex_lock(&patch_lock);
     memset(&ns, 0, sizeof ns);
     memset(&gp.st, 0, sizeof gp.st);
+    n_native_threads = cfg->native_threads;
+    ddp_alloc_threads_start(); /* (every session: none of the last one's threads is this one's) */
     pthread_mutex_lock(&live_lock); /* the last session's blocks are not this one's */
     if (!nlive && want)
         nlive = calloc(NLIVE_CAP, sizeof *nlive);
@@ -606,8 +608,6 @@ static int nalloc_start(const ddp_config *cfg)
         return rc;
     }
     atomic_fetch_add(&n_gen, 1); /* every thread draws a fresh gap at its next allocation */
-    n_native_threads = cfg->native_threads;
-    ddp_alloc_threads_start();
     atomic_store(&n_on, 1);
     gp_pass(&gp);
     ns.passes++;
