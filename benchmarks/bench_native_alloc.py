@@ -408,7 +408,8 @@ def main():
         report(w_rows, ratios, failed, NATIVE_MEASURES if native else MEASURES)
         if native and THREADS_ON_VS_OFF not in failed:
             diff = sorted(ratios[THREADS_ON_VS_OFF]["wall diff"])
-            print(f"\nnative_threads on vs off, paired: {1e9 * diff[len(diff) // 2] / (2 * n):+.0f} ns of wall per malloc "
+            per_malloc = 1e9 * diff[len(diff) // 2] / (2 * n)
+            print(f"\nnative_threads on vs off, paired: {per_malloc:+.0f} ns of wall per malloc "
                   f"of the native threads (median of {len(diff)} pairs; {2 * n} mallocs a slice)")
         gc.unfreeze()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")

@@ -429,7 +429,8 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
     if (event < 0 || event >= DDP_EVENT_COUNT || !(sess_cfg.events & (1u << event)) || !sess_cfg.native_threads)
         return DDP_EINVAL;
     int64_t now = ddp_now_ns(), last = atomic_load_explicit(&callers_seen_ns, memory_order_relaxed);
-    int walk = now - last >= OBS_EVERY * sess_cfg.interval_ns && atomic_compare_exchange_strong(&callers_seen_ns, &last, now);
+    int walk = now - last >= OBS_EVERY * sess_cfg.interval_ns &&
+               atomic_compare_exchange_strong(&callers_seen_ns, &last, now);
     int mode = atomic_load(&ddp_read_mode_now);
     if (walk && mode == DDP_READ_GUARDED && !ddp_saferead_check_segv()) /* (the wall thread checks each tick) */
         mode = DDP_READ_SYSCALL;

@@ -22,7 +22,8 @@ PSEUDO_FRAMES = {
     "[unknown]": "a frame whose code was freed before the profiler could name it",
     "[no Python frames]": "a thread running native code only: no Python frame on its stack",
     "[native threads]": "CPU or allocations of threads that run no Python (BLAS, OpenMP, Rust or database pools) "
-                        "while no Python thread was inside their library to charge them to; by library, then thread name",
+                        "while no Python thread was inside their library to charge them to; by library, then "
+                        "thread name",
     "[asyncio loop]": "the asyncio event loop's own machinery (run_forever, selectors, callbacks) as one frame",
     "[task]": "an asyncio task with an automatic name (Task-N); its name is in the task label",
     "[await]": "an async cell waiting at an await",
