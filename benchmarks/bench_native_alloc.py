@@ -3,11 +3,19 @@
     python benchmarks/bench_native_alloc.py [--quick] [--pairs N] [--slice S] [--rate 512KiB]
                                             [--workloads numpy,frame] [--tools ...]
 
-Two workloads, each cut into slices of ~--slice seconds of CPU:
+Three workloads, each cut into slices of ~--slice seconds (of the calling thread's CPU; of wall
+time for the third):
   - numpy churn: arrays of 1 KB-10 MB (log-uniform, seeded), filled and dropped;
   - frame: a pandas pipeline on a 20,000-row frame (build from columns, a derived column, a
     groupby sum, a merge back, a sort); without pandas, a numpy stand-in doing the same
-    steps on column arrays (the header says which ran).
+    steps on column arrays (the header says which ran);
+  - native (--workloads native; not by default: it compiles a C extension with cffi): malloc-heavy
+    threads that run no Python: each call starts 2 pthreads that malloc, touch and free blocks of
+    1 KB-1 MB (log-uniform, seeded), filled, while the caller waits in pthread_join.  Its tools: alloc+live
+    with native_threads="attribute" against the same with native_threads off (the hooks still run
+    on those threads, their samples are dropped), each against bare slices and paired directly;
+    measured: wall and the process's CPU (every thread's, the profiler's own included), and the
+    cost per malloc of the native threads (the paired wall difference over the mallocs).
 Tools: ddprof_nb alloc+live with native_alloc on, the same with it off (what alloc cost
 before C allocations were sampled), tracemalloc (1 frame) and memray (memray.Tracker,
 in-process, writing to a temporary file) where importable.
@@ -100,28 +108,87 @@ def frame_numpy(n):
     return out
 
 
+# threads that run no Python: a C extension's pthreads (built at first use, cffi)
+NATIVE_SOURCE = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+static size_t sizes[4096];
+static long per_thread;
+static void *churn(void *arg)
+{
+    size_t k = (size_t)arg * 1031;
+    for (long i = 0; i < per_thread; i++, k++) {
+        size_t n = sizes[k & 4095];
+        char *p = malloc(n);
+        if (!p)
+            continue;
+        memset(p, (int)i, n); /* filled, as real data is */
+        __asm__ volatile("" : : "r"(p) : "memory"); /* (the fill is used: not elided before free) */
+        free(p);
+    }
+    return NULL;
+}
+void set_size(int i, size_t n) { sizes[i & 4095] = n; }
+/* 2 pthreads started for this call, n mallocs each; the caller waits (the GIL released) */
+void native_churn(long n)
+{
+    pthread_t th[2];
+    per_thread = n;
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, churn, (void *)i);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+}
+"""
+_native_lib = None
+
+
+def native_churn(n):
+    """n mallocs (1 KB-1 MB, filled, freed) on each of 2 pthreads started for the call."""
+    global _native_lib
+    if _native_lib is None:
+        import tempfile
+
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef("void set_size(int i, size_t n); void native_churn(long n);")
+        ffi.set_source("_bench_native_churn", NATIVE_SOURCE, libraries=["pthread"])
+        out = tempfile.mkdtemp(prefix="ddprof_bench_")
+        ffi.compile(tmpdir=out, verbose=False)
+        sys.path.insert(0, out)
+        from _bench_native_churn import lib
+        sizes = np.exp(_rng.uniform(math.log(1e3), math.log(1e6), 4096)).astype(np.int64)
+        for i, v in enumerate(sizes.tolist()):
+            lib.set_size(i, v)
+        _native_lib = lib
+    _native_lib.native_churn(int(n))
+    return 2 * n
+
+
 WORKLOADS = {"numpy": ("numpy churn (1 KB-10 MB arrays)", numpy_churn),
              "frame": ("pandas frame pipeline" if pd is not None else "frame pipeline, numpy stand-in (no pandas)",
-                       frame_pandas if pd is not None else frame_numpy)}
+                       frame_pandas if pd is not None else frame_numpy),
+             "native": ("malloc-heavy threads that run no Python (2 pthreads, 1 KB-1 MB blocks)", native_churn)}
 
 
-def calibrate(fn, target_s):
-    """Iterations of fn for ~target_s of this thread's CPU.  The first calls of the churn fault
-    in fresh pages until glibc's mmap threshold has grown (~20x slower than later calls), so
+def calibrate(fn, target_s, clock=time.thread_time, n=1):
+    """Iterations of fn (from ``n``) for ~target_s of this thread's CPU (``clock``).  The first calls of the
+    churn fault in fresh pages until glibc's mmap threshold has grown (~20x slower than later calls), so
     the first estimate is timed again, twice, at its own size."""
-    n = 1
     while True:
-        t = time.thread_time()
+        t = clock()
         fn(n)
-        dt = time.thread_time() - t
+        dt = clock() - t
         if dt > 0.03:
             break
         n *= 4
     for _ in range(2):
         n = max(1, round(n * target_s / max(dt, 1e-6)))
-        t = time.thread_time()
+        t = clock()
         fn(n)
-        dt = time.thread_time() - t
+        dt = clock() - t
     return n
 
 
@@ -158,13 +225,16 @@ def frame_accuracy(gb, rate):
 
 # -- tools -------------------------------------------------------------------------------------
 class DDProf:
-    def __init__(self, rate, native):
-        self.rate, self.native = rate, native
-        self.name = f"ddprof_nb native {'on' if native else 'off'}"
+    def __init__(self, rate, native, threads=None):
+        """``threads``: None (the option left at its default), True or False: native_threads on/off."""
+        self.rate, self.native, self.threads = rate, native, threads
+        self.name = f"ddprof_nb native {'on' if native else 'off'}" + (
+            "" if threads is None else f", threads {'on' if threads else 'off'}")
         self.samples, self.seconds = 0, 0.0
 
     def start(self):
-        cfg = SamplerConfig.make(events=("alloc", "live"), alloc_rate=self.rate, native_alloc=self.native)
+        cfg = SamplerConfig.make(events=("alloc", "live"), alloc_rate=self.rate, native_alloc=self.native,
+                                 native_threads="attribute" if self.threads else "off")
         self.e = NativeEngine(cfg, drain_interval=1e6)  # end_slice drains, inside the timing
         self.e.start()
         self._t = time.perf_counter()
@@ -179,27 +249,33 @@ class DDProf:
 
 
 MEASURES = ("wall", "wall - run-queue wait", "workload CPU")
+NATIVE_MEASURES = ("wall", "process CPU")  # the native workload's: its caller only waits
 ON_VS_OFF = "ddprof_nb native on (vs off)"
+THREADS_ON_VS_OFF = "ddprof_nb native threads on (vs off)"
 
 
-def slice_times(tool, fn, n):
+def slice_times(tool, fn, n, native=False):
     if tool is not None:
         tool.start()
     gc.collect()  # the start's side effects stay outside the slice
-    q, c, t = run_queue_wait() or 0.0, time.thread_time(), time.perf_counter()
+    q, c, pc, t = run_queue_wait() or 0.0, time.thread_time(), time.process_time(), time.perf_counter()
     fn(n)
     if tool is not None and hasattr(tool, "end_slice"):
         tool.end_slice()
     wall = time.perf_counter() - t
-    out = (wall, wall - ((run_queue_wait() or 0.0) - q), time.thread_time() - c)
+    if native:
+        out = (wall, time.process_time() - pc)
+    else:
+        out = (wall, wall - ((run_queue_wait() or 0.0) - q), time.thread_time() - c)
     if tool is not None:
         tool.stop()
     return out
 
 
-def overhead(rows, fn, n, pairs):
+def overhead(rows, fn, n, pairs, native=False):
     """rows: [(label, tool, baseline tool or None for bare)]; {label: {measure: [ratios]}}."""
-    ratios = {r[0]: {m: [] for m in MEASURES} for r in rows}
+    measures = NATIVE_MEASURES if native else MEASURES
+    ratios = {r[0]: {m: [] for m in measures} for r in rows}
     failed = {}
     for i in range(pairs):
         k = i % len(rows)
@@ -207,13 +283,15 @@ def overhead(rows, fn, n, pairs):
             if label in failed:
                 continue
             try:
-                pair = [slice_times(x, fn, n) for x in ((tool, base) if i % 2 == 0 else (base, tool))]
+                pair = [slice_times(x, fn, n, native) for x in ((tool, base) if i % 2 == 0 else (base, tool))]
             except Exception as exc:  # noqa: BLE001 - report and go on without it
                 failed[label] = f"{type(exc).__name__}: {exc}"
                 continue
             with_, bare = pair if i % 2 == 0 else pair[::-1]
-            for m, a, b in zip(MEASURES, with_, bare):
+            for m, a, b in zip(measures, with_, bare):
                 ratios[label][m].append(a / b)
+            if native:  # (the paired wall difference, for the cost per malloc)
+                ratios[label].setdefault("wall diff", []).append(with_[0] - bare[0])
     return ratios, failed
 
 
@@ -236,23 +314,30 @@ def make_tools(names, rate):
     return tools, missing
 
 
-def report(rows, ratios, failed):
-    w = 27
-    print(f"| {'tool (vs baseline)':<34} | " + " | ".join(f"{m:>{w}}" for m in MEASURES) + " | samples/s |")
-    print("|" + "-" * 36 + "|" + "|".join("-" * (w + 2) for _ in MEASURES) + "|-----------|")
+def native_rows(rate):
+    """The native workload's rows and tools: native_threads on and off, each against bare
+    slices, and on against off."""
+    on, off = DDProf(rate, True, threads=True), DDProf(rate, True, threads=False)
+    return [(on.name, on, None), (off.name, off, None), (THREADS_ON_VS_OFF, on, off)], [on, off]
+
+
+def report(rows, ratios, failed, measures=MEASURES):
+    w, lw = 27, 40
+    print(f"| {'tool (vs baseline)':<{lw}} | " + " | ".join(f"{m:>{w}}" for m in measures) + " | samples/s |")
+    print("|" + "-" * (lw + 2) + "|" + "|".join("-" * (w + 2) for _ in measures) + "|-----------|")
     walls = {}
     for label, tool, base in rows:
         if label in failed:
-            print(f"| {label:<34} | failed: {failed[label]} |")
+            print(f"| {label:<{lw}} | failed: {failed[label]} |")
             continue
         cells = []
-        for m in MEASURES:
+        for m in measures:
             med, se, q1, q3 = median_se(ratios[label][m])
             if m == "wall":
                 walls[label] = (med, se)
             cells.append(f"{100 * (med - 1):+.1f}% ±{100 * se:.1f} ({100 * (q1 - 1):+.0f}..{100 * (q3 - 1):+.0f})")
         rate = f"{tool.samples / tool.seconds:,.0f}" if base is None and isinstance(tool, DDProf) and tool.seconds else ""
-        print(f"| {label:<34} | " + " | ".join(f"{c:>{w}}" for c in cells) + f" | {rate:>9} |")
+        print(f"| {label:<{lw}} | " + " | ".join(f"{c:>{w}}" for c in cells) + f" | {rate:>9} |")
     if ON_VS_OFF in walls:
         d, se = walls[ON_VS_OFF][0] - 1, walls[ON_VS_OFF][1]
         verdict = "yes" if d <= 0.05 else "NO"
@@ -307,17 +392,25 @@ def main():
         gc.collect()
     for w in names:
         title, fn = WORKLOADS[w]
+        native = w == "native"
+        w_rows, w_tools = (native_rows(args.rate) if native else (rows, tools))
         fn(1)  # imports, caches, specialisation: before the freeze and the timing
-        n = calibrate(fn, slice_s)
-        for t in tools:
+        # (native: wall time, from calls long enough that starting two threads is not what is timed)
+        n = calibrate(fn, slice_s, time.perf_counter, 256) if native else calibrate(fn, slice_s)
+        for t in w_tools:
             if isinstance(t, DDProf):
                 t.samples, t.seconds = 0, 0.0
         gc.collect()
         gc.freeze()
         print(f"\n### {title}: {n} iterations per slice; {load()} (before)")
-        ratios, failed = overhead(rows, fn, n, pairs)
+        ratios, failed = overhead(w_rows, fn, n, pairs, native)
         print(f"{load()} (after); median slowdown vs the baseline (no profiler unless named) ± standard error (IQR)\n")
-        report(rows, ratios, failed)
+        report(w_rows, ratios, failed, NATIVE_MEASURES if native else MEASURES)
+        if native and THREADS_ON_VS_OFF not in failed:
+            diff = sorted(ratios[THREADS_ON_VS_OFF]["wall diff"])
+            per_malloc = 1e9 * diff[len(diff) // 2] / (2 * n)
+            print(f"\nnative_threads on vs off, paired: {per_malloc:+.0f} ns of wall per malloc "
+                  f"of the native threads (median of {len(diff)} pairs; {2 * n} mallocs a slice)")
         gc.unfreeze()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     sys.stdout.flush()

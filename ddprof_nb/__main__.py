@@ -78,8 +78,8 @@ def _parser() -> _Parser:
                      help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
                           "between the Python frames they run, instead of merging them away")
     rec.add_argument("--native-threads", default="off", choices=("attribute", "raw", "off"),
-                     help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked "
-                          "(attribute), per thread (raw), or left out (off, default)")
+                     help="CPU and allocations of threads that run no Python (BLAS, OpenMP pools): under the "
+                          "line that asked (attribute), per thread (raw), or left out (off, default)")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")

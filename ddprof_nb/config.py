@@ -19,8 +19,8 @@ DEFAULT_MAX_DEPTH = 128  # frames kept per stack; deeper stacks end in [truncate
 MIN_INTERVAL_NS = 100_000  # 10 kHz; finer is noise with a 250 Hz kernel tick
 MAX_INTERVAL_NS = 60_000_000_000
 ENGINES = ("auto", "native", "python")
-# CPU of threads that run no Python (BLAS, OpenMP, Rust pools; native engine): "attribute"
-# puts it under the Python line that asked for the work, "raw" under each thread, "off" leaves it out
+# CPU and C allocations of threads that run no Python (BLAS, OpenMP, Rust pools; native engine):
+# "attribute" puts them under the Python line that asked for the work, "raw" under each thread, "off" leaves them out
 NATIVE_THREADS_MODES = ("off", "attribute", "raw")
 # native frames: True merges the interpreter's eval-loop frames into the Python frames they run
 # (as py-spy does); "interpreter" keeps them in the stack as well

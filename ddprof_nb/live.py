@@ -27,7 +27,7 @@ import numpy as np
 from .events import EventType
 from .model import EMPTY_LABELS, Metadata, Profile, aggregate_columns
 
-__all__ = ["LiveAggregate", "LiveSnapshot", "LiveRefresher", "REFRESH_S", "RECENT_S", "THREAD_NAME"]
+__all__ = ["LiveAggregate", "LiveSnapshot", "LiveRefresher", "REFRESH_S", "RECENT_S", "THREAD_NAME", "shown_event"]
 
 REFRESH_S = 1.0  # seconds between refreshes
 RECENT_S = 10  # seconds of per-thread activity a snapshot carries
@@ -46,6 +46,16 @@ class LiveSnapshot:
     # per event, per thread index: samples in each of the last ``RECENT_S`` whole seconds, oldest first
     recent: dict[EventType, dict[int, list[int]]] = field(default_factory=dict)
     refresh: int = 0  # 1 for the first snapshot
+
+
+def shown_event(profile: Profile) -> EventType | None:
+    """The event a live display shows: CPU when it has some (where the time goes while the cell
+    runs), else the first event with some.  Rows that weigh nothing (the observations behind
+    native_threads' attribution: CPU rows of count 0, in an alloc-only session too) show nothing."""
+    events = [e for e in profile.events if profile.total(e, 0) or profile.total(e)]
+    if not events:
+        return None
+    return EventType.CPU if EventType.CPU in events else events[0]
 
 
 class LiveAggregate:

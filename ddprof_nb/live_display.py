@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from .events import EventType
+from .live import shown_event
 from .render.format import format_count, format_duration
 
 __all__ = ["widget_sink", "line_sink", "sink_for", "StderrLine"]
@@ -42,11 +42,10 @@ class StderrLine:
 def progress_line(snap) -> str:
     """``ddprof live: 12.0 s · cpu 1,180 · wall 9,640 samples · hottest (cpu): busy 97%``."""
     counts = " · ".join(f"{e.label} {format_count(n)}" for e, n in sorted(snap.samples.items(),
-                                                                         key=lambda kv: kv[0].value))
+                                                                         key=lambda kv: kv[0].value) if n)
     line = f"ddprof live: {format_duration(snap.elapsed_s * 1e9)} · {counts or 'no'} samples"
-    events = snap.profile.events
-    if events:
-        event = EventType.CPU if EventType.CPU in events else events[0]
+    event = shown_event(snap.profile)
+    if event is not None:
         rows = snap.profile.top(event, n=1)
         total = snap.profile.total(event)
         if rows and total:

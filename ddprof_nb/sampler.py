@@ -250,10 +250,10 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
     interpreter's eval-loop frames replaced by the Python frames they run;
     ``native="interpreter"`` keeps those frames too.
 
-    ``native_threads`` (native engine, CPU): also sample the threads that run no Python (BLAS,
-    OpenMP, Rust and database pools).  "attribute" (or True) puts their CPU under the Python line
-    that asked for the work, beneath a ``[pool: <thread name>]`` frame; "raw" under each thread;
-    "off" (default) leaves it out (a note then says how much CPU ran outside the profile).
+    ``native_threads`` (native engine; CPU, alloc/live): also sample the threads that run no Python
+    (BLAS, OpenMP, Rust and database pools).  "attribute" (or True) puts their CPU and C allocations
+    under the Python line that asked for the work, beneath a ``[pool: <thread name>]`` frame; "raw"
+    under each thread; "off" (default) leaves them out (notes then say how much ran outside the profile).
 
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed

@@ -1,6 +1,7 @@
 /* alloc.h — what the PyMem hooks (alloc.c) and the C allocation hooks (nalloc.c) share:
  * one sampling scheme (allocsample.c: mean gap, Horvitz-Thompson weights, one sequence of
- * sample ids, the leaves named outright) and the C blocks still live at stop (nalloc.c).
+ * sample ids, the leaves named outright), the C blocks still live at stop (nalloc.c) and the
+ * names of the threads that run no Python whose allocations were recorded (allocthreads.c).
  */
 #ifndef DDP_ALLOC_H
 #define DDP_ALLOC_H
@@ -17,6 +18,10 @@ uint64_t ddp_alloc_new_id(void);            /* the next sample id of the session
 void ddp_alloc_note(uint64_t id, uint64_t size, const char *name); /* a sample's leaf, named outright */
 void ddp_alloc_note_info(const ddp_alloc_info *note);
 uint64_t ddp_alloc_notes_dropped(void);     /* leaves the full queue refused this session */
+
+/* allocthreads.c: threads that run no Python whose C allocations are recorded */
+void ddp_alloc_threads_start(void);         /* a session's: none named yet */
+int ddp_alloc_thread_seen(void);            /* the calling thread named (once a session); -1 table full */
 
 /* nalloc.c: the sampled C blocks still allocated, for LIVE at stop */
 int ddp_nalloc_live_count(void);

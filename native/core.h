@@ -157,7 +157,7 @@ enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
-                   int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's records */
+                   uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's */
 int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */
 /* r's bucket under the tick at last_ts (>= r's own): the Profile's final tick is at least
  * that of its last record, so records merged in it share one final tick too; -1 for none. */

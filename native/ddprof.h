@@ -115,7 +115,7 @@ typedef struct {
     int32_t agg_keys;            /* keys per native aggregate (agg.c); 0 = default (65536) */
     int32_t cpu_timer_scale;     /* tests: the CPU timers' period is interval_ns times this (0 = 1): late timers */
     int32_t native_frames;       /* 1: samples a thread takes of itself (CPU, alloc, lock/park) carry its native frames */
-    int32_t native_threads;      /* 1: CPU samples of threads that run no Python too (osthreads.c) */
+    int32_t native_threads;      /* 1: CPU and C allocation samples of threads that run no Python too (osthreads.c) */
 } ddp_config;
 
 typedef struct {
@@ -351,7 +351,8 @@ int ddp_alloc_test_foreign(int on);       /* 2: one serving small blocks past ou
 typedef struct {
     uint64_t sampled;            /* C allocations sampled */
     uint64_t emit_failed;        /* sampled but not recorded (buffer full, ...) */
-    uint64_t not_python;         /* sampled on a thread that runs no Python (no stack to charge) */
+    uint64_t not_python;         /* sampled on a thread that runs no Python, not recorded (native_threads off) */
+    uint64_t native_thread;      /* ... recorded there (native_threads on: its native stack, pools.py) */
     uint64_t live_overflow;      /* recorded but not tracked for LIVE: table full */
     uint64_t maps_trimmed;       /* sampled mappings partly unmapped: LIVE keeps the larger piece left */
     uint64_t maps_measured;      /* sampled mappings held at stop: LIVE counts their resident pages */
@@ -376,6 +377,10 @@ enum { DDP_NALLOC_TRACK = 0, DDP_NALLOC_UNTRACK, DDP_NALLOC_MALLOC, DDP_NALLOC_C
        DDP_NALLOC_FREE, DDP_NALLOC_POSIX_MEMALIGN, DDP_NALLOC_ALIGNED_ALLOC, DDP_NALLOC_MEMALIGN, DDP_NALLOC_MMAP,
        DDP_NALLOC_MMAP64, DDP_NALLOC_MUNMAP, DDP_NALLOC_MREMAP };
 int ddp_nalloc_get_stats(ddp_nalloc_stats *out);
+/* After stop: the threads that run no Python whose C allocations were recorded (tid, 16-byte OS
+ * name each); returns how many (may exceed cap).  _refused: threads beyond its table. */
+int ddp_alloc_threads(int32_t *tid, char *names, int cap);
+int ddp_alloc_threads_refused(void);
 /* Tests: the hooked functions' GOT slots in loaded objects now (as ddp_wait_slots; the
  * interpreter's own object is not listed), and the wrapper of a DDP_NALLOC_* kind. */
 int ddp_nalloc_slots(uint64_t *addr, uint64_t *val, int32_t *kind, int cap);

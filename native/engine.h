@@ -38,6 +38,9 @@ extern const ddp_engine *const ddp_engines[]; /* NULL-terminated, in start order
 int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux);
 /* The same for another (blocked) Python thread of the session, walked through safe reads. */
 int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t aux, int64_t ts);
+/* The same on a thread that runs no Python, when the session samples those (native_threads):
+ * its tid and its own native stack; DDP_EINVAL when the event or native_threads is off. */
+int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux);
 
 /* Threads blocked in a wait when the session started (parked.c), for the waits engine:
  * once, find them (skipping threads in_wait() says a hook already records; event_for(kind)

@@ -8,7 +8,9 @@
  * malloc), and an object that calls PyTraceMalloc_Track keeps only its free hooked.  Sampled
  * blocks live in one table keyed by address, as another library may free them, and mappings
  * also by page range, as munmap may take any part of one.  A sample whose block is freed
- * before its record leaves the ring loses its id (nalloc_settle), so such samples merge.
+ * before its record leaves the ring loses its id (nalloc_settle), so such samples merge.  On a
+ * thread that runs no Python a sample is recorded only with native_threads on (ddp_emit_native:
+ * its native stack; the thread named by allocthreads.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -63,6 +65,7 @@ static struct { uintptr_t lo, hi; } nmaps[NMAPS_MAX]; /* sampled mappings' page 
 static _Atomic int nmaps_n;  /* written under live_lock; read without it as "any mapping sampled?" */
 static uintptr_t page_mask;  /* page size - 1 */
 static _Atomic int n_on;
+static int n_native_threads; /* the session samples threads that run no Python (their own stacks) */
 /* Threads inside the emit (any thread, no GIL): stop waits for them, and the session's buffers
  * are freed only once none is left (engine.h's emitting), as for the wait wrappers. */
 static _Atomic int n_emitting;
@@ -70,7 +73,7 @@ static _Atomic uint64_t n_gen;
 static int n_atfork_done;
 
 static struct {
-    _Atomic uint64_t sampled, emit_failed, not_python, live_overflow, maps_trimmed;
+    _Atomic uint64_t sampled, emit_failed, not_python, native_thread, live_overflow, maps_trimmed;
     uint64_t passes;
     uint64_t maps_measured, maps_mapped_bytes, maps_resident_bytes, maps_measure_ns, maps_unmeasured; /* at stop */
     int32_t tracking_objects;
@@ -331,7 +334,12 @@ static void nsample_body(uintptr_t p, size_t n, int src, uint32_t domain)
     atomic_fetch_add_explicit(&ns.sampled, 1, memory_order_relaxed);
     atomic_fetch_add(&n_emitting, 1); /* before the check: a stop after it waits for us */
     int rc = atomic_load(&n_on) ? ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id) : DDP_ENOTRUNNING;
+    int native = rc == DDP_EINVAL && n_native_threads && ddp_alloc_thread_seen() == 0; /* (runs no Python) */
+    if (native)
+        rc = ddp_emit_native(DDP_EVENT_ALLOC, count, bytes, id);
     atomic_fetch_sub(&n_emitting, 1);
+    if (native && rc == DDP_OK)
+        atomic_fetch_add_explicit(&ns.native_thread, 1, memory_order_relaxed);
     if (rc == DDP_EINVAL) {
         atomic_fetch_add_explicit(&ns.not_python, 1, memory_order_relaxed);
         return;
@@ -577,6 +585,8 @@ static int nalloc_start(const ddp_config *cfg)
     pthread_mutex_lock(&patch_lock);
     memset(&ns, 0, sizeof ns);
     memset(&gp.st, 0, sizeof gp.st);
+    n_native_threads = cfg->native_threads;
+    ddp_alloc_threads_start(); /* (every session: none of the last one's threads is this one's) */
     pthread_mutex_lock(&live_lock); /* the last session's blocks are not this one's */
     if (!nlive && want)
         nlive = calloc(NLIVE_CAP, sizeof *nlive);
@@ -729,6 +739,7 @@ int ddp_nalloc_get_stats(ddp_nalloc_stats *out)
     out->sampled = atomic_load(&ns.sampled);
     out->emit_failed = atomic_load(&ns.emit_failed);
     out->not_python = atomic_load(&ns.not_python);
+    out->native_thread = atomic_load(&ns.native_thread);
     out->live_overflow = atomic_load(&ns.live_overflow);
     out->maps_trimmed = atomic_load(&ns.maps_trimmed);
     out->maps_measured = ns.maps_measured;

@@ -18,6 +18,10 @@
  * (an observation: where the thread waited, no CPU).  A running Python thread's own CPU
  * samples carry its native frames (records.c) for the same purpose.
  *
+ * An engine's hook on such a thread (nalloc.c: its C allocations, in any session with
+ * native_threads on) records through ddp_emit_native, which walks the blocked Python threads
+ * itself as such samples start, then every OBS_EVERY intervals while they go on.
+ *
  * At most OS_MAX threads are armed at once: when the table is full, a thread that runs takes
  * the place of one idle for IDLE_SCANS scans; those left beyond are counted, not sampled.  At the
  * final tick every timer goes and each thread's clock says what its samples should carry.
@@ -128,7 +132,7 @@ int osthreads_signal(void *value)
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
-    int r = produce_native(my_tid(), 0, 0, DDP_EVENT_CPU, 1, weight, DDP_STATE_CPU, NULL, 0, mode, t0);
+    int r = produce_native(my_tid(), 0, 0, DDP_EVENT_CPU, 1, weight, 0, DDP_STATE_CPU, NULL, 0, mode, t0);
     t->carry = r == PROD_OK ? 0 : weight;
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&t->sampled, weight, memory_order_relaxed);
@@ -360,19 +364,19 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
     }
 }
 
-/* A blocked Python thread's stack, from outside: pc and sp of its syscall, then the walk. */
-static void observe(slot_t *s, int64_t ts, int mode)
+/* A blocked Python thread's stack, from outside: pc and sp of its syscall, then the walk (1: recorded). */
+static int observe(slot_t *s, int64_t ts, int mode)
 {
     int32_t tid = atomic_load(&s->tid);
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return;
+        return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0 || buf[0] == 'r') /* "running": its own samples say where */
-        return;
+        return 0;
     buf[n] = 0;
     /* "nr a1 .. a6 sp pc", or "-1 sp pc" (blocked outside a syscall) */
     char *tok[9];
@@ -381,31 +385,62 @@ static void observe(slot_t *s, int64_t ts, int mode)
     for (char *p = strtok_r(buf, " \n", &save); p && k < 9; p = strtok_r(NULL, " \n", &save))
         tok[k++] = p;
     if (k < 3)
-        return;
+        return 0;
     uint64_t sp = strtoull(tok[k - 2], NULL, 16), pc = strtoull(tok[k - 1], NULL, 16);
     uint64_t pcs[OBS_DEPTH];
     uint16_t flags = 0;
     int d = uw_unwind_regs(pc, sp, 0, pcs, OBS_DEPTH, mode, &flags);
     if (d <= 0)
-        return;
-    if (produce_native(tid, atomic_load(&s->tstate), label_of(s), DDP_EVENT_CPU, 0, 0, DDP_STATE_OFFCPU, pcs, d,
-                       mode, ts) == PROD_OK)
-        st.observations++;
+        return 0;
+    if (produce_native(tid, atomic_load(&s->tstate), label_of(s), DDP_EVENT_CPU, 0, 0, 0, DDP_STATE_OFFCPU, pcs, d,
+                       mode, ts) != PROD_OK)
+        return 0;
+    __atomic_fetch_add(&st.observations, 1, __ATOMIC_RELAXED); /* (the wall thread's, or a hook's: below) */
+    return 1;
 }
 
 /* (the /proc read says whether it runs: a running one's own CPU samples carry its native
  * frames; ~10 us a thread, paid only in ticks when a native thread ran) */
-static void observe_blocked(int64_t ts)
+static int observe_blocked(int64_t ts)
 {
     int mode = atomic_load(&ddp_read_mode_now);
-    int n = atomic_load(&sess_nslots), done = 0;
+    int n = atomic_load(&sess_nslots), done = 0, recorded = 0;
     for (int i = 0; i < n && i < MAX_SLOTS && done < OBS_PER_TICK; i++) {
         slot_t *s = &sess_slots[i];
         if (!atomic_load(&s->active) || atomic_load(&s->excluded) || !atomic_load(&s->tstate))
             continue;
-        observe(s, ts, mode);
+        recorded += observe(s, ts, mode);
         done++;
     }
+    return recorded;
+}
+
+/* ---- a hook's sample on a thread that runs no Python (nalloc.c: its C allocations) ---------- */
+static _Atomic int64_t callers_seen_ns; /* when a hook last walked the blocked Python threads */
+
+/* No Python frames: the calling thread's tid and its own native stack.  As such a thread's
+ * samples start, then at most every OBS_EVERY intervals while they go on, the blocked Python
+ * threads are walked here too (observe_blocked), so that pools.py finds the caller waiting on
+ * this pool: the wall tick walks them only when a pool's CPU moves (CPU sessions), and a short
+ * pool can come and go between two ticks.  No lock, no malloc. */
+int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
+{
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !sess_ring || !sess_slots)
+        return DDP_ENOTRUNNING;
+    if (event < 0 || event >= DDP_EVENT_COUNT || !(sess_cfg.events & (1u << event)) || !sess_cfg.native_threads)
+        return DDP_EINVAL;
+    int64_t now = ddp_now_ns(), last = atomic_load_explicit(&callers_seen_ns, memory_order_relaxed);
+    int walk = now - last >= OBS_EVERY * sess_cfg.interval_ns &&
+               atomic_compare_exchange_strong(&callers_seen_ns, &last, now);
+    int mode = atomic_load(&ddp_read_mode_now);
+    if (walk && mode == DDP_READ_GUARDED && !ddp_saferead_check_segv()) /* (the wall thread checks each tick) */
+        mode = DDP_READ_SYSCALL;
+    int r = produce_native(my_tid(), 0, 0, event, count, value, aux, DDP_STATE_OFFCPU, NULL, 0, mode, now);
+    if (r == PROD_FULL)
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
+    if (walk && !observe_blocked(now)) /* none blocked (the caller still starting the pool?): again an interval on */
+        atomic_store_explicit(&callers_seen_ns, now - (OBS_EVERY - 1) * sess_cfg.interval_ns, memory_order_relaxed);
+    return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
 static void begin(void)

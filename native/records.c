@@ -113,9 +113,9 @@ int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int
 
 /* A record whose native frames are not the calling thread's own Python walk: `tstate`'s
  * Python frames (0: none, a thread that runs no Python), then `pcs` (leaf first; NULL: the
- * calling thread's own, from its signal handler).  For osthreads.c. */
+ * calling thread's own, from its signal handler or a hook).  For osthreads.c. */
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
-                   int state, const uint64_t *pcs, int n, int mode, int64_t ts)
+                   uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts)
 {
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
@@ -128,7 +128,7 @@ int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int
     rec->ts_ns = ts;
     rec->count = count;
     rec->value = weight;
-    rec->aux = 0;
+    rec->aux = aux;
     rec->reserved = 0;
     rec->reserved2 = 0;
     ddp_frame *frames = (ddp_frame *)(rec + 1);

@@ -15,7 +15,7 @@ import ipywidgets as W
 import numpy as np
 
 from ..events import EventType
-from ..live import RECENT_S, LiveSnapshot
+from ..live import RECENT_S, LiveSnapshot, shown_event
 from ..model import Profile
 from ..render import html as render_html
 from ..render.format import esc, format_count, format_duration
@@ -114,12 +114,8 @@ class LiveView(W.VBox):
 
 
 def _event(view: Profile) -> EventType | None:
-    """The event the live flame shows: CPU when there is some (where the time goes while
-    the cell runs), else the first event with samples."""
-    events = view.events
-    if not events:
-        return None
-    return EventType.CPU if EventType.CPU in events else events[0]
+    """The event the live flame shows (``live.shown_event``)."""
+    return shown_event(view)
 
 
 def _threads_html(snap: LiveSnapshot, hidden: set[str], event: EventType | None) -> str:

@@ -78,8 +78,8 @@ def _sampler_options(p: Parser, statement: bool = False) -> None:
                    help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
                         "between the Python frames they run, instead of merging them away")
     p.add_argument("--native-threads", default="off", choices=NATIVE_THREADS_MODES,
-                   help="CPU of threads that run no Python (BLAS, OpenMP pools): under the line that asked (attribute), "
-                        "per thread (raw), or left out (off, default)")
+                   help="CPU and allocations of threads that run no Python (BLAS, OpenMP pools): under the line that "
+                        "asked (attribute), per thread (raw), or left out (off, default)")
     p.add_argument("-l", "--label", action="append" if statement else "extend", nargs=None if statement else "+",
                    default=[], metavar="KEY=VALUE", help="label every sample with KEY=VALUE")
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")

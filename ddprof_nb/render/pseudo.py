@@ -21,8 +21,9 @@ PSEUDO_FRAMES = {
     "[truncated]": "the stack was deeper than the frames kept: the frames nearest the root were cut",
     "[unknown]": "a frame whose code was freed before the profiler could name it",
     "[no Python frames]": "a thread running native code only: no Python frame on its stack",
-    "[native threads]": "CPU of threads that run no Python (BLAS, OpenMP, Rust or database pools) while no Python "
-                        "thread was inside their library to charge it to; by library, then thread name",
+    "[native threads]": "CPU or allocations of threads that run no Python (BLAS, OpenMP, Rust or database pools) "
+                        "while no Python thread was inside their library to charge them to; by library, then "
+                        "thread name",
     "[asyncio loop]": "the asyncio event loop's own machinery (run_forever, selectors, callbacks) as one frame",
     "[task]": "an asyncio task with an automatic name (Task-N); its name is in the task label",
     "[await]": "an async cell waiting at an await",

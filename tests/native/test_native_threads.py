@@ -3,12 +3,9 @@ sampled on their own CPU clocks and put under the Python line that asked for the
 
 from __future__ import annotations
 
-import glob
-import os
-
 import pytest
 
-from nhelpers import run_script
+from nhelpers import build_ext as _build, run_script
 
 POOL_SOURCE = r"""
 #include <pthread.h>
@@ -100,16 +97,6 @@ double omp_burn(int n, double seconds)
     return total;
 }
 """
-
-
-def _build(out, name, cdef, source, **kw):
-    cffi = pytest.importorskip("cffi")
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
-    ffi.set_source(name, source, **kw)
-    ffi.compile(tmpdir=str(out), verbose=False)
-    assert glob.glob(os.path.join(out, f"{name}*.so"))
-    return str(out)
 
 
 @pytest.fixture(scope="module")

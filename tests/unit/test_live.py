@@ -11,7 +11,7 @@ import pytest
 
 from ddprof_nb import pipeline
 from ddprof_nb.events import EventType
-from ddprof_nb.live import RECENT_S, LiveAggregate, LiveRefresher, THREAD_NAME
+from ddprof_nb.live import RECENT_S, LiveAggregate, LiveRefresher, THREAD_NAME, shown_event
 from ddprof_nb.model import Frame, ProfileBuilder
 
 NS = 1_000_000_000
@@ -134,3 +134,18 @@ def test_live_view_draws_the_shaped_view_and_reuses_its_skeleton():
     view.update(live.snapshot(3))
     assert shaped == [1, 2] and "cold" in view.flame.value
     assert "data-refreshes='3'" in view.status.value
+
+
+def test_the_live_display_shows_an_event_with_weight_not_the_observations_of_zero():
+    # GIVEN an alloc-only session with native threads: the observations behind their attribution
+    # are CPU rows of count 0 beside the ALLOC rows
+    builder = ProfileBuilder()
+    st, th = builder.stack_of([Frame("f", "m.py", 1)]), builder.thread_id(1, "A")
+    builder.add(EventType.CPU, st, th, 0, 0, 0, 0)
+    builder.add(EventType.ALLOC, st, th, 0, 0, 2, 4096)
+    profile = builder.build()
+    # THEN the live flame and line show ALLOC; with CPU samples of weight, CPU
+    assert shown_event(profile) is EventType.ALLOC
+    builder.add(EventType.CPU, st, th, 0, 0, 1, 10_000_000)
+    assert shown_event(builder.build()) is EventType.CPU
+    assert shown_event(ProfileBuilder().build()) is None

@@ -209,7 +209,7 @@ class AllocTracker:
         s = _binding.ffi.new("ddp_nalloc_stats *")
         _binding.lib.ddp_nalloc_get_stats(s)
         return {name: int(getattr(s, name)) for name in (
-            "sampled", "emit_failed", "not_python", "live_overflow", "maps_trimmed", "maps_measured", "maps_mapped_bytes",
-            "maps_resident_bytes", "maps_measure_ns", "maps_unmeasured", "objects", "slots_patched", "slots_foreign",
+            "sampled", "emit_failed", "not_python", "native_thread", "live_overflow", "maps_trimmed", "maps_measured",
+            "maps_mapped_bytes", "maps_resident_bytes", "maps_measure_ns", "maps_unmeasured", "objects", "slots_patched", "slots_foreign",
             "restore_mismatch", "protect_failed", "passes", "passes_deferred", "kinds_patched", "kinds_foreign", "tracking_objects",
             "active_patches", "slots_unhooked")}

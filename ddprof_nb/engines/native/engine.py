@@ -39,7 +39,7 @@ from .lockpark import WaitClassifier
 from .nativeframes import NativeMerger
 from .notes import session_notes
 from .pools import attribute_pools
-from .session import Session, after_fork_child, cpu_thread_totals, native_thread_totals
+from .session import Session, after_fork_child, cpu_thread_totals, native_alloc_threads, native_thread_totals
 
 _active: "NativeEngine | None" = None
 DRAIN_INTERVAL = 1.0  # seconds between drains at most; new code makes it come sooner (module docstring)
@@ -135,8 +135,11 @@ class NativeEngine(Engine):
         self._names: dict[int, str] = {}
         self._errors: list[str] = []
         self._forked = False
-        # threads that run no Python: sampled (CPU sessions), attributed at stop (pools.py)
-        self._pools = config.native_threads != "off" and EventType.CPU in config.events
+        # threads that run no Python: their CPU and C allocations sampled, attributed at stop (pools.py)
+        on = config.native_threads != "off"
+        self._cpu_pools = on and EventType.CPU in config.events
+        self._pools = self._cpu_pools or (on and EventType.ALLOC in config.events and config.native_alloc)
+        self._alloc_refused = 0  # threads that run no Python beyond the names table (their allocations not recorded)
         self._pool_tids: set[int] = set()
         self._pool_stats: dict[str, int] = {}
         self._start_ns = 0
@@ -270,12 +273,16 @@ class NativeEngine(Engine):
             self._converter.name_threads()
             stats = session.stats()
             stats["cpu_threads"] = cpu_thread_totals()
-            if self._pools:  # threads that run no Python: their clocks calibrate their samples too
+            if self._cpu_pools:  # threads that run no Python: their clocks calibrate their samples too
                 totals, names, self._pool_stats = native_thread_totals()
                 self._pool_tids = set(totals)
                 self._names.update(names)
-                self._converter.name_threads()
                 stats["cpu_threads"] = {**totals, **stats["cpu_threads"]}
+            if self._pools and self._converter.alloc is not None:  # ... and those whose C allocations were recorded
+                names, self._alloc_refused = native_alloc_threads()
+                self._pool_tids |= set(names)
+                self._names.update(names)
+            self._converter.name_threads()
             if self._converter.alloc is not None:  # allocations: last ALLOC rows, then LIVE
                 self._converter.alloc.flush(final=True)
                 self._converter.alloc.add_live()
@@ -327,6 +334,9 @@ class NativeEngine(Engine):
                                     keep_native=bool(self.config.native))
             profile = pools.profile
             cpu_notes += pools.notes()
+            if self._alloc_refused:
+                cpu_notes.append(f"alloc: {self._alloc_refused} thread(s) that run no Python beyond the 4096 named per "
+                                 "session: their C allocations were not recorded")
             if self._pool_stats.get("unseen_ns", 0) >= self.config.interval_ns:
                 cpu_notes.append(f"threads that run no Python: {format_duration(self._pool_stats['unseen_ns'])} of CPU "
                                  "went to threads that started and ended between two scans (not in the profile)")

@@ -223,7 +223,8 @@ def native_alloc_notes(enabled: bool, st: dict) -> list[str]:
              f"({st['tracking_objects']} object(s) report buffers there, their own malloc calls are left to it)"]
     if st["not_python"]:
         notes.append(f"alloc: {st['not_python']} C allocation sample(s) on threads running no Python "
-                     "(native worker threads) were not recorded")
+                     "(native worker threads) were not recorded (native_threads='attribute' records them, "
+                     "under the Python line that asked for the work)")
     if st["emit_failed"]:
         notes.append(f"alloc: {st['emit_failed']} C allocation sample(s) lost (sample buffer full)")
     if st["live_overflow"]:

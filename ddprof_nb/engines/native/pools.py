@@ -12,7 +12,9 @@ sample goes under the stack of the Python thread found inside its library around
 (records of that thread in it before and after, at most ``span_ns`` apart; else its nearest
 record in it, within ``window_ns`` or two time ticks), cut just above its first frame in that library, then a
 ``[pool: <thread name>]`` frame, then the pool thread's own frames; with none found, under
-``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept.
+``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept,
+so a pool thread's C allocation (ALLOC, and its LIVE row at stop, recorded with the thread's
+native stack by ``nalloc.c``) goes where its CPU would, its ``[malloc]``-like type leaf last.
 
 Limits: two Python threads inside one library at once get each pool sample by nearness in
 time alone; a pool that keeps working after its caller returned (asynchronous work) goes
@@ -30,7 +32,7 @@ import numpy as np
 
 from ...events import EventType, FrameKind
 from ...model import Frame, Profile, aggregate_columns, columns
-from ...render.format import format_duration
+from ...render.format import format_bytes, format_duration
 
 __all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
 
@@ -38,24 +40,37 @@ NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
 # the C runtime and loader: every thread starts and waits in them, no pool is theirs
 _RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt)[.-][^/]*$")
 _CPU = EventType.CPU.value
+# what a note says of each event's pool rows: (event, what it is, how its quantity is shown)
+_NOTED = ((EventType.CPU, "of CPU", format_duration), (EventType.ALLOC, "allocated", format_bytes),
+          (EventType.LIVE, "live at stop", format_bytes))
 
 
 @dataclass(frozen=True)
 class PoolResult:
     profile: Profile
-    attributed_ns: int = 0
-    unattributed_ns: int = 0
+    attributed: dict = None  # event value -> quantity of pool rows under their caller ([pool: <thread>])
+    unattributed: dict = None  # ... under [native threads]
     threads: int = 0
 
+    @property
+    def attributed_ns(self) -> int:
+        return (self.attributed or {}).get(_CPU, 0)
+
+    @property
+    def unattributed_ns(self) -> int:
+        return (self.unattributed or {}).get(_CPU, 0)
+
     def notes(self) -> list[str]:
-        total = self.attributed_ns + self.unattributed_ns
-        if total <= 0:
-            return []
-        share = 100.0 * self.attributed_ns / total
-        return [f"threads that run no Python: {format_duration(total)} of CPU on {self.threads} thread(s); "
-                f"{share:.0f}% under the Python line that asked for the work ([pool: <thread>]), "
-                f"{format_duration(self.unattributed_ns)} under [native threads] (no Python thread was inside "
-                f"that library then)"]
+        out = []
+        for event, what, fmt in _NOTED:
+            yes, no = (self.attributed or {}).get(event.value, 0), (self.unattributed or {}).get(event.value, 0)
+            if yes + no <= 0:
+                continue
+            out.append(f"threads that run no Python: {fmt(yes + no)} {what} on {self.threads} thread(s); "
+                       f"{100.0 * yes / (yes + no):.0f}% under the Python line that asked for the work "
+                       f"([pool: <thread>]), {fmt(no)} under [native threads] (no Python thread was inside "
+                       f"that library then)")
+        return out
 
 
 def _library(frame: Frame) -> str | None:
@@ -95,13 +110,14 @@ class _Tables:
 def _inside(profile: Profile, libs: list, python_rows: np.ndarray) -> dict[str, list[tuple[int, int, int]]]:
     """Where Python threads were inside each library: library -> sorted (time, thread, row)."""
     inside: dict[str, list[tuple[int, int, int]]] = {}
+    of_stack: dict[int, tuple[str, ...]] = {}  # stack -> its libraries, each once
     for row in np.flatnonzero(python_rows).tolist():
-        seen = set()
-        for f in profile.stacks[int(profile.stack[row])]:
-            lib = libs[f]
-            if lib is not None and lib not in seen:
-                seen.add(lib)
-                inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
+        sid = int(profile.stack[row])
+        found = of_stack.get(sid)
+        if found is None:
+            found = of_stack[sid] = tuple(dict.fromkeys(libs[f] for f in profile.stacks[sid] if libs[f] is not None))
+        for lib in found:
+            inside.setdefault(lib, []).append((int(profile.time_ns[row]), int(profile.thread[row]), row))
     for v in inside.values():
         v.sort()
     return inside
@@ -121,7 +137,8 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
     cpu = profile.event == _CPU
     observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
-    inside = _inside(profile, libs, ~is_pool & cpu)
+    inside = _inside(profile, libs, ~is_pool)  # (any event a thread records of itself carries its native frames)
+    leaf_kept = [f.kind is FrameKind.ALLOC_TYPE for f in profile.frames]  # an allocation's type leaf stays
     thread_col, stack_col = profile.thread.copy(), profile.stack.copy()
 
     def python_only(stack) -> tuple[int, ...]:
@@ -129,23 +146,26 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
         return tuple(f for i, f in enumerate(stack)
                      if not native_kind[f] and not (i and profile.frames[f].kind is FrameKind.TRUNCATED))
 
-    attributed = unattributed = 0
+    attributed: dict[int, int] = {}
+    unattributed: dict[int, int] = {}
     for row in np.flatnonzero(is_pool).tolist():
         own = profile.stacks[int(profile.stack[row])]
         lib = next((libs[f] for f in own if libs[f] is not None), None)  # outermost non-runtime frame
         tid = int(tids[profile.thread[row]])
         name = names.get(tid) or profile.threads[profile.thread[row]].name or f"thread {tid}"
         lib_frame = t.frame(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "", kind=FrameKind.NATIVE))
-        tail = tuple(own) if keep_native or not lib else (lib_frame,)
+        leaf = tuple(f for f in own if leaf_kept[f])
+        tail = tuple(own) if keep_native or not lib else (lib_frame,) + leaf
         caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if lib else None
+        event, quantity = int(profile.event[row]), int(profile.values[row, 1])
         if raw:
             stack_col[row] = t.stack(tail)
         elif caller is None:
-            unattributed += int(profile.values[row, 1])
+            unattributed[event] = unattributed.get(event, 0) + quantity
             head = (t.frame(NATIVE_THREADS), lib_frame, t.frame(Frame(name, kind=FrameKind.THREAD)))
-            stack_col[row] = t.stack(head + (tuple(own) if keep_native else ()))
+            stack_col[row] = t.stack(head + (tuple(own) if keep_native else leaf))
         else:
-            attributed += int(profile.values[row, 1])
+            attributed[event] = attributed.get(event, 0) + quantity
             theirs = profile.stacks[int(profile.stack[caller])]
             cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
             prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])

@@ -77,7 +77,7 @@ class Session:
         cfg.alloc_rate = int(alloc_rate)  # allocations: mean bytes between samples, 0 = default
         cfg.native_alloc = int(bool(native_alloc))  # allocations: also C allocations of extension modules
         cfg.native_frames = int(bool(native_frames))  # samples of a thread's own stack: its native frames too
-        cfg.native_threads = int(bool(native_threads))  # CPU: threads that run no Python too (osthreads.c)
+        cfg.native_threads = int(bool(native_threads))  # CPU, C allocations: threads that run no Python too
         cfg.wait_threshold_ns = int(wait_threshold_ns)  # lock/park: short-wait sampling threshold, 0 = default
         cfg.wait_max_rate = int(wait_max_rate)  # lock/park: records per second, 0 = default
         if merge_wall:
@@ -237,6 +237,20 @@ def native_thread_totals() -> tuple[dict[int, tuple[int, int]], dict[int, str], 
         totals[tid[i]] = (u + used[i], s + sampled[i])
         named[tid[i]] = raw[16 * i:16 * i + 16].split(b"\0", 1)[0].decode("utf-8", "replace") or f"thread {tid[i]}"
     return totals, named, stats
+
+
+def native_alloc_threads() -> tuple[dict[int, str], int]:
+    """After a session's stop, before its release: the threads that run no Python whose C
+    allocations were recorded, {tid: OS name}, and how many more were refused (table full)."""
+    n = lib.ddp_alloc_threads(ffi.NULL, ffi.NULL, 0)
+    refused = int(lib.ddp_alloc_threads_refused())
+    if n <= 0:
+        return {}, refused
+    tid, names = ffi.new("int32_t[]", n), ffi.new("char[]", 16 * n)
+    n = min(n, lib.ddp_alloc_threads(tid, names, n))
+    raw = ffi.buffer(names)[:]
+    return {tid[i]: raw[16 * i:16 * i + 16].split(b"\0", 1)[0].decode("utf-8", "replace") or f"thread {tid[i]}"
+            for i in range(n)}, refused
 
 
 def after_fork_child() -> None:

@@ -1,0 +1,70 @@
+"""engines/native/pools.py on a hand-made profile: a pool thread's allocation (ALLOC and its
+LIVE row) goes where its CPU would, under the Python thread found inside the same library then,
+its type leaf kept; with none inside, under [native threads]; the notes say how much each way."""
+
+from __future__ import annotations
+
+from ddprof_nb.engines.native.pools import attribute_pools
+from ddprof_nb.events import EventType, FrameKind
+from ddprof_nb.model import Frame, ProfileBuilder
+
+MS = 1_000_000
+MiB = 1 << 20
+EXT = "/site/_ext.cpython-311-x86_64-linux-gnu.so"
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+
+
+def _profile():
+    b = ProfileBuilder()
+    caller = b.frame_id(Frame("caller", "nb.py", 3))
+    run = b.frame_id(Frame("alloc_run", EXT, kind=FrameKind.NATIVE))
+    join = b.frame_id(Frame("pthread_join", LIBC, kind=FrameKind.NATIVE))
+    start = b.frame_id(Frame("start_thread", LIBC, kind=FrameKind.NATIVE))
+    grab = b.frame_id(Frame("grab", EXT, kind=FrameKind.NATIVE))
+    malloc = b.frame_id(Frame("[malloc]", kind=FrameKind.ALLOC_TYPE))
+    main, pool_a, pool_b = b.thread_id(100, "MainThread"), b.thread_id(200, "Thread 200"), b.thread_id(300, "")
+    # the caller seen blocked inside the extension (an observation: CPU, count 0) at 1 s
+    b.add(EventType.CPU, b.stack_id([caller, run, join]), main, 0, 1000 * MS, 0, 0)
+    # a pool thread's 8 MiB block 10 ms later (ALLOC, then LIVE at stop with the same row)
+    pool_stack = b.stack_id([start, grab, malloc])
+    for ev in (EventType.ALLOC, EventType.LIVE):
+        b.add(ev, pool_stack, pool_a, 0, 1010 * MS, 1, 8 * MiB)
+    # another's 2 MiB at 5 s, long after the caller left
+    for ev in (EventType.ALLOC, EventType.LIVE):
+        b.add(ev, pool_stack, pool_b, 0, 5000 * MS, 1, 2 * MiB)
+    return b.build(end_ns=6000 * MS)
+
+
+def _rows(profile, event):
+    out = {}
+    for i in range(len(profile)):
+        if profile.event[i] == event.value:
+            names = tuple(f.name for f in profile.stack_frames(int(profile.stack[i])))
+            out[(names, profile.threads[int(profile.thread[i])].name)] = int(profile.values[i, 1])
+    return out
+
+
+def test_a_pool_threads_allocation_goes_under_its_caller_or_native_threads():
+    r = attribute_pools(_profile(), {200, 300}, {200: "ntalloc", 300: "ntalloc"}, keep_native=False)
+    ext = "[_ext.cpython-311-x86_64-linux-gnu.so]"
+    for ev in (EventType.ALLOC, EventType.LIVE):
+        assert _rows(r.profile, ev) == {
+            (("caller", "[pool: ntalloc]", ext, "[malloc]"), "MainThread"): 8 * MiB,
+            (("[native threads]", ext, "ntalloc", "[malloc]"), "Thread 300"): 2 * MiB,
+        }
+    assert _rows(r.profile, EventType.CPU) == {}  # the observation is dropped
+    notes = r.notes()
+    assert len(notes) == 2, notes
+    assert "10.0 MiB allocated on 2 thread(s); 80% under the Python line" in notes[0], notes
+    assert "10.0 MiB live at stop on 2 thread(s); 80% under the Python line" in notes[1], notes
+    assert all("2.00 MiB under [native threads]" in n for n in notes), notes
+
+
+def test_native_frames_kept_with_native_true_and_raw_keeps_each_thread():
+    kept = attribute_pools(_profile(), {200, 300}, {200: "ntalloc"}, keep_native=True)
+    # (the caller's stack is cut above its first frame in the pool's library: the pool's own frames follow)
+    assert (("caller", "[pool: ntalloc]", "start_thread", "grab", "[malloc]"), "MainThread") in \
+        _rows(kept.profile, EventType.ALLOC)
+    raw = attribute_pools(_profile(), {200, 300}, {}, raw=True, keep_native=False)
+    ext = "[_ext.cpython-311-x86_64-linux-gnu.so]"
+    assert set(_rows(raw.profile, EventType.LIVE)) == {((ext, "[malloc]"), "Thread 200"), ((ext, "[malloc]"), "Thread 300")}
