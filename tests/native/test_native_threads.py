@@ -7,6 +7,10 @@ import pytest
 
 from nhelpers import build_ext as _build, run_script
 
+# each judges the profile's CPU against the process's within 5 %: seen failing beside other
+# tests (5.4 % in CI's two-at-a-time phase; the raw view at load 10)
+pytestmark = pytest.mark.alone
+
 POOL_SOURCE = r"""
 #include <pthread.h>
 #include <time.h>
