@@ -328,8 +328,10 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
     Explorer(sample_profile())
     Explorer(sample_profile())
     from ddprof_nb.explorer.icicle_patch import lighter_icicle
+    from ddprof_nb.explorer.plotly_partial import with_partial_plotly
 
-    bundle = lighter_icicle(str(go.FigureWidget._esm)).encode()  # plotly's, its icicle lightened
+    # plotly's, with the partial plotly.js, its icicle lightened
+    bundle = lighter_icicle(with_partial_plotly(str(go.FigureWidget._esm))).encode()
     assert len(bundle) > 1_000_000
     payload = [len(str(kw["data"]["state"].get("_esm", ""))) + sum(len(b) for b in kw.get("buffers") or [])
                for kw in sent]
@@ -340,7 +342,7 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
     assert len(carriers) == 1
     # and the figures' loader waits for the very key the carrier publishes under
     fig_esm = figure_widget.figure_widget_class()._esm
-    key = figure_widget._bundle_key()
+    key = figure_widget._bundle_key(partial=True)  # this plotly takes the partial plotly.js
     assert key in str(fig_esm) and key in carriers[0]["data"]["state"]["_esm"]
     # a closed carrier (Widget.close_all()) is replaced by the next figure
     figure_widget._carrier.close()
