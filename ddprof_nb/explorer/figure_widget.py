@@ -16,16 +16,18 @@ restores them from the kernel in parallel), so whichever runs first creates the
 shared promise.  The key carries plotly's version: a kernel restarted on another
 plotly never picks up the old page's module.
 
-Importing the bundle is one main-thread task of seconds of Chromium CPU (2-3.5 s in a page
-with nothing else, at load average 7), during which the page draws nothing.  That task is
-the module's evaluation: compiling it ahead (a ``<link rel="modulepreload">`` of the blob
-URL as the bundle arrives) leaves the import's main-thread CPU as it was.  The explorer's static
-flame graph, shown while plotly loads (``static_view``), must be on screen before that
-task starts.  It starts when a figure's view is first rendered (after a paint: the static
-output is displayed before the widget), or ``start_after_ms`` after the carrier arrives
-(-1: never).  The magic sends the bundle when a recording starts with a delay (a longer
-cell hides plotly's set-up) and holds it when the cell ends (``hold_bundle``), so a short
-cell's static chart comes first.  A figure's model does not wait for plotly in
+The page gets plotly's widget code with a plotly.js of the icicle and bar traces only
+(``plotly_partial``: 1.4 MB instead of 5 MB).  Importing it is one main-thread task (0.3-0.7 s
+of Chromium CPU on a loaded 2-core box; the whole plotly.js took 2-3.5 s), during which the
+page draws nothing.  That task is the module's evaluation: compiling it ahead (a
+``<link rel="modulepreload">`` of the blob URL as the bundle arrives) leaves the import's
+main-thread CPU as it was.  The explorer's static flame graph, shown while plotly loads
+(``static_view``), must not wait behind that task.  It starts when a figure's view is first
+rendered (after a paint: the static output is displayed before the widget), or
+``start_after_ms`` after the carrier arrives (-1: never).  The magic sends the bundle when a
+recording starts and lets the page evaluate it at once, while the cell runs and the kernel
+builds the explorer (at least ~1 s before the static chart can arrive); the cell's end holds
+a set-up not yet started (``hold_bundle``).  A figure's model does not wait for plotly in
 ``initialize`` (anywidget fails a model not initialized within 2 s); its view's render does.
 """
 
@@ -35,6 +37,7 @@ import json
 import threading
 
 from .icicle_patch import lighter_icicle
+from .plotly_partial import with_partial_plotly
 
 __all__ = ["figure_widget_class", "figure_widget", "send_update", "remember_state", "send_bundle", "hold_bundle"]
 
@@ -159,15 +162,17 @@ _classes: dict = {}
 _carrier = None
 
 
-def _bundle_key() -> str:
+def _bundle_key(partial: bool) -> str:
     import plotly
 
-    return json.dumps(f"ddprof_nb.plotly-widget-bundle@{plotly.__version__}")
+    which = "+icicle-bar" if partial else ""
+    return json.dumps(f"ddprof_nb.plotly-widget-bundle@{plotly.__version__}{which}")
 
 
-# A recording's bundle starts evaluating this long after it reaches the page: a cell
-# shorter than that shows its static chart first (see the module's docstring).
-START_AFTER_S = 1.0
+# A recording's bundle starts evaluating this long after it reaches the page.  With the
+# whole plotly.js (seconds of set-up) it was 1 s, so that a short cell's static chart came
+# first; the partial plotly.js's set-up ends before the cell's static chart can arrive.
+START_AFTER_S = 0.0
 
 
 def _carrier_open() -> bool:
@@ -187,7 +192,7 @@ def send_bundle(start_after_s: float | None = START_AFTER_S) -> None:
     the page evaluates it ``start_after_s`` later (unless ``hold_bundle`` comes first) or
     when a figure is first shown (``None``: only then).
 
-    The magic calls it when a recording starts, so the page evaluates the 5 MB module
+    The magic calls it when a recording starts, so the page evaluates the module
     while the cell runs; an Explorer calls it with ``None`` when it is made, so the
     bundle's transfer overlaps the kernel's first view and its evaluation waits for the
     static chart to be on screen."""
@@ -222,8 +227,10 @@ def _build_classes() -> None:
 
     go = _plotly_without_nbformat()
 
-    key = _bundle_key()
-    bundle = lighter_icicle(str(go.FigureWidget._esm))  # anywidget turned the path into its text
+    whole = str(go.FigureWidget._esm)  # anywidget turned the path into its text
+    bundle = with_partial_plotly(whole)
+    key = _bundle_key(bundle is not whole)
+    bundle = lighter_icicle(bundle)
 
     class _PlotlyBundle(anywidget.AnyWidget):
         _esm = _CARRIER_ESM % key

@@ -29,7 +29,8 @@ __all__ = ["lighter_icicle", "NARROW_LABEL_PX", "LABEL_PX_PER_CHAR"]
 
 NARROW_LABEL_PX = 10
 LABEL_PX_PER_CHAR = 3  # half an 11 px font's average glyph width
-_ICICLE = '"src/traces/icicle/draw_descendants.js"'
+# the module's key: "src/..." in plotly's own build, "node_modules/plotly.js/src/..." in ours
+_ICICLE = 'src/traces/icicle/draw_descendants.js"'
 _MODULE_CHARS = 5000  # the icicle's draw code is shorter: a match further on is another module's
 _SET_TEXT = re.compile(r'(\w+)\.x0===\1\.x1\|\|\1\.y0===\1\.y1\?\1\._text="":\1\._text=[\w$]+\([\w$,]*\)\|\|""')
 _MEASURE = re.compile(r'(\w+)\.textBB=([\w$]+)\.bBox\(([\w$]+)\.node\(\)\)')

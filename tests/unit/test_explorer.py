@@ -328,8 +328,10 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
     Explorer(sample_profile())
     Explorer(sample_profile())
     from ddprof_nb.explorer.icicle_patch import lighter_icicle
+    from ddprof_nb.explorer.plotly_partial import with_partial_plotly
 
-    bundle = lighter_icicle(str(go.FigureWidget._esm)).encode()  # plotly's, its icicle lightened
+    # plotly's, with the partial plotly.js, its icicle lightened
+    bundle = lighter_icicle(with_partial_plotly(str(go.FigureWidget._esm))).encode()
     assert len(bundle) > 1_000_000
     payload = [len(str(kw["data"]["state"].get("_esm", ""))) + sum(len(b) for b in kw.get("buffers") or [])
                for kw in sent]
@@ -340,7 +342,7 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
     assert len(carriers) == 1
     # and the figures' loader waits for the very key the carrier publishes under
     fig_esm = figure_widget.figure_widget_class()._esm
-    key = figure_widget._bundle_key()
+    key = figure_widget._bundle_key(partial=True)  # this plotly takes the partial plotly.js
     assert key in str(fig_esm) and key in carriers[0]["data"]["state"]["_esm"]
     # a closed carrier (Widget.close_all()) is replaced by the next figure
     figure_widget._carrier.close()
@@ -349,8 +351,8 @@ def test_plotly_bundle_travels_once_per_kernel_not_per_figure(monkeypatch):
 
 
 def test_plotly_set_up_waits_for_a_shown_figure_or_the_recordings_delay(monkeypatch):
-    # plotly's set-up blocks the page for seconds: it must not start before the static
-    # chart is on screen (a figure's view starts it), except during a recording (from 1 s in)
+    # plotly's set-up blocks the page: an Explorer's must not start before the static
+    # chart is on screen (a figure's view starts it); a recording's starts at once
     from ddprof_nb.explorer import figure_widget
     from ddprof_nb.magics import display
 
@@ -369,7 +371,7 @@ def test_plotly_set_up_waits_for_a_shown_figure_or_the_recordings_delay(monkeypa
     figure_widget._carrier.close()
     monkeypatch.setattr(display, "mode_for", lambda shell, mode: "widget")
     display.prepare(object(), "auto")  # a recording starts
-    assert figure_widget._carrier.start_after_ms == round(figure_widget.START_AFTER_S * 1000) > 0
+    assert figure_widget._carrier.start_after_ms == round(figure_widget.START_AFTER_S * 1000) == 0
     held = []
     figure_widget._carrier.observe(lambda ch: held.append(ch["new"]), names="start_after_ms")
     assert display._explorer(sample_profile()) is not None  # the cell ended: held, then built
