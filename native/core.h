@@ -1,9 +1,14 @@
 /* core.h — what the sampler core's files share: the session, its thread slots and stats.
  *
- * The core is threads.c, labels.c, cpu.c, osthreads.c, records.c, wall.c, parked.c, drain.c,
- * session.c and bench.c.  Only they include this header; event engines (alloc.c, waits.c) see the
- * core through engine.h alone.  Every name declared here is hidden: it binds inside the
- * module and can never be interposed by, or interpose on, another library's symbol.
+ * The core, from the bottom up: the shared state (state.c); the thread registry (threads.c),
+ * labels, /proc reads (taskstate.c); records, the drain, the engine table driven
+ * (enginectl.c); its own engines, CPU (cpu.c with thread_start.c and osthreads.c) and wall
+ * (wall.c), with parked.c for the waits engine; the wall thread (sampler_thread.c); the
+ * session (session.c) and bench.c on top.  A file calls only files below it; the registry
+ * tells engines of its threads through the table.  Only the core includes this header; the
+ * other engines (alloc.c, waits.c, nalloc.c) see it through engine.h alone.  Every name
+ * declared here is hidden: it binds inside the module and can never be interposed by, or
+ * interpose on, another library's symbol.
  */
 #ifndef DDP_CORE_H
 #define DDP_CORE_H
@@ -21,7 +26,12 @@
 
 enum { ST_IDLE, ST_STARTING, ST_RUNNING, ST_STOPPED };
 
-typedef struct {
+/* A thread's slot.  The registry (threads.c) owns who the thread is and what its CPU clock
+ * said (tid, active, tstate, excluded, cpu_first/base/seen_ns, cpu_left, absent, seen_gen,
+ * dead, recycled); the engines that sample it keep their per-thread fields beside them (CPU:
+ * the timer, cpu_carry/sampled/acct_ns/counted, start_rec, exit_*; wall: wlast, w*, last_*;
+ * parked.c: park*), so a sample finds all it needs in one place. */
+typedef struct ddp_slot {
     _Atomic int32_t tid;
     _Atomic int32_t active;       /* sampled: has a thread state, not excluded, present */
     _Atomic uintptr_t tstate;
@@ -83,7 +93,7 @@ typedef struct {
     int32_t parked_at_start;             /* threads found blocked in a wait at the start */
 } sess_stats_t;
 
-/* ---- the session (session.c) ---------------------------------------------------------- */
+/* ---- the session's shared state (state.c; written by session.c) ------------------------ */
 extern _Atomic int sess_state;      /* ST_* */
 extern ddp_config sess_cfg;
 extern ddp_ring *sess_ring;
@@ -94,8 +104,11 @@ extern sess_stats_t sess_stats;
 extern _Atomic uint32_t sess_gen;   /* numbers sessions: per-thread slot caches of another are stale */
 extern int sess_pid;
 extern uintptr_t sess_gil_lo, sess_gil_hi; /* the GIL's address range (a futex there: waiting for it) */
-/* The started engines' ticks, each wall tick (final: once as the wall thread ends). */
-void engines_tick(int64_t now, int final);
+
+/* ---- what /proc says of a thread (taskstate.c; wall thread) ------------------------------ */
+ssize_t task_syscall_line(int32_t tid, char *buf, size_t cap); /* its syscall line, NUL-ended; <= 0 unreadable */
+int thread_runnable(int32_t tid);       /* on a CPU or preempted, not blocked */
+void task_files_close(void);            /* the files kept open between reads */
 
 /* ---- threads (threads.c): the slot registry ------------------------------------------- */
 /* The calling thread's tid, cached per thread (a syscall per ALLOC sample otherwise); the
@@ -114,43 +127,34 @@ static inline int32_t my_tid(void)
 int slot_lookup(int32_t tid);           /* lock-free; -1 none */
 int slot_get_or_create(int32_t tid);    /* -1 when every slot is taken (counted) */
 int64_t thread_cpu_ns(slot_t *s);       /* its thread's CPU clock, -1 unreadable */
+int thread_born_in_session(int32_t tid); /* not among the process's threads at the start */
 int register_at_start(void);            /* with the GIL: every thread of the interpreter now */
-#define SCAN_MAX (MAX_SLOTS * 2)
-typedef struct {
-    uintptr_t tstate[SCAN_MAX];
-    int32_t tid[SCAN_MAX];
-    int n;
-} scan_buf;
-void registry_tick(scan_buf *b, uint32_t gen, int64_t now); /* wall thread: rescan, retire, recycle */
+void registry_tick(int64_t now);        /* wall thread: rescan, retire, recycle */
+uint32_t registry_scan(void);           /* the latest scan's number: a slot seen by it has seen_gen equal */
+void registry_stop(void);               /* session stop: no slot is sampled any more */
+extern _Atomic int registry_new_thread; /* a thread to name: a reason to wake the drain */
 void threads_reset(void);               /* session start: an empty map, no slot handed out */
 void threads_after_fork(void);
 
 /* ---- label words (labels.c) ----------------------------------------------------------- */
 uint64_t label_of(slot_t *s);           /* its thread's label id (async-signal-safe) */
 
-/* ---- CPU timers and the SIGPROF handler (cpu.c) --------------------------------------- */
-void timer_arm(slot_t *s);
-void timer_disarm(slot_t *s);
-void cpu_begin(void);                   /* session start: the timers' jitter; no exited threads yet */
-void cpu_thread_left(slot_t *s);        /* wall thread: a timer thread exited or left Python */
-int thread_born_in_session(int32_t tid); /* not among the process's threads at the start */
-int cpu_prof_foreign(void);             /* 1: someone else's SIGPROF handler is installed */
-int cpu_prof_install(void);             /* DDP_OK or DDP_ESYS (errno kept) */
-void cpu_prof_check(void);              /* wall thread: ours replaced -> every timer goes */
-/* sampler thread: its clock now and at the previous read; a lagging timer -> a sample taken */
-void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
-void cpu_prof_forget(void);             /* put the saved disposition back (failed start, fork child) */
-void cpu_prof_stop(void);               /* at stop: restore only if still ours, wait for handlers */
-int cpu_handlers_inside(void);
-void cpu_totals_at_stop(void);          /* each timer thread's CPU used, against its samples */
-void cpu_after_fork(void);
-/* sampler thread: a thread the start hook saw exited before any scan found it */
-void cpu_thread_exited_unseen(slot_t *s);
-
-/* ---- threads as they start (thread_start.c) ------------------------------------------- */
-int thread_start_hook_on(void);         /* with the GIL, at start (CPU sessions): threading's hook is ours */
-void thread_start_hook_off(void);       /* takes the GIL: threading's hook is back */
-int thread_exits_inside(void);          /* exiting threads writing their clock into a slot now */
+/* ---- the engine table, driven (enginectl.c) ------------------------------------------- */
+uint32_t engines_events(void);          /* every event some engine produces */
+void engines_reset(void);               /* session start: none started */
+int engines_start(int with_gil);        /* those the session wants; a with_gil one failing fails it */
+void engines_stop(int with_gil);        /* every one of that kind, last first */
+void engines_tick(int64_t now, int final); /* the started engines' ticks (and the unwind tables') */
+int engines_emitting(void);             /* a producer of some engine's is inside now */
+int engines_fast_ticks(void);           /* a started engine wants a tick every interval */
+int engines_final_scan(void);           /* a started engine wants the registry's final rescan */
+void engines_after_fork(void);
+/* the registry's news, to the started engines (engine.h's thread_* fields) */
+void engines_thread_joined(slot_t *s, int64_t now);
+void engines_thread_seen(slot_t *s);
+void engines_thread_left(slot_t *s);
+void engines_thread_ended_unseen(slot_t *s);
+void engines_thread_clock(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 
 /* ---- producing records (records.c) ---------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };
@@ -164,20 +168,7 @@ int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for 
 int64_t bucket_under(const ddp_record *r, int64_t last_ts);
 void records_reset(void);
 
-/* ---- threads that run no Python (osthreads.c) ----------------------------------------- */
-int osthreads_signal(void *value);      /* SIGPROF handler: 1 when the timer is one of its threads' */
-void osthreads_tick(int64_t now, int final); /* wall thread: find, arm, retire; final: totals */
-void osthreads_after_fork(void);
-
-/* ---- the wall thread (wall.c) --------------------------------------------------------- */
-int wall_flush(slot_t *s);              /* pending WALL record to the aggregate or ring; 0 both full */
-int thread_runnable(int32_t tid);       /* sampler thread: on a CPU or preempted, not blocked (/proc) */
-int wall_thread_start(void);            /* 0 or pthread_create's error */
-void wall_thread_stop(void);            /* wake it, join it: it flushes what is pending */
-void wall_after_fork(void);
-
 /* ---- aggregates and the drain (drain.c) ----------------------------------------------- */
-extern _Atomic int drain_new_thread;    /* a thread to name: a reason to wake the drain */
 void drain_begin(void);                 /* session start: waits may wait again */
 int drain_alloc(void);                  /* the session's aggregates; -1 no memory */
 void drain_end(void);                   /* session stop: waiting drains return */
@@ -187,6 +178,21 @@ void drain_stats(ddp_stats *out);
 void agg_fill(void);                    /* ring -> active aggregate */
 int agg_add_direct(const ddp_record *r); /* a record of an ordinary thread -> it; -1: use the ring */
 void drain_poke(void);                  /* wake a waiting drain if it has a reason */
+
+/* ---- the CPU engine's helpers (cpu.c is the engine, ddp_cpu_engine) ------------------- */
+/* threads as they start (thread_start.c) */
+int thread_start_hook_on(void);         /* with the GIL, at start (CPU sessions): threading's hook is ours */
+void thread_start_hook_off(void);       /* takes the GIL: threading's hook is back, exits no longer read */
+int thread_exits_inside(void);          /* exiting threads writing their clock into a slot now */
+/* threads that run no Python (osthreads.c) */
+int osthreads_signal(void *value);      /* SIGPROF handler: 1 when the timer is one of its threads' */
+void osthreads_tick(int64_t now, int final); /* wall thread: find, arm, retire; final: totals */
+void osthreads_after_fork(void);
+
+/* ---- the wall thread (sampler_thread.c) ----------------------------------------------- */
+int sampler_thread_start(void);         /* 0 or pthread_create's error */
+void sampler_thread_stop(void);         /* wake it, join it: its final tick runs */
+void sampler_thread_after_fork(void);
 
 #pragma GCC visibility pop
 #endif /* DDP_CORE_H */

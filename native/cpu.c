@@ -1,4 +1,4 @@
-/* cpu.c — CPU samples: per-thread CPU timers and the SIGPROF handler.
+/* cpu.c — the CPU engine: per-thread CPU timers and the SIGPROF handler.
  *
  * One POSIX timer per thread on that thread's CPU-time clock ((~tid << 3) | 6, as
  * async-profiler's ctimer), SIGEV_THREAD_ID -> SIGPROF delivered to that very thread, first
@@ -12,6 +12,12 @@
  * Weights are clock deltas, so the sampler's sample and a timer signal never count one
  * stretch of CPU twice.  At stop, each thread's CPU
  * clock says how much CPU its samples should have carried (ddp_cpu_thread_totals).
+ *
+ * An engine of the table (ddp_cpu_engine), started before the wall thread and stopped after
+ * it: the registry's threads get a timer as it finds them (thread_seen) and account their
+ * CPU as they leave (thread_left); the wall thread's clock reads kick lagging timers
+ * (thread_clock).  Threads that run no Python (osthreads.c) and threads as they start
+ * (thread_start.c) are this engine's too.
  *
  * Includes: core.h.
  */
@@ -30,6 +36,8 @@
 static struct sigaction old_prof;
 static int prof_installed;
 static _Atomic int in_handler;
+static int started;            /* this session's CPU engine started */
+static _Atomic int cpu_on;     /* handlers sample (until the totals at stop) */
 static uint64_t rng_state;
 
 static uint64_t rng_next(void)
@@ -41,7 +49,7 @@ static uint64_t rng_next(void)
     return rng_state = x;
 }
 
-void timer_arm(slot_t *s)
+static void timer_arm(slot_t *s)
 {
     if (s->has_timer || s->timer_failed || !(sess_cfg.events & (1u << DDP_EVENT_CPU)) || atomic_load(&sess_stats.prof_replaced))
         return;
@@ -84,7 +92,7 @@ void timer_arm(slot_t *s)
     s->cpu_counted = 1;
 }
 
-void timer_disarm(slot_t *s)
+static void timer_disarm(slot_t *s)
 {
     if (s->has_timer) {
         timer_delete(s->timer);
@@ -100,7 +108,8 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     /* Only our timers' signals (SI_TIMER: the kernel's alone).  Anyone may queue a SIGPROF
      * with any si_code < 0, pid and value (rt_sigqueueinfo), so no other is taken; the slot
      * checks below guard the timer's value anyway. */
-    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !si || si->si_code != SI_TIMER)
+    if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire) || !atomic_load(&cpu_on) || !si ||
+        si->si_code != SI_TIMER)
         goto out;
     if (osthreads_signal(si->si_value.sival_ptr))
         goto out; /* a thread that runs no Python (osthreads.c) */
@@ -151,7 +160,7 @@ static int prof_is_ours(void)
 /* Someone replaced our SIGPROF handler during the session (a vmprof- or Scalene-style tool
  * starting its own): our timers' signals would now land in their handler and skew their
  * profile, so every CPU timer goes, and the CPU view ends here (said in the notes). */
-void cpu_prof_check(void)
+static void cpu_prof_check(void)
 {
     if (!prof_installed || atomic_load(&sess_stats.prof_replaced) || prof_is_ours())
         return;
@@ -168,7 +177,7 @@ void cpu_prof_check(void)
  * burning CPU.  No signal: a SIGPROF sent after that read could find the thread gone to sleep
  * meanwhile and cut a C extension's poll, select or nanosleep short (EINTR, never restarted
  * by SA_RESTART).  The pread (~5 us) is paid only for a lagging thread. */
-void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
+static void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
 {
     if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&sess_stats.prof_replaced) ||
         atomic_load(&s->excluded))
@@ -212,7 +221,7 @@ typedef struct {
 static exited_t *exited;
 static int n_exited, cap_exited;
 
-void cpu_begin(void)
+static void cpu_begin(void)
 {
     rng_state = (uint64_t)ddp_now_ns() ^ ((uint64_t)sess_pid << 32) ^ 0x9E3779B97F4A7C15ULL;
     if (!rng_state)
@@ -271,7 +280,7 @@ static void account_exit(slot_t *s, int64_t now)
     keep_exited(atomic_load(&s->tid), used, sampled);
 }
 
-void cpu_thread_left(slot_t *s)
+static void cpu_thread_left(slot_t *s)
 {
     if (!s->cpu_counted)
         return;
@@ -290,7 +299,7 @@ void cpu_thread_left(slot_t *s)
     s->cpu_left = 1;
 }
 
-void cpu_thread_exited_unseen(slot_t *s)
+static void cpu_thread_exited_unseen(slot_t *s)
 {
     int64_t at_exit = atomic_load(&s->exit_cpu_ns);
     /* (one a scan found is the registry's: timer or not, as any thread) */
@@ -302,7 +311,7 @@ void cpu_thread_exited_unseen(slot_t *s)
     account_exit(s, at_exit);
 }
 
-int cpu_prof_foreign(void)
+static int cpu_prof_foreign(void)
 {
     struct sigaction cur;
     sigaction(SIGPROF, NULL, &cur);
@@ -311,7 +320,7 @@ int cpu_prof_foreign(void)
                                        : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN);
 }
 
-int cpu_prof_install(void)
+static int cpu_prof_install(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -326,7 +335,7 @@ int cpu_prof_install(void)
     return DDP_OK;
 }
 
-void cpu_prof_forget(void)
+static void cpu_prof_forget(void)
 {
     if (prof_installed) {
         sigaction(SIGPROF, &old_prof, NULL);
@@ -334,7 +343,7 @@ void cpu_prof_forget(void)
     }
 }
 
-void cpu_prof_stop(void)
+static void cpu_prof_stop(void)
 {
     if (prof_installed) {
         if (prof_is_ours()) {
@@ -357,13 +366,12 @@ void cpu_prof_stop(void)
         sched_yield();
 }
 
-int cpu_handlers_inside(void) { return atomic_load(&in_handler); }
 
 /* What the CPU timers' signals accounted against what the threads' clocks say they
  * used: a kernel that checks CPU timers only at ticks the thread is on CPU for (an
  * overloaded machine or VM) delivers late, coalesced or no signals (seen: none for
  * 0.1 s of CPU beside CPU hogs on 2 vCPUs); the engine says so in a note. */
-void cpu_totals_at_stop(void)
+static void cpu_totals_at_stop(void)
 {
     int n = atomic_load(&sess_nslots);
     if (n > MAX_SLOTS)
@@ -391,12 +399,94 @@ void cpu_totals_at_stop(void)
     }
 }
 
-void cpu_after_fork(void)
+/* ---- the engine ---------------------------------------------------------------------------- */
+static int cpu_start(const ddp_config *cfg)
+{
+    (void)cfg;
+    if (cpu_prof_foreign())
+        return DDP_ESIGNAL;
+    cpu_begin();
+    int rc = cpu_prof_install();
+    if (rc != DDP_OK)
+        return rc;
+    started = 1;
+    atomic_store(&cpu_on, 1);
+    thread_start_hook_on(); /* (without it, threads are found by the scan alone) */
+    return DDP_OK;
+}
+
+static void cpu_stop(void)
+{
+    if (!started) {
+        n_exited = 0; /* (the totals read after a session without CPU are empty) */
+        return;
+    }
+    thread_start_hook_off();
+    atomic_store(&cpu_on, 0); /* no handler samples or exit is read past the totals */
+    cpu_totals_at_stop();
+    int n = atomic_load(&sess_nslots);
+    for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++)
+        timer_disarm(&sess_slots[i]);
+    cpu_prof_stop();
+    started = 0;
+}
+
+/* Each tick: our handler still ours; in CPU-only sessions (the wall sampler reads each
+ * thread's clock anyway otherwise: thread_clock), each thread the latest scan found has its
+ * clock read, for the case it exits before stop, and a lagging timer kicked; threads that
+ * run no Python. */
+static void cpu_tick(int64_t now, int final)
+{
+    if (!final) {
+        cpu_prof_check(); /* one sigaction syscall */
+        uint32_t gen = registry_scan();
+        int n = atomic_load(&sess_nslots);
+        for (int i = 0; !(sess_cfg.events & (1u << DDP_EVENT_WALL)) && i < n && i < MAX_SLOTS; i++) {
+            slot_t *s = &sess_slots[i];
+            if (!s->has_timer || s->seen_gen != gen || !atomic_load(&s->active) || atomic_load(&s->excluded))
+                continue;
+            int64_t c = thread_cpu_ns(s);
+            cpu_kick_check(s, c, s->cpu_seen_ns);
+            if (c >= 0)
+                s->cpu_seen_ns = c;
+        }
+    }
+    osthreads_tick(now, final);
+}
+
+static int cpu_emitting(void) { return atomic_load(&in_handler) || thread_exits_inside(); }
+
+static void cpu_after_fork(void)
 {
     /* POSIX: the child has no timers; our handler goes (no signal of ours comes). */
     cpu_prof_forget();
     atomic_store(&in_handler, 0);
+    atomic_store(&cpu_on, 0);
+    started = 0;
+    osthreads_after_fork();
 }
+
+static void cpu_thread_gone(slot_t *s)
+{
+    cpu_thread_left(s);
+    timer_disarm(s);
+}
+
+const ddp_engine ddp_cpu_engine = {
+    .name = "cpu",
+    .events = 1u << DDP_EVENT_CPU,
+    .with_gil = 1, /* the handler in place before the session turns active and timers are armed */
+    .fast_ticks = 1,
+    .start = cpu_start,
+    .stop = cpu_stop,
+    .tick = cpu_tick,
+    .emitting = cpu_emitting,
+    .after_fork = cpu_after_fork,
+    .thread_seen = timer_arm,
+    .thread_left = cpu_thread_gone,
+    .thread_ended_unseen = cpu_thread_exited_unseen,
+    .thread_clock = cpu_kick_check,
+};
 
 int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap)
 {

@@ -19,7 +19,6 @@ static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drain_cond;
 static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
 static _Atomic int drain_waiting;
-_Atomic int drain_new_thread;
 static int drain_stop; /* under drain_lock */
 /* Records leave the ring into the active aggregate (agg.c): moved by the wall thread each
  * tick and by every drain, under agg_lock (the ring's one consumer at a time).  The drain
@@ -110,7 +109,7 @@ static int drain_reasons(int consume)
         r |= DDP_WAKE_CODE;
     if (sess_cfg.drain_early && sess_ring && (ddp_ring_count(sess_ring) >= ddp_ring_capacity(sess_ring) / 4 || atomic_load(&agg_quarter)))
         r |= DDP_WAKE_RING;
-    if (consume ? atomic_exchange(&drain_new_thread, 0) : atomic_load(&drain_new_thread))
+    if (consume ? atomic_exchange(&registry_new_thread, 0) : atomic_load(&registry_new_thread))
         r |= DDP_WAKE_THREAD;
     return r;
 }
@@ -139,7 +138,7 @@ void drain_begin(void)
     pthread_mutex_lock(&drain_lock);
     drain_stop = 0;
     pthread_mutex_unlock(&drain_lock);
-    atomic_store(&drain_new_thread, 0);
+    atomic_store(&registry_new_thread, 0);
 }
 
 int drain_alloc(void)

@@ -1,8 +1,11 @@
 /* engine.h — event engines: what the session asks of them, what the core offers them.
  *
- * An engine (alloc.c, waits.c) produces some event types with hooks of its own.  It
- * includes ddp_internal.h and this header, never core.h; the session drives engines only
- * through the table below (engines.c), so the core knows no engine by name.
+ * An engine produces some event types with hooks of its own.  The session drives every engine
+ * only through the table below (engines.c), so the core knows none by name.  Engines outside
+ * the core (alloc.c, nalloc.c, waits.c) include ddp_internal.h and this header, never core.h;
+ * the core's own (cpu.c, wall.c) sample the registry's threads, so they read its slots
+ * (core.h) and hear of its threads through the thread_* fields: the registry, below them,
+ * never calls them by name.
  */
 #ifndef DDP_ENGINE_H
 #define DDP_ENGINE_H
@@ -10,14 +13,18 @@
 #include <stdint.h>
 #include "ddprof.h"
 
+struct ddp_slot; /* a thread's slot in the registry (core.h) */
+
 typedef struct {
     const char *name;
     uint32_t events;                     /* bit per DDP_EVENT_* it produces */
-    /* 1: started with the GIL held, before the session turns active, and stopped after the
-     * wall thread ended; a failed start fails the session.  0: started without the GIL
-     * once the wall thread runs (its start may take locks a GIL holder waits on), and
-     * stopped first; a failed start leaves the session running without it. */
+    /* 1: started with the GIL held, before the session turns active and before the wall
+     * thread, and stopped after the wall thread ended; a failed start fails the session.
+     * 0: started without the GIL once the wall thread runs (its start may take locks a GIL
+     * holder waits on), and stopped first; a failed start leaves the session running without it. */
     int with_gil;
+    int fast_ticks;  /* 1: wants a tick every interval (else the wall thread ticks less often) */
+    int final_scan;  /* 1: the registry rescans once more before its final tick (threads gone since leave first) */
     int (*start)(const ddp_config *cfg); /* when the session wants one of its events */
     void (*stop)(void);                  /* at every stop, started or not: restore what it changed */
     /* Wall thread, each tick while started (final: once more as it ends); NULL none. */
@@ -27,6 +34,16 @@ typedef struct {
     /* A record of its events leaving the ring, before an aggregate takes it: it may clear an id
      * no later record needs, so the record merges with its stack's others; NULL none. */
     void (*settle)(ddp_record *r);
+    /* The registry's news of its threads, to started engines (wall thread; at start, with the
+     * GIL); NULL none.  Joined: sampled from now (new, or back after an absence).  Seen: found
+     * by this scan, sampled.  Left: no longer sampled (exited, left Python, excluded).  Ended
+     * unseen: a thread the start hook saw ended before any scan found it.  Clock: its CPU clock
+     * read now (and at the previous read) by the wall thread's sampling. */
+    void (*thread_joined)(struct ddp_slot *s, int64_t now);
+    void (*thread_seen)(struct ddp_slot *s);
+    void (*thread_left)(struct ddp_slot *s);
+    void (*thread_ended_unseen)(struct ddp_slot *s);
+    void (*thread_clock)(struct ddp_slot *s, int64_t cpu_now, int64_t cpu_prev);
 } ddp_engine;
 
 extern const ddp_engine *const ddp_engines[]; /* NULL-terminated, in start order */

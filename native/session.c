@@ -1,11 +1,12 @@
 /* session.c — one profiling session at a time: start, stop, release, fork, stats.
  *
- * A session owns the ring, the thread slots and the aggregates; it starts the CPU timers'
- * handler, the wall thread and, through the engine table (engine.h), the engines whose
- * events it wants.  Engines nest around the wall thread: those that need the GIL start
- * before it and stop after it, the others start after it and stop before it.
+ * A session owns the ring, the thread slots and the aggregates; it starts the wall thread
+ * and, through the engine table (enginectl.c), the engines whose events it wants, CPU and
+ * WALL among them.  Engines nest around the wall thread: those with_gil start before it
+ * (under the GIL, before the threads present are registered) and stop after it, the others
+ * start after it and stop before it.
  *
- * Includes: core.h (and Python.h for the GIL); engines only through ddp_engines.
+ * Includes: core.h (and Python.h for the GIL); engines only through the table.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,87 +19,12 @@
 
 #define DEFAULT_RING_RECORDS 4096
 #define RING_BUDGET_BYTES (32u << 20)
-#define MAX_ENGINES 8
 
-_Atomic int sess_state = ST_IDLE;
-_Atomic int ddp_session_active;
-ddp_config sess_cfg;
-ddp_ring *sess_ring;
-size_t sess_rec_size;
-slot_t *sess_slots;
-_Atomic int32_t sess_nslots;
-sess_stats_t sess_stats;
-_Atomic uint32_t sess_gen;
-int sess_pid;
-uintptr_t sess_gil_lo, sess_gil_hi;
 static uint64_t leaked_bytes; /* buffers kept at release for good: a producer had not left them */
-/* 1: engine i started this session (set before the wall thread may tick it) */
-static _Atomic int engine_on[MAX_ENGINES];
-
-/* ---- the engine table --------------------------------------------------------------------- */
-static uint32_t engines_events(void)
-{
-    uint32_t events = 0;
-    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
-        events |= ddp_engines[i]->events;
-    return events;
-}
-
-/* Start the engines of one kind (with_gil) that the session wants.  One that needs the GIL
- * and fails fails the session (those started before it are stopped); one without it that
- * fails stays off. */
-static int engines_start(int with_gil)
-{
-    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++) {
-        const ddp_engine *e = ddp_engines[i];
-        if (e->with_gil != with_gil || !(sess_cfg.events & e->events))
-            continue;
-        int rc = e->start(&sess_cfg);
-        if (rc == DDP_OK) {
-            atomic_store(&engine_on[i], 1);
-        } else if (with_gil) {
-            for (int k = i - 1; k >= 0; k--)
-                if (ddp_engines[k]->with_gil && atomic_load(&engine_on[k]))
-                    ddp_engines[k]->stop();
-            return rc;
-        }
-    }
-    return DDP_OK;
-}
-
-/* Every engine of one kind, last first: each restores only what it changed. */
-static void engines_stop(int with_gil)
-{
-    int n = 0;
-    while (n < MAX_ENGINES && ddp_engines[n])
-        n++;
-    for (int i = n - 1; i >= 0; i--)
-        if (ddp_engines[i]->with_gil == with_gil)
-            ddp_engines[i]->stop();
-}
-
-void engines_tick(int64_t now, int final)
-{
-    if ((sess_cfg.native_frames || sess_cfg.native_threads) && !final)
-        uw_refresh(); /* objects loaded or unloaded since: their tables (cheap when none was) */
-    osthreads_tick(now, final);
-    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
-        if (ddp_engines[i]->tick && atomic_load(&engine_on[i]))
-            ddp_engines[i]->tick(now, final);
-}
-
-static int engines_emitting(void)
-{
-    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++)
-        if (ddp_engines[i]->emitting && ddp_engines[i]->emitting())
-            return 1;
-    return 0;
-}
-
 /* ---- sessions ------------------------------------------------------------------------------- */
 /* Producers that may still be inside the ring or a slot: a signal handler, an engine's
  * emit.  Stop waits for them (bounded); release frees only when none is left. */
-static int producers_inside(void) { return cpu_handlers_inside() || engines_emitting() || thread_exits_inside(); }
+static int producers_inside(void) { return engines_emitting(); }
 
 static void free_session(void)
 {
@@ -141,14 +67,10 @@ static void atfork_child(void)
     if (atomic_load(&sess_state) == ST_IDLE)
         return;
     atomic_store(&ddp_session_active, 0);
-    cpu_after_fork();
-    osthreads_after_fork();
     ddp_saferead_after_fork_child();
     ddp_py_after_fork_child();
-    for (int i = 0; i < MAX_ENGINES && ddp_engines[i]; i++) /* (alloc: its hooks become pass-throughs) */
-        if (ddp_engines[i]->after_fork)
-            ddp_engines[i]->after_fork();
-    wall_after_fork();
+    engines_after_fork(); /* (cpu: our SIGPROF handler goes; alloc: its hooks become pass-throughs) */
+    sampler_thread_after_fork();
     drain_after_fork();
     /* Our copies of the buffers are forgotten, not freed: the fork may have caught another
      * thread half-way through freeing them (a release), and freeing again crashed the child. */
@@ -170,7 +92,7 @@ int ddp_start(const ddp_config *c)
         c->ring_records < 0 || c->agg_keys < 0 || (uint32_t)c->agg_keys > DDP_AGG_MAX_KEYS || c->n_exclude < 0 || c->n_exclude > 8 || c->merge_tick_ns < 0 || c->merge_max_ticks < 0 ||
         (c->read_mode != DDP_READ_GUARDED && c->read_mode != DDP_READ_SYSCALL))
         return DDP_EINVAL;
-    uint32_t supported = (1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL) | engines_events();
+    uint32_t supported = engines_events();
     if (!c->events || (c->events & ~supported))
         return DDP_EINVAL;
     int expect = ST_IDLE;
@@ -187,10 +109,8 @@ int ddp_start(const ddp_config *c)
     sess_cfg = *c;
     sess_pid = getpid();
     ddp_saferead_set_pid(sess_pid);
-    cpu_begin();
     memset(&sess_stats, 0, sizeof sess_stats);
-    for (int i = 0; i < MAX_ENGINES; i++)
-        atomic_store(&engine_on[i], 0);
+    engines_reset();
     drain_begin();
     atomic_store(&ddp_fault_count, 0);
     atomic_store(&ddp_graveyard_overflow, 0);
@@ -206,11 +126,6 @@ int ddp_start(const ddp_config *c)
         goto fail_gil;
     ddp_py_gil_range(&sess_gil_lo, &sess_gil_hi);
 
-    int want_cpu = (sess_cfg.events & (1u << DDP_EVENT_CPU)) != 0;
-    if (want_cpu && cpu_prof_foreign()) {
-        rc = DDP_ESIGNAL;
-        goto fail_gil;
-    }
     sess_rec_size = sizeof(ddp_record) + (size_t)sess_cfg.max_depth * sizeof(ddp_frame);
     size_t records = sess_cfg.ring_records > 0 ? (size_t)sess_cfg.ring_records : DEFAULT_RING_RECORDS;
     if (sess_cfg.ring_records <= 0 && records * sess_rec_size > RING_BUDGET_BYTES)
@@ -237,21 +152,18 @@ int ddp_start(const ddp_config *c)
     atomic_store(&ddp_read_mode_now, sess_cfg.read_mode);
     if (sess_cfg.read_mode == DDP_READ_GUARDED && ddp_saferead_install() < 0)
         atomic_store(&ddp_read_mode_now, DDP_READ_SYSCALL);
-    if (want_cpu && (rc = cpu_prof_install()) != DDP_OK)
-        goto fail_gil;
-    /* engines that need the GIL (allocations: the PyMem hooks) start now: it is held */
+    /* engines that need the GIL or must be ready before the wall thread start now: the wall
+     * sampler, the CPU timers' handler (another tool's: DDP_ESIGNAL), the PyMem hooks */
     if ((rc = engines_start(1)) != DDP_OK)
         goto fail_gil;
     sess_stats.start_mono_ns = ddp_now_ns();
     atomic_store_explicit(&ddp_session_active, 1, memory_order_release);
-    register_at_start();
-    if (want_cpu)
-        thread_start_hook_on(); /* (without it, threads are found by the scan alone) */
-    atomic_store(&drain_new_thread, 0); /* the engine names the threads present at start itself */
+    register_at_start(); /* (CPU: each gets its timer) */
+    atomic_store(&registry_new_thread, 0); /* the engine names the threads present at start itself */
     ddp_py_watcher_start(); /* resolve sampled code objects as they die (3.12+ watcher, 3.11 dealloc wrapper) */
     PyGILState_Release(g);
 
-    int prc = wall_thread_start();
+    int prc = sampler_thread_start();
     if (prc != 0) {
         ddp_set_errno(prc);
         ddp_stop();
@@ -269,7 +181,6 @@ int ddp_start(const ddp_config *c)
 
 fail_gil:
     atomic_store(&ddp_session_active, 0);
-    cpu_prof_forget();
     ddp_saferead_uninstall();
     PyGILState_Release(g);
     free_session();
@@ -284,19 +195,12 @@ int ddp_stop(void)
         return DDP_ENOTRUNNING;
     drain_end();
     engines_stop(0); /* lock/park: restore the GOT slots first (a no-op without them) */
-    thread_start_hook_off();
-    wall_thread_stop();
-    engines_stop(1); /* allocations: takes the GIL, restores the allocators, freezes LIVE */
+    sampler_thread_stop();
+    /* allocations: takes the GIL, restores the allocators, freezes LIVE; CPU: threading's hook
+     * back, each thread's CPU against its samples, the timers and our handler gone */
+    engines_stop(1);
     atomic_store_explicit(&ddp_session_active, 0, memory_order_release);
-    cpu_totals_at_stop();
-    int n = atomic_load(&sess_nslots);
-    if (n > MAX_SLOTS)
-        n = MAX_SLOTS;
-    for (int i = 0; sess_slots && i < n; i++) {
-        timer_disarm(&sess_slots[i]);
-        atomic_store(&sess_slots[i].active, 0);
-    }
-    cpu_prof_stop();
+    registry_stop();
     ddp_saferead_uninstall();
     sess_stats.stop_mono_ns = ddp_now_ns();
     atomic_store(&sess_state, ST_STOPPED);

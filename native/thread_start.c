@@ -12,7 +12,8 @@
  * none) and passes it the event.  When that thread exits, its clock's CPU that no sample
  * carried goes to the start stack (cpu.c): every such thread's CPU is in the profile, under
  * its entry function.  The hook is a builtin, so no frame of ours is under the walk.
- * Threads started by _thread directly (not threading) are found by the scan alone, as before.
+ * Threads started by _thread directly (not threading) are found by the scan alone.  Part of the
+ * CPU engine, which turns the hook on at its start and off at its stop.
  *
  * Includes: core.h, Python.h.
  */
@@ -32,6 +33,7 @@ static uintptr_t boot_code[3];  /* Thread.run, Thread._bootstrap_inner, Thread._
 static pthread_key_t exit_key;
 static int exit_key_made;
 static _Atomic int exits_inside;
+static _Atomic int exits_on;    /* exits read into slots: from the hook's start to the CPU totals */
 static DDP_TLS int start_events;
 
 int thread_exits_inside(void) { return atomic_load(&exits_inside); }
@@ -43,7 +45,8 @@ static void on_thread_exit(void *value)
     atomic_fetch_add(&exits_inside, 1);
     slot_t *slots = sess_slots;
     int idx = (int)(uint32_t)v - 1;
-    if (atomic_load_explicit(&ddp_session_active, memory_order_acquire) && slots && idx >= 0 && idx < MAX_SLOTS &&
+    if (atomic_load_explicit(&ddp_session_active, memory_order_acquire) && atomic_load(&exits_on) && slots &&
+        idx >= 0 && idx < MAX_SLOTS &&
         (uint32_t)(v >> 32) == atomic_load(&sess_gen) && atomic_load(&slots[idx].tid) == my_tid()) {
         struct timespec ts;
         if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) {
@@ -146,6 +149,7 @@ int thread_start_hook_on(void)
         Py_XDECREF(prev_hook);
         prev_hook = prev != Py_None && prev != hook ? Py_NewRef(prev) : NULL;
         hook_on = 1;
+        atomic_store(&exits_on, 1);
         rc = 0;
     }
     Py_XDECREF(prev);
@@ -157,6 +161,7 @@ int thread_start_hook_on(void)
 
 void thread_start_hook_off(void)
 {
+    atomic_store(&exits_on, 0);
     if (!Py_IsInitialized())
         return;
     PyGILState_STATE g = PyGILState_Ensure();

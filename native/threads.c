@@ -13,6 +13,11 @@
  * checks that the slot's tid is its own thread's (a signal queued before a timer_delete is
  * then ignored).
  *
+ * The registry owns a thread's state: its tid, thread state, CPU clock, whether it was born
+ * in the session or left, and what its clock said then.  Engines that sample threads (CPU,
+ * wall) sit above it: it tells them of threads joining, seen, leaving through the engine
+ * table (engines_thread_*), never by name, so no call goes up.
+ *
  * Includes: core.h (and Python.h for the start-time list, taken under the GIL).
  */
 #define _GNU_SOURCE
@@ -40,6 +45,17 @@ static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
  * any number of short-lived threads, not only MAX_SLOTS of them. */
 static int32_t free_slot[MAX_SLOTS];
 static int nfree;
+/* The scans (wall thread): numbered from 1, the start-time registration; a slot found by the
+ * latest has its number as seen_gen.  The buffer holds one scan's (tstate, tid) pairs. */
+#define SCAN_MAX (MAX_SLOTS * 2)
+typedef struct {
+    uintptr_t tstate[SCAN_MAX];
+    int32_t tid[SCAN_MAX];
+    int n;
+} scan_buf_t;
+static scan_buf_t scan;
+static uint32_t scan_gen;
+_Atomic int registry_new_thread;
 
 /* ---- tid -> slot map (lock-free; used by the sampler thread and Python threads) -------- */
 static inline uint32_t tid_hash(int32_t tid) { return ((uint32_t)tid * 2654435761u) & (MAP_SIZE - 1); }
@@ -224,7 +240,16 @@ int64_t thread_cpu_ns(slot_t *s)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* A thread seen in the interpreter's list: make sure it has a slot, a timer, a state. */
+/* An excluded thread (the profiler's own): not sampled, and its CPU is not the user's. */
+static void unsample(slot_t *s)
+{
+    atomic_store(&s->active, 0);
+    s->cpu_counted = 0;
+    engines_thread_left(s);
+}
+
+/* A thread seen in the interpreter's list: make sure it has a slot and a state; the engines
+ * that sample it hear of it. */
 static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t now)
 {
     if (tid <= 0 || is_excluded_cfg(tid))
@@ -246,39 +271,34 @@ static void register_thread(uintptr_t tstate, int32_t tid, uint32_t gen, int64_t
     s->seen_gen = gen;
     s->absent = 0;
     if (atomic_load(&s->excluded)) {
-        atomic_store(&s->active, 0);
-        s->cpu_counted = 0;
-        timer_disarm(s);
+        unsample(s);
         return;
     }
     if (atomic_load(&s->tstate) != tstate)
         atomic_store(&s->tstate, tstate);
     if (!atomic_load(&s->active)) {
         s->dead = 0; /* (a tid the kernel gave to a new thread) */
-        if (s->wpend)
-            wall_flush(s);
-        s->wfresh = 0; /* back after an absence: its frames are new */
-        s->last_wall_ns = now;
-        s->last_cpu_ns = thread_cpu_ns(s);
+        int64_t c = thread_cpu_ns(s);
         if (!s->cpu_first_ns) {
-            s->cpu_first_ns = s->last_cpu_ns ? s->last_cpu_ns : -1;
+            s->cpu_first_ns = c ? c : -1;
             /* gen 1: found at the start; cpu_left: back in Python, its earlier CPU counted */
             s->cpu_base_ns = gen != 1 && !s->cpu_left && thread_born_in_session(tid) ? 0 : s->cpu_first_ns;
         }
-        s->cpu_seen_ns = s->last_cpu_ns;
+        s->cpu_seen_ns = c;
+        engines_thread_joined(s, now);
         atomic_store(&s->active, 1);
-        atomic_store(&drain_new_thread, 1);
+        atomic_store(&registry_new_thread, 1);
     }
-    timer_arm(s);
+    engines_thread_seen(s);
 }
 
 static void scan_cb(uintptr_t tstate, long tid, void *ctx)
 {
-    scan_buf *b = ctx;
-    if (b->n < SCAN_MAX) {
-        b->tstate[b->n] = tstate;
-        b->tid[b->n] = (int32_t)tid;
-        b->n++;
+    (void)ctx;
+    if (scan.n < SCAN_MAX) {
+        scan.tstate[scan.n] = tstate;
+        scan.tid[scan.n] = (int32_t)tid;
+        scan.n++;
     }
 }
 
@@ -287,13 +307,15 @@ static void scan_cb(uintptr_t tstate, long tid, void *ctx)
 static void start_only_check(slot_t *s)
 {
     if (!s->exit_done && !s->cpu_counted && atomic_load(&s->exit_cpu_ns) > 0)
-        cpu_thread_exited_unseen(s);
+        engines_thread_ended_unseen(s);
     if (s->exit_done && syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0)
         s->dead = 1; /* its slot serves new threads */
 }
 
-void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
+void registry_tick(int64_t now)
 {
+    uint32_t gen = ++scan_gen;
+    scan_buf_t *b = &scan;
     int mode = atomic_load(&ddp_read_mode_now);
     volatile int rc = -1;
     b->n = 0;
@@ -323,23 +345,11 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
             continue;
         }
         if (atomic_load(&s->excluded)) {
-            atomic_store(&s->active, 0);
-            s->cpu_counted = 0; /* the profiler's own thread: not the user's CPU */
-            timer_disarm(s);
+            unsample(s);
             continue;
         }
-        if (s->seen_gen == gen) {
-            /* its clock now, for the case it exits before stop, and to kick a lagging timer
-             * (the wall sampler reads it anyway: one more syscall per thread per tick only in
-             * CPU-only sessions, whose ticks come every interval) */
-            if (s->has_timer && !(sess_cfg.events & (1u << DDP_EVENT_WALL))) {
-                int64_t c = thread_cpu_ns(s);
-                cpu_kick_check(s, c, s->cpu_seen_ns);
-                if (c >= 0)
-                    s->cpu_seen_ns = c;
-            }
+        if (s->seen_gen == gen)
             continue;
-        }
         /* Not in this scan.  Gone from the kernel: certainly exited.  Still alive but
          * missing from two complete scans: its thread state is gone (it left Python). */
         int dead = syscall(SYS_tgkill, sess_pid, (int)atomic_load(&s->tid), 0) != 0;
@@ -348,8 +358,7 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
         if (dead || s->absent >= 2) {
             atomic_store(&s->active, 0);
             s->dead = dead;
-            cpu_thread_left(s);
-            timer_disarm(s);
+            engines_thread_left(s);
         }
     }
     /* Near full: slots that never became active (a thread seen only by its own records, e.g.
@@ -371,9 +380,19 @@ void registry_tick(scan_buf *b, uint32_t gen, int64_t now)
     }
 }
 
+uint32_t registry_scan(void) { return scan_gen; }
+
+void registry_stop(void)
+{
+    int n = atomic_load(&sess_nslots);
+    for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++)
+        atomic_store(&sess_slots[i].active, 0);
+}
+
 int register_at_start(void)
 {
     list_start_tids();
+    scan_gen = 1;
     /* Under the GIL: the official API gives a consistent list. */
     int64_t now = ddp_now_ns();
     PyInterpreterState *interp = PyInterpreterState_Get();
@@ -409,6 +428,8 @@ void threads_reset(void)
     for (int i = 0; i < MAP_SIZE; i++)
         atomic_store(&map_cell[i], 0);
     nfree = 0;
+    scan_gen = 0;
+    atomic_store(&registry_new_thread, 0);
     atomic_store(&sess_nslots, 0);
     atomic_fetch_add(&sess_gen, 1); /* every thread's cached slot is stale */
 }

@@ -1,9 +1,8 @@
-/* wall.c — the wall thread: WALL samples, and the tick that drives the whole session.
+/* wall.c — the wall engine: WALL samples of every registered thread.
  *
- * A pthread (never a Python thread, all async signals blocked) wakes every interval and
- * samples up to N registered threads (round-robin) through safe reads, without the GIL and
- * without signalling them.  Weight = wall time since that thread's previous wall sample, so
- * skipped or torn ticks never lose time.
+ * Each tick of the wall thread (sampler_thread.c) it samples up to N registered threads
+ * (round-robin) through safe reads, without the GIL and without signalling them.  Weight =
+ * wall time since that thread's previous wall sample, so skipped or torn ticks never lose time.
  *
  * Idle threads (a notebook kernel has 6-10, nearly all blocked) are cheap: a thread whose
  * CPU clock has not moved since its last wall sample has not run, so its frames, state and
@@ -11,135 +10,25 @@
  * is reused without a walk or a /proc read.  Consecutive identical samples of a thread in
  * one time bucket (cfg.merge_tick_ns) are merged into one record, count and value summed;
  * the bucket is the Profile's own time tick at that elapsed time, and ticks only coarsen
- * as the profile grows, so the Profile is the same as with one record per sample.
+ * as the profile grows, so the Profile is the same as with one record per sample.  Merged
+ * records go into the aggregate directly (agg_add_direct), the ring only when it is busy or
+ * full.
  *
- * Each tick also checks our signal handlers, rescans the thread registry, runs the started
- * engines' ticks, moves the ring's records into the aggregate and pokes the drain.  Merged
- * WALL records go into the aggregate directly (agg_add_direct), the ring only when it is
- * busy or full.
+ * An engine of the table (ddp_wall_engine): the registry tells it of threads joining
+ * (thread_joined), and the CPU clock it reads per sample goes to the engines that want it
+ * (thread_clock: the CPU engine's lagging timers), so it names neither.
  *
  * Includes: core.h.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "core.h"
 
-#define IDLE_TICK_NS 50000000LL /* the sampler thread's period when no event needs ticks (lock/park, alloc) */
 #define DEFAULT_WALL_PER_TICK 64
 
-static pthread_t sampler_thread;
-static int sampler_started;
-/* The tick's sleep is a futex wait on this word with an absolute deadline, and stop sets it
- * and wakes the futex: one syscall per tick.  A condition variable cost a second one (glibc
- * wakes its own internal futex as a timed-out waiter leaves) and its bookkeeping: ~10 % of the
- * wall thread's CPU in perf, beside 8 idle threads. */
-static _Atomic int wake_stop;
-
-/* Sleep until the CLOCK_MONOTONIC time `deadline` (ns) or a stop; may return early (EINTR,
- * a spurious wake): the caller checks the clock. */
-static void sleep_until(int64_t deadline)
-{
-    struct timespec ts = { deadline / 1000000000LL, deadline % 1000000000LL };
-    syscall(SYS_futex, &wake_stop, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 0, &ts, NULL, FUTEX_BITSET_MATCH_ANY);
-}
-
-/* A thread's /proc/self/task/<tid>/syscall, kept open between reads: opening it costs the
- * wall tick ~3x what a pread of an open one does (path walk, proc inode, seq_file buffer; on
- * the tick's cold caches ~20 us against ~5 us, beside a busy thread that is read each tick
- * on a loaded machine).  At most KEPT_FDS are kept; when they are all in use, a file read
- * in the last second stays and the new thread's is opened and closed per read as before
- * (round-robin evictions among more threads than that would cost an open and a close per
- * read and more).  A kept file names its task, not its tid: once the thread exits, reads
- * fail (ESRCH) and the tid's next thread gets a file of its own.  Each file's identity
- * (device, inode) is checked before we close it, so a descriptor number that code of the
- * process closed and reused for something else is never closed by us. */
-#define KEPT_FDS 32
-#define KEPT_IDLE_NS 1000000000LL /* a kept file unread this long makes room for another */
-typedef struct {
-    int32_t tid;
-    int fd;
-    dev_t dev;
-    ino_t ino;
-    int64_t used; /* last read (ddp_now_ns) */
-} kept_fd;
-static kept_fd kept[KEPT_FDS]; /* the sampler thread's (and the fork child's handler) */
-static int nkept;
-
-static void kept_close(kept_fd *k)
-{
-    struct stat st;
-    if (fstat(k->fd, &st) == 0 && st.st_dev == k->dev && st.st_ino == k->ino)
-        close(k->fd);
-    *k = kept[--nkept];
-}
-
-static void kept_close_all(void)
-{
-    while (nkept)
-        kept_close(&kept[nkept - 1]);
-}
-
-/* The thread's syscall line into buf (NUL-terminated), its length; <= 0 when unreadable. */
-static ssize_t read_syscall_line(int32_t tid, char *buf, size_t cap)
-{
-    int64_t now = ddp_now_ns();
-    kept_fd *k = NULL;
-    for (int i = 0; i < nkept; i++)
-        if (kept[i].tid == tid) {
-            k = &kept[i];
-            break;
-        }
-    if (k) {
-        ssize_t n = pread(k->fd, buf, cap - 1, 0);
-        if (n > 0) {
-            k->used = now;
-            buf[n] = 0;
-            return n;
-        }
-        kept_close(k); /* its task is gone (ESRCH): the tid may be a new thread's */
-    }
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = pread(fd, buf, cap - 1, 0);
-    if (n <= 0) {
-        close(fd);
-        return -1;
-    }
-    buf[n] = 0;
-    if (nkept == KEPT_FDS) {
-        int old = 0;
-        for (int i = 1; i < nkept; i++)
-            if (kept[i].used < kept[old].used)
-                old = i;
-        if (now - kept[old].used > KEPT_IDLE_NS)
-            kept_close(&kept[old]);
-    }
-    struct stat st;
-    if (nkept < KEPT_FDS && fstat(fd, &st) == 0)
-        kept[nkept++] = (kept_fd){ tid, fd, st.st_dev, st.st_ino, now };
-    else
-        close(fd);
-    return n;
-}
-
-/* 1: the thread is runnable (on a CPU or preempted), not blocked: /proc says "running". */
-int thread_runnable(int32_t tid)
-{
-    char buf[16];
-    return read_syscall_line(tid, buf, sizeof buf) > 0 && !strncmp(buf, "running", 7);
-}
+static ddp_record *scratch; /* the record a sample is walked into (the wall thread's) */
+static int cursor;          /* round-robin: the slot the next tick starts at */
 
 /* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
 static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
@@ -148,7 +37,7 @@ static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
     if (dcpu >= 0 && dwall > 0 && dcpu * 2 >= dwall)
         return DDP_STATE_CPU;
     char buf[256];
-    if (read_syscall_line(atomic_load(&s->tid), buf, sizeof buf) <= 0)
+    if (task_syscall_line(atomic_load(&s->tid), buf, sizeof buf) <= 0)
         return DDP_STATE_OFFCPU;
     if (!strncmp(buf, "running", 7))
         return DDP_STATE_CPU;
@@ -164,7 +53,7 @@ static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
 
 /* Write a slot's pending WALL record (count samples) to the aggregate, else to the ring; 0
  * when both are full (the record stays pending: later samples of the thread add to it). */
-int wall_flush(slot_t *s)
+static int wall_flush(slot_t *s)
 {
     ddp_record *p = s->wlast;
     if (agg_add_direct(p) != 0) {
@@ -227,7 +116,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     if (!s->wlast && !(s->wlast = malloc(sess_rec_size)))
         return; /* no memory: its time carries to a later sample */
     int64_t cpu_now = thread_cpu_ns(s);
-    cpu_kick_check(s, cpu_now, s->last_cpu_ns);
+    engines_thread_clock(s, cpu_now, s->last_cpu_ns);
     uint64_t label = label_of(s);
     uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     ddp_record *last = s->wlast;
@@ -343,110 +232,64 @@ static void wall_tick_final(ddp_record **scratch)
     }
 }
 
-static void *sampler_main(void *arg)
+/* ---- the engine ---------------------------------------------------------------------------- */
+static int wall_start(const ddp_config *cfg)
 {
-    (void)arg;
-    sigset_t set;
-    sigfillset(&set);
-    sigdelset(&set, SIGSEGV); /* synchronous faults must stay deliverable (guarded reads) */
-    sigdelset(&set, SIGBUS);
-    sigdelset(&set, SIGFPE);
-    sigdelset(&set, SIGILL);
-    pthread_sigmask(SIG_SETMASK, &set, NULL);
-    pthread_setname_np(pthread_self(), "ddprof_nb-wall"); /* its comm in /proc: benchmarks find it */
-    scan_buf *b = malloc(sizeof *b);
-    ddp_record *scratch = malloc(sess_rec_size);
-    if (!b || !scratch) {
-        free(b);
-        free(scratch);
-        return NULL;
-    }
-    uint32_t gen = 1; /* 1 was the start-time registration */
-    int cursor = 0;
-    /* Without CPU or WALL events a tick only notices new threads (a drain wake names them),
-     * prefaults the ring and pokes the drain: 20 per second do, and each tick is a thread
-     * wake on a possibly busy CPU (lock/park: 35 of 140 context switches a 0.35 s session
-     * added to bench_locks' thread pool, 0.9 ms of its 3.8 ms of direct CPU). */
-    int64_t period = sess_cfg.interval_ns;
-    if (!(sess_cfg.events & ((1u << DDP_EVENT_CPU) | (1u << DDP_EVENT_WALL))) && period < IDLE_TICK_NS)
-        period = IDLE_TICK_NS;
-    int64_t next = ddp_now_ns() + period;
-    while (!atomic_load(&wake_stop)) {
-        sleep_until(next);
-        if (atomic_load(&wake_stop))
-            break;
-        int64_t t0 = ddp_now_ns();
-        if (t0 < next)
-            continue; /* woken early: not a tick */
-        /* Our SIGSEGV handler every tick (wall reads rely on it), SIGBUS every 16th (one
-         * sigaction syscall each; a bus error needs a truncated mapping, far rarer). */
-        if (atomic_load(&ddp_read_mode_now) == DDP_READ_GUARDED) {
-            if (gen & 15)
-                ddp_saferead_check_segv();
-            else
-                ddp_saferead_check();
-        }
-        cpu_prof_check(); /* one sigaction syscall */
-        registry_tick(b, ++gen, t0);
-        if (sess_cfg.events & (1u << DDP_EVENT_WALL))
-            wall_tick(&cursor, &scratch);
-        engines_tick(t0, 0); /* (waits: objects loaded since hooked, threads blocked since the start) */
-        agg_fill();
-        drain_poke();
-        ddp_ring_prefault(sess_ring); /* pages ahead of the producers, off their path (ring.c) */
-        int64_t t1 = ddp_now_ns();
-        atomic_fetch_add(&sess_stats.wall_ticks, 1);
-        atomic_fetch_add(&sess_stats.wall_ns, (uint64_t)(t1 - t0));
-        next += period;
-        if (next <= t1)
-            next = t1 + period; /* late: skip ticks (weights are time-based) */
-    }
-    if (sess_cfg.events & (1u << DDP_EVENT_WALL)) {
-        registry_tick(b, ++gen, ddp_now_ns()); /* threads gone since the last tick leave first */
-        wall_tick_final(&scratch);
-    }
-    agg_fill();                        /* room for the last records */
-    wall_flush_stale(ddp_now_ns(), 1); /* the session ends: every merged sample written */
-    engines_tick(ddp_now_ns(), 1);     /* and the engines' last records (waits since the start) */
-    agg_fill();
-    for (int i = 0; i < atomic_load(&sess_nslots) && i < MAX_SLOTS; i++)
-        if (sess_slots[i].wpend) { /* aggregate and ring stayed full: lost, and said */
+    (void)cfg;
+    cursor = 0;
+    if (!scratch && !(scratch = malloc(sess_rec_size)))
+        return DDP_ENOMEM;
+    return DDP_OK;
+}
+
+/* After the wall thread ended: a pending record the aggregate and the ring had no room for
+ * at its last tick is lost, and said. */
+static void wall_stop(void)
+{
+    int n = atomic_load(&sess_nslots);
+    for (int i = 0; sess_slots && i < n && i < MAX_SLOTS; i++)
+        if (sess_slots[i].wpend) {
             atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], (uint64_t)sess_slots[i].wlast->count,
                                       memory_order_relaxed);
             sess_slots[i].wpend = 0;
         }
-    kept_close_all();
-    free(b);
     free(scratch);
-    return NULL;
+    scratch = NULL;
 }
 
-int wall_thread_start(void)
+static void wall_engine_tick(int64_t now, int final)
 {
-    atomic_store(&wake_stop, 0);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* the sampler thread starts with signals blocked */
-    int prc = pthread_create(&sampler_thread, NULL, sampler_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (prc == 0)
-        sampler_started = 1;
-    return prc;
-}
-
-void wall_thread_stop(void)
-{
-    if (sampler_started) {
-        atomic_store(&wake_stop, 1);
-        syscall(SYS_futex, &wake_stop, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
-        pthread_join(sampler_thread, NULL);
-        sampler_started = 0;
+    if (!final) {
+        wall_tick(&cursor, &scratch);
+        return;
     }
+    wall_tick_final(&scratch);
+    agg_fill();                   /* room for the last records */
+    wall_flush_stale(now, 1);     /* the session ends: every merged sample written */
 }
 
-void wall_after_fork(void)
+/* A thread sampled from now (new, or back after an absence): what it had pending goes, and
+ * its next sample weighs the time from now, its frames walked anew. */
+static void wall_thread_joined(slot_t *s, int64_t now)
 {
-    /* POSIX: the child has no sampler thread */
-    sampler_started = 0;
-    kept_close_all(); /* the parent's copies: no thread reads them here */
+    if (s->wpend)
+        wall_flush(s);
+    s->wfresh = 0;
+    s->last_wall_ns = now;
+    s->last_cpu_ns = s->cpu_seen_ns; /* (the registry's read of its clock as it joined) */
 }
+
+static void wall_after_fork(void) { scratch = NULL; /* forgotten: the parent's, maybe half freed */ }
+
+const ddp_engine ddp_wall_engine = {
+    .name = "wall",
+    .events = 1u << DDP_EVENT_WALL,
+    .with_gil = 1, /* ready before the wall thread's first tick, its pending records counted after its last */
+    .fast_ticks = 1,
+    .final_scan = 1, /* threads gone since the last tick leave before the final samples */
+    .start = wall_start,
+    .stop = wall_stop,
+    .tick = wall_engine_tick,
+    .after_fork = wall_after_fork,
+    .thread_joined = wall_thread_joined,
+};
