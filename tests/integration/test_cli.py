@@ -44,8 +44,8 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
-def cli(args, cwd, busy="0.3", timeout=120):
-    env = dict(os.environ, REPORT=str(cwd / "report.json"), BUSY=busy, PYTHONPATH="")
+def cli(args, cwd, busy="0.3", timeout=120, env=None):
+    env = dict(os.environ, REPORT=str(cwd / "report.json"), BUSY=busy, PYTHONPATH="", **(env or {}))
     return subprocess.run([sys.executable, "-m", "ddprof_nb", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -229,10 +229,9 @@ WALK = textwrap.dedent("""\
         subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.1\\n"
                         "while time.process_time() < end: pass"], check=True)
 """)
-# numpy's BLAS on two threads of its own: CPU on threads that run no Python
+# numpy's BLAS on two threads of its own (OPENBLAS_NUM_THREADS=2 in its environment: `record`
+# imports numpy before the script runs): CPU on threads that run no Python
 BLAS = textwrap.dedent("""\
-    import os
-    os.environ["OPENBLAS_NUM_THREADS"] = "2"
     import time
     import numpy as np
 
@@ -282,8 +281,10 @@ def runs(tmp_path_factory):
     r.native = cli(["record", "--native", "-e", "cpu", "-o", "native.pprof", "--", "scripts/walk.py"], d)
     r.interp = cli(["record", "--native", "--interpreter-frames", "-e", "cpu", "-o", "interp.pprof", "--",
                     "scripts/walk.py"], d)
-    r.pools = cli(["record", "--native-threads", "attribute", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d)
-    r.no_pools = cli(["record", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d)
+    r.pools = cli(["record", "--native-threads", "attribute", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d,
+                  env={"OPENBLAS_NUM_THREADS": "2"})
+    r.no_pools = cli(["record", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d,
+                     env={"OPENBLAS_NUM_THREADS": "2"})
     for run in (r.all, r.base, r.python, r.native, r.interp, r.pools, r.no_pools):
         assert run.returncode == 0, run.stderr
     r.p_all, r.p_base, r.p_python, r.p_native, r.p_interp, r.p_pools, r.p_no_pools = (

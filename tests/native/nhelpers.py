@@ -8,6 +8,7 @@ as a failed test with its output instead of killing pytest.  Scripts start with
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -71,12 +72,15 @@ def build_ext(out, name: str, cdef: str, source: str, **kw) -> str:
     return str(out)
 
 
-def run_script(body: str, timeout: float = 60) -> dict:
-    """Run PRELUDE + body in a fresh interpreter; return its RESULT json (asserts exit 0)."""
+def run_script(body: str, timeout: float = 60, env: dict | None = None) -> dict:
+    """Run PRELUDE + body in a fresh interpreter; return its RESULT json (asserts exit 0).
+    ``env``: variables set for it (e.g. a BLAS's thread count: PRELUDE imports numpy, whose
+    BLAS reads it at load, before the body runs)."""
     # a hang shows every thread's Python stack instead of a bare timeout
     watchdog = f"import faulthandler; faulthandler.dump_traceback_later({max(timeout - 5, 1)}, exit=True)\n"
     code = watchdog + PRELUDE + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, f"no RESULT line\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"

@@ -113,13 +113,12 @@ def ext_dir(tmp_path_factory):
     return str(out)
 
 
-def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", native=False, env_first: str = "",
+def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", native=False, env=None,
              after: str = "") -> dict:
     """A CPU session around ``work()`` (defined by ``setup``): the process's CPU over the
     session (less its profiler threads', ``own``: coverage_notes' rule), the profile's CPU, the CPU under the Python function ``caller`` and under the
     root ``[native threads]``, each stack's frame names, the notes."""
     return run_script(f"""
-        {env_first}
         sys.path.insert(0, {ext_dir!r})
         {setup}
         def caller():
@@ -157,7 +156,7 @@ def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", na
              stacks=[[k, v] for k, v in stacks.most_common(20)], notes=list(p.metadata.notes),
              timers_left=timers_of_ours(),
              threads={{t.tid: t.name for t in p.threads}})
-        """, timeout=120)
+        """, timeout=120, env=env)
 
 
 def _assert_accounted(r, under="caller", share=0.90):
@@ -226,7 +225,7 @@ def test_numpy_matmul_on_two_blas_threads(ext_dir):
     pytest.importorskip("numpy")
     # GIVEN numpy's BLAS with 2 threads (the caller and a pool thread) multiplying matrices
     r = _session(ext_dir, "import numpy as np; a = np.random.rand(1200, 1200); a @ a",
-                 "for _ in range(6): a @ a", env_first="os.environ['OPENBLAS_NUM_THREADS'] = '2'")
+                 "for _ in range(6): a @ a", env={"OPENBLAS_NUM_THREADS": "2"})
     _assert_accounted(r)
     # (the pool thread's work is there: the caller alone would be ~half)
     assert sum(v for k, v in r["stacks"] if "[pool: " in k) >= 0.3 * r["process"], r["stacks"]
