@@ -289,8 +289,9 @@ def test_the_wall_threads_proc_files_are_few_closed_at_stop_and_not_kept_by_a_fo
         emit(before=before, during=during, in_child=in_child, after=syscall_files(), blocked=blocked, off=off)
         """
     )
-    # THEN the wall thread keeps some threads' files open while it samples, never more than 32
-    assert r["before"] == 0 and 0 < r["during"] <= 32, r
+    # THEN the wall thread keeps some threads' files open while it samples, never more than 32,
+    # plus the one it may have open for a moment for a thread beyond them (41 threads here)
+    assert r["before"] == 0 and 0 < r["during"] <= 32 + 1, r
     # AND a fork child does not hold the parent's, and stop closes them all
     assert r["in_child"] == 0 and r["after"] == 0, r
     # AND the blocked threads' wall time is off-CPU (their states were read through those files)
