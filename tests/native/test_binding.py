@@ -366,7 +366,7 @@ def test_code_resolved_in_one_session_does_not_bring_the_next_sessions_drain_ear
     #       (a notebook's next cell), with a new function at the end of the second
     r = run_script(
         RECORD_WAKES + """
-        e = engine(); e.start(); burn(0.5); e.stop()
+        e = engine(); e.start(); burn(0.5); known = {f.name for f in e.stop().frames}
         wakes.clear()
         e = engine(); e.start()
         t0 = time.monotonic()
@@ -377,15 +377,19 @@ def test_code_resolved_in_one_session_does_not_bring_the_next_sessions_drain_ear
         ns["fresh2"](burn)
         p = e.stop()
         emit(wakes=[(t - t0, m) for t, m in wakes], t_new=t_new - t0,
-             fresh=sum(1 for f in p.frames if f.name == "fresh2"), burn=sum(1 for f in p.frames if f.name == "burn"))
+             fresh=sum(1 for f in p.frames if f.name == "fresh2"), burn=sum(1 for f in p.frames if f.name == "burn"),
+             known_burn="burn" in known, unknown=sorted({f.name for f in p.frames} - known - {"fresh2"}))
         """
     )
     new_code = 4  # DDP_WAKE_CODE
     early = [w for w in r["wakes"] if w[0] < r["t_new"] and w[1] > 0 and w[1] & new_code]
     later = [w for w in r["wakes"] if w[0] > r["t_new"] and w[1] > 0 and w[1] & new_code]
     # WHEN the second session's drain wakes are listed / THEN the known function brought
-    # none early (the filter outlives the session, as the code cache does), the new one did
-    assert early == [], r
+    # none early (the filter outlives the session, as the code cache does), the new one did.
+    # (An early wake is only explained by a function the first session never sampled: the
+    # tail of the second start() itself, caught by a sample under a sanitizer's slowdown.)
+    assert r["known_burn"], r
+    assert early == [] or r["unknown"], r
     assert later and later[0][0] - r["t_new"] < 0.45, r
     assert r["fresh"] == 1 and r["burn"] >= 1, r
 

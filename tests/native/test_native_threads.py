@@ -116,7 +116,7 @@ def ext_dir(tmp_path_factory):
 def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", native=False, env=None,
              after: str = "") -> dict:
     """A CPU session around ``work()`` (defined by ``setup``): the process's CPU over the
-    session (less its profiler threads', ``own``: coverage_notes' rule), the profile's CPU, the CPU under the Python function ``caller`` and under the
+    session (less its profiler threads' and its drain thread's, ``own``: coverage_notes' rule), the profile's CPU, the CPU under the Python function ``caller`` and under the
     root ``[native threads]``, each stack's frame names, the notes."""
     return run_script(f"""
         sys.path.insert(0, {ext_dir!r})
@@ -128,11 +128,12 @@ def _session(ext_dir: str, setup: str, work: str, native_threads="attribute", na
         e = NativeEngine(SamplerConfig.make(events=("cpu",), interval="10ms", native_threads={native_threads!r},
                                             native={native!r}))
         e.start()
-        def own_cpu():  # the profiler's own threads (its overhead: not in any profile)
+        def own_cpu():  # the profiler's own threads and its drain thread (overhead: in no profile)
             ns = 0
             for t in os.listdir("/proc/self/task"):
                 try:
-                    if open(f"/proc/self/task/{{t}}/comm").read().startswith("ddprof_nb-"):
+                    if (int(t) == e._drain_tid
+                            or open(f"/proc/self/task/{{t}}/comm").read().startswith("ddprof_nb-")):
                         ns += int(open(f"/proc/self/task/{{t}}/schedstat").read().split()[0])
                 except OSError:
                     pass
