@@ -107,6 +107,7 @@ extern uintptr_t sess_gil_lo, sess_gil_hi; /* the GIL's address range (a futex t
 
 /* ---- what /proc says of a thread (taskstate.c; wall thread) ------------------------------ */
 ssize_t task_syscall_line(int32_t tid, char *buf, size_t cap); /* its syscall line, NUL-ended; <= 0 unreadable */
+int task_syscall_regs(const char *line, uint64_t *sp, uint64_t *pc); /* a blocked thread's sp, pc; 0: none */
 int thread_runnable(int32_t tid);       /* on a CPU or preempted, not blocked */
 void task_files_close(void);            /* the files kept open between reads */
 
@@ -159,6 +160,8 @@ void engines_thread_clock(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 /* ---- producing records (records.c) ---------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
+int append_native_regs(ddp_record *rec, uint64_t pc, uint64_t sp, int mode); /* a blocked thread's, from outside; how many */
+void cut_record(ddp_record *rec, int depth); /* frames cut back to depth (hash kept right) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's */

@@ -375,18 +375,12 @@ static int observe(slot_t *s, int64_t ts, int mode)
         return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0 || buf[0] == 'r') /* "running": its own samples say where */
+    if (n <= 0)
         return 0;
     buf[n] = 0;
-    /* "nr a1 .. a6 sp pc", or "-1 sp pc" (blocked outside a syscall) */
-    char *tok[9];
-    int k = 0;
-    char *save = NULL; /* (strtok_r: strtok's state is the whole process's) */
-    for (char *p = strtok_r(buf, " \n", &save); p && k < 9; p = strtok_r(NULL, " \n", &save))
-        tok[k++] = p;
-    if (k < 3)
+    uint64_t sp, pc;
+    if (!task_syscall_regs(buf, &sp, &pc)) /* "running": its own samples say where */
         return 0;
-    uint64_t sp = strtoull(tok[k - 2], NULL, 16), pc = strtoull(tok[k - 1], NULL, 16);
     uint64_t pcs[OBS_DEPTH];
     uint16_t flags = 0;
     int d = uw_unwind_regs(pc, sp, 0, pcs, OBS_DEPTH, mode, &flags);

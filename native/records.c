@@ -78,6 +78,24 @@ int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
     return 0;
 }
 
+/* After rec's Python frames, the native frames of a blocked thread, from outside: unwound
+ * from its syscall's pc and sp (the wall thread read them from /proc) through rec's frames. */
+int append_native_regs(ddp_record *rec, uint64_t pc, uint64_t sp, int mode)
+{
+    ddp_frame *frames = (ddp_frame *)(rec + 1);
+    int n = uw_append_regs(pc, sp, frames + rec->depth, sess_cfg.max_depth - rec->depth, mode);
+    rec->depth += (uint16_t)n;
+    rec->stack_hash = stack_hash_of(rec->flags, rec->depth, frames);
+    return n;
+}
+
+/* rec's frames cut back to its first `depth` (native frames found stale). */
+void cut_record(ddp_record *rec, int depth)
+{
+    rec->depth = (uint16_t)depth;
+    rec->stack_hash = stack_hash_of(rec->flags, depth, (ddp_frame *)(rec + 1));
+}
+
 static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
                       int tstate_kind, int mode, int64_t ts)
 {

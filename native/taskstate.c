@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "core.h"
@@ -90,6 +91,31 @@ ssize_t task_syscall_line(int32_t tid, char *buf, size_t cap)
     else
         close(fd);
     return n;
+}
+
+/* A syscall line's user registers: "nr a1 .. a6 sp pc" (in a syscall) or "-1 sp pc" (blocked
+ * outside one); 0 for "running" or a line that says neither. */
+int task_syscall_regs(const char *line, uint64_t *sp, uint64_t *pc)
+{
+    const char *tok[9];
+    int k = 0;
+    for (const char *p = line; *p && k < 9;) {
+        while (*p == ' ' || *p == '\n')
+            p++;
+        if (!*p)
+            break;
+        tok[k++] = p;
+        while (*p && *p != ' ' && *p != '\n')
+            p++;
+    }
+    if (k < 3 || !strncmp(line, "running", 7))
+        return 0;
+    char *end;
+    *sp = strtoull(tok[k - 2], &end, 16);
+    if (end == tok[k - 2])
+        return 0;
+    *pc = strtoull(tok[k - 1], &end, 16);
+    return end != tok[k - 1] && *sp && *pc;
 }
 
 int thread_runnable(int32_t tid)

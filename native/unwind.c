@@ -425,6 +425,20 @@ static int in_own(uint64_t pc) { return pc >= own_lo && pc < own_hi; }
 
 #define NATIVE_MAX 256
 
+/* pcs (leaf first) as ddp_frames, the last one DDP_NATIVE_CUT when the walk stopped early
+ * or room ran out; returns how many, <= room. */
+static int encode(const uint64_t *pcs, int n, int cut, ddp_frame *out, int room)
+{
+    int w = 0;
+    for (; w < n && w < room; w++)
+        out[w] = (ddp_frame){ DDP_NATIVE_CODE, pcs[w], -1, 0 };
+    if (w < n)
+        cut = 1, w--; /* no room for all: the last slot says so */
+    if (cut && w >= 0 && w < room)
+        out[w++] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
+    return w < 0 ? 0 : w;
+}
+
 int uw_append_own(ddp_frame *out, int room, int mode)
 {
     if (room < 1)
@@ -448,24 +462,17 @@ int uw_append_own(ddp_frame *out, int room, int mode)
         i++;
     if (i == n && n)
         return 0; /* (no frame outside the profiler: nothing to show) */
-    int w = 0;
-    int cut = (flags & UW_TRUNCATED) != 0;
-    for (; i < n && w < room; i++, w++) {
-        out[w].code = DDP_NATIVE_CODE;
-        out[w].fp = pcs[i];
-        out[w].lasti = -1;
-        out[w].firstlineno = 0;
-    }
-    if (i < n)
-        cut = 1, w--; /* no room for all: the last slot says so */
-    if (cut && w >= 0 && w < room) {
-        out[w].code = DDP_NATIVE_CUT;
-        out[w].fp = 0;
-        out[w].lasti = -1;
-        out[w].firstlineno = 0;
-        w++;
-    }
-    return w < 0 ? 0 : w;
+    return encode(pcs + i, n - i, (flags & UW_TRUNCATED) != 0, out, room);
+}
+
+int uw_append_regs(uint64_t pc, uint64_t sp, ddp_frame *out, int room, int mode)
+{
+    if (room < 1 || !atomic_load_explicit(&current, memory_order_acquire))
+        return 0;
+    uint64_t pcs[NATIVE_MAX];
+    uint16_t flags = 0;
+    int n = walk(pc, sp, 0, pcs, NATIVE_MAX, mode, &flags, 0);
+    return encode(pcs, n, (flags & UW_TRUNCATED) != 0, out, room);
 }
 
 int uw_unwind(const ucontext_t *uc, uint64_t *pcs, int max, int mode, uint16_t *flags)

@@ -55,6 +55,10 @@ int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max
  * DDP_NATIVE_CUT if the walk stopped early or room ran out); returns how many, <= room. */
 int uw_append_own(ddp_frame *out, int room, int mode);
 
+/* A blocked thread's native frames from outside (its syscall's pc and sp, read from /proc by
+ * the wall thread; no rbp: frames that need one end the walk), encoded as uw_append_own's. */
+int uw_append_regs(uint64_t pc, uint64_t sp, ddp_frame *out, int room, int mode);
+
 /* Off the hot path: tables for the objects loaded now (new ones parsed, unloaded ones
  * retired); cheap when nothing was loaded or unloaded since the last call.  Returns the
  * number of objects with tables, or -1 without memory. */

@@ -4,6 +4,9 @@
  * (round-robin) through safe reads, without the GIL and without signalling them.  Weight =
  * wall time since that thread's previous wall sample, so skipped or torn ticks never lose time.
  *
+ * With native frames, a blocked thread's sample carries the native frames it waits in, unwound
+ * from outside (unwind.c) from the sp and pc of its /proc syscall line.
+ *
  * Idle threads (a notebook kernel has 6-10, nearly all blocked) are cheap: a thread whose
  * CPU clock has not moved since its last wall sample has not run, so its frames, state and
  * GC flag cannot have changed (only a thread changes its own frame chain): the last sample
@@ -30,9 +33,11 @@
 static ddp_record *scratch; /* the record a sample is walked into (the wall thread's) */
 static int cursor;          /* round-robin: the slot the next tick starts at */
 
-/* Thread state without signalling it: CPU clock progress first, /proc syscall if idle. */
-static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
+/* Thread state without signalling it: CPU clock progress first, /proc syscall if idle (whose
+ * line also gives a blocked thread's sp and pc: *pc 0 when it does not). */
+static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now, uint64_t *sp, uint64_t *pc)
 {
+    *pc = 0;
     int64_t dcpu = (cpu_now >= 0 && s->last_cpu_ns >= 0) ? cpu_now - s->last_cpu_ns : -1;
     if (dcpu >= 0 && dwall > 0 && dcpu * 2 >= dwall)
         return DDP_STATE_CPU;
@@ -41,6 +46,8 @@ static int thread_state_of(slot_t *s, int64_t dwall, int64_t cpu_now)
         return DDP_STATE_OFFCPU;
     if (!strncmp(buf, "running", 7))
         return DDP_STATE_CPU;
+    if (!task_syscall_regs(buf, sp, pc))
+        *pc = 0;
     char *end;
     long nr = strtol(buf, &end, 10);
     if (nr == SYS_futex && sess_gil_lo) {
@@ -127,13 +134,15 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
     int unchanged = s->wfresh && cpu_now >= 0 && cpu_now == s->last_cpu_ns && last->label_id == label &&
                     s->wlast_tstate == tstate && last->state != DDP_STATE_CPU;
     ddp_record *rec = last;
+    int walk_again = 0;
     if (unchanged) {
         atomic_fetch_add_explicit(&sess_stats.wall_unchanged, 1, memory_order_relaxed);
     } else {
         rec = *scratch;
         memset(rec, 0, sizeof *rec);
         rec->event = DDP_EVENT_WALL;
-        rec->state = (uint8_t)thread_state_of(s, dwall, cpu_now);
+        uint64_t sp, pc;
+        rec->state = (uint8_t)thread_state_of(s, dwall, cpu_now, &sp, &pc);
         rec->tid = atomic_load_explicit(&s->tid, memory_order_relaxed);
         /* The thread runs on while we read it, so its label is read right before its
          * frames (not before the state above, whose /proc read can take 50 us), and again
@@ -157,6 +166,17 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         if (torn) {
             atomic_fetch_add_explicit(&sess_stats.dropped_torn[DDP_EVENT_WALL], 1, memory_order_relaxed);
             return; /* a torn read keeps its time for the next sample */
+        }
+        /* A blocked thread's native frames, from the registers its syscall line gave (a running
+         * one's are known only to its own signal handler: its CPU samples carry them).  Kept only
+         * if its clock stood still meanwhile: a thread that ran has left the stack they describe. */
+        if (sess_cfg.native_frames && pc) {
+            int python_depth = rec->depth;
+            /* none before the first tables are built (the session's first ticks): the next
+             * sample walks again rather than reuse this one through a long wait */
+            walk_again = !append_native_regs(rec, pc, sp, atomic_load(&ddp_read_mode_now));
+            if (cpu_now < 0 || thread_cpu_ns(s) != cpu_now)
+                cut_record(rec, python_depth);
         }
     }
     if (sess_cfg.merge_shadow)
@@ -189,7 +209,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
         if (bucket < 0)
             wall_flush(s); /* merging off */
     }
-    s->wfresh = fresh;
+    s->wfresh = fresh && !walk_again;
     s->wlast_tstate = tstate;
     s->last_wall_ns = now;
     s->last_cpu_ns = cpu_now;

@@ -130,6 +130,41 @@ def test_without_native_no_native_frames(ext_dir):
     assert set(res["leaves"]) == {"burn_it"}, res
 
 
+@pytest.mark.parametrize("flavour", ["fp", "nofp"])
+def test_wall_samples_of_a_blocked_thread_carry_the_native_frames_it_waits_in(ext_dir, flavour):
+    # GIVEN the extension's ddpx_wait -> ddpx_wait_inner -> nanosleep, blocked 0.6 s under the
+    #   Python function waits (the GIL released), while the main thread burns Python
+    # WHEN profiled for wall with native=True (and once with native=False)
+    # THEN nearly all of waits' wall time is in samples whose frames below it run through
+    #   ddpx_wait_inner with libc's sleep at the leaf; native=False keeps Python frames only
+    res = run(f'''
+        import importlib
+        m = importlib.import_module("_ddpx_{flavour}")
+        def waits():
+            m.lib.ddpx_wait(0.6)
+        def profile(native):
+            e = NativeEngine(SamplerConfig.make(events=("wall",), interval="10ms", native=native))
+            e.start()
+            t = threading.Thread(target=waits); t.start(); burn(0.3); t.join()
+            total = through = 0
+            kinds = collections.Counter()
+            for s in e.stop().samples():
+                names = [f.name for f in s.stack]
+                if s.event is EventType.WALL and "waits" in names:
+                    total += s.values[1]
+                    tail = below(s.stack, "waits")
+                    kinds.update(f.kind.name for f in tail)
+                    through += s.values[1] * ("ddpx_wait_inner" in [f.name for f in tail]
+                                              and os.path.basename(tail[-1].filename).startswith("libc"))
+            return total, through, kinds
+        e = native_engine(); e.start(); e.stop()  # (the first session builds the unwind tables)
+        emit(on=profile(True), off=profile(False))
+    ''', ext_dir)
+    total, through, _ = res["on"]
+    assert total >= 0.5e9 and through >= 0.9 * total, res
+    assert "NATIVE" not in res["off"][2] and res["off"][0] >= 0.5e9, res
+
+
 def test_numpy_matmul_runs_through_gemm_in_the_blas_library():
     # GIVEN numpy's matmul on one BLAS thread, called by the Python function crunch
     # WHEN profiled with native=True

@@ -62,6 +62,15 @@ uint64_t ddpx_burn(uint64_t rounds, uint64_t n)
         s += ddpx_mid(n);
     return s;
 }
+/* Blocked in the kernel two calls below the entry point (the GIL released by cffi). */
+__attribute__((noinline)) void ddpx_wait_inner(double seconds)
+{
+    struct timespec t = { (time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9) };
+    while (nanosleep(&t, &t) != 0)
+        ;
+    __asm__ __volatile__("" ::: "memory"); /* (not a tail call: this frame stays on the stack) */
+}
+void ddpx_wait(double seconds) { ddpx_wait_inner(seconds); __asm__ __volatile__("" ::: "memory"); }
 static volatile uint64_t handler_sink;
 static uint64_t handler_n;
 __attribute__((noinline)) static void ddpx_on_usr1(int sig) { (void)sig; handler_sink += ddpx_hot_b(handler_n); }
@@ -77,7 +86,7 @@ uint64_t ddpx_burn_in_handler(uint64_t n)
 }
 """
 EXT_CDEF = ("uint64_t ddpx_burn(uint64_t rounds, uint64_t n); uint64_t ddpx_burn_in_handler(uint64_t n);"
-            "double ddpx_share_a(void);")
+            "double ddpx_share_a(void); void ddpx_wait(double seconds);")
 FLAVOURS = {
     "fp": ["-O2", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"],
     "nofp": ["-O2", "-fomit-frame-pointer"],
@@ -230,7 +239,7 @@ def test_through_a_signal_frame(ext_dir):
 
 def test_bad_registers_keep_the_walked_part_and_mark_the_rest(ext_dir):
     # GIVEN walks started from registers no thread has: a null stack, an unmapped stack, a
-    #   stack of random words, and a JIT-like page (no unwind info) whose rbp points at a
+    #   stack of random words, a stack ending at a guard page, and a JIT-like page (no unwind info) whose rbp points at a
     #   made-up frame returning into ddpx_mid
     # WHEN walked
     # THEN none crashes; each keeps its first pc, stops, and says it is truncated; the JIT
@@ -257,11 +266,19 @@ def test_bad_registers_keep_the_walked_part_and_mark_the_rest(ext_dir):
         frame = ctypes.create_string_buffer(struct.pack("<QQ", 0, mid_ra) + bytes(64))
         fa = ctypes.addressof(frame)
         walk("jit", jit_pc, fa - 64, fa)
+        # a stack's end at its guard page: sp on the last words below a PROT_NONE page, rbp in it
+        two = mmap.mmap(-1, 8192, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(two))
+        ctypes.memset(base, 0xff, 8192)
+        assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(base + 4096), ctypes.c_size_t(4096), 0) == 0
+        walk("guard", hot + 1, base + 4096 - 8, base + 4096 + 64)
+        walk("guard_fp", jit_pc, base + 4096 - 16, base + 4096 + 64)
         emit(out=out, jit_pc=jit_pc, mid_ra=mid_ra)
     ''', ext_dir)
     out = res["out"]
     for name, (depth, flags, pcs) in out.items():
         assert depth >= 1 and flags & 1, (name, out[name])
     assert out["null"][0] == 1 and out["unmapped"][0] == 1, out
+    assert out["guard_fp"][0] == 1, out  # (its first read is in the guard page)
     jit_depth, _, jit_pcs = out["jit"]
     assert jit_pcs[:2] == [res["jit_pc"], res["mid_ra"] - 1], out["jit"]

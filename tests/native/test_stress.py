@@ -385,3 +385,30 @@ def test_threads_that_exit_before_stop_keep_their_clocks_cpu():
     for name, used in r["used"].items():
         got = r["cpu"].get(name, 0) / 1e9
         assert used - 0.02 - 0.1 * used <= got <= used * 1.05 + 0.005, (name, used, got, r["notes"])
+
+
+def test_wall_walks_native_stacks_of_threads_that_block_and_exit_at_1khz():
+    # GIVEN 500 threads that each block 2 ms in a sleep and exit, sampled for wall at 1 ms with
+    #   native frames (each blocked thread's stack unwound from outside while it may be exiting)
+    r = run_script(
+        """
+        from ddprof_nb.events import FrameKind
+        tasks_before = len(os.listdir("/proc/self/task"))
+        e = NativeEngine(SamplerConfig.make(events=("wall",), interval="1ms", native=True))
+        e.start()
+        for _ in range(10):
+            batch = [threading.Thread(target=time.sleep, args=(0.002,)) for _ in range(50)]
+            for t in batch: t.start()
+            for t in batch: t.join()
+        time.sleep(0.2)
+        p = e.stop()
+        native = sum(s.values[1] for s in p.samples() if any(f.kind is FrameKind.NATIVE for f in s.stack))
+        emit(native=native, wall=p.total("wall"), threads=len(p.threads),
+             tasks_before=tasks_before, tasks_after=len(os.listdir("/proc/self/task")))
+        """,
+        timeout=90,
+    )
+    # THEN nothing crashed, no thread of ours outlives stop, and the blocked threads' wall time
+    #   carried native frames (the main thread's 0.2 s sleep at least)
+    assert r["tasks_after"] == r["tasks_before"], r
+    assert r["threads"] > 50 and r["native"] >= 0.1e9, r
