@@ -163,6 +163,7 @@ int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (fl
 int append_native_regs(ddp_record *rec, uint64_t pc, uint64_t sp, int mode); /* a blocked thread's, from outside; how many */
 void cut_record(ddp_record *rec, int depth); /* frames cut back to depth (hash kept right) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
+int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts); /* a running thread's, from outside */
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's */
 int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */

@@ -172,7 +172,8 @@ static void cpu_prof_check(void)
 
 /* A thread whose timer lags (it ran 2 periods of CPU past its last accounting; 10 with native
  * frames) is sampled by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
- * weighing the CPU since its last accounting.  Only a thread that ran since the previous read
+ * weighing the CPU since its last accounting (with native frames on, its stack ends in a cut:
+ * its native frames are its own handler's to see).  Only a thread that ran since the previous read
  * and that /proc says is running or runnable (not in a syscall): its frames are where it is
  * burning CPU.  No signal: a SIGPROF sent after that read could find the thread gone to sleep
  * meanwhile and cut a C extension's poll, select or nanosleep short (EINTR, never restarted
@@ -196,7 +197,7 @@ static void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
         return;
     int64_t weight = cpu_now - acct;
     int mode = atomic_load(&ddp_read_mode_now);
-    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, ddp_now_ns());
+    int r = produce_outside(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, ddp_now_ns());
     if (r == PROD_OK) {
         atomic_fetch_add_explicit(&s->cpu_sampled, weight, memory_order_relaxed);
         atomic_fetch_add_explicit(&sess_stats.cpu_kicks, 1, memory_order_relaxed);

@@ -96,8 +96,10 @@ void cut_record(ddp_record *rec, int depth)
     rec->stack_hash = stack_hash_of(rec->flags, depth, (ddp_frame *)(rec + 1));
 }
 
+/* native_cut: a sample of another thread, taken from outside while it runs, whose native
+ * frames no one can see: with native frames on, its stack ends in a cut (shown as such). */
 static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
-                      int tstate_kind, int mode, int64_t ts)
+                      int tstate_kind, int mode, int64_t ts, int native_cut)
 {
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
@@ -114,6 +116,10 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
     rec->reserved = 0;
     rec->reserved2 = 0;
     int torn = walk_into(rec, tstate, mode) < 0;
+    if (!torn && native_cut && sess_cfg.native_frames && rec->depth < sess_cfg.max_depth) {
+        ((ddp_frame *)(rec + 1))[rec->depth] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
+        cut_record(rec, rec->depth + 1);
+    }
     ddp_ring_publish(sess_ring, ticket);
     if (torn) {
         atomic_fetch_add_explicit(&sess_stats.dropped_torn[event], 1, memory_order_relaxed);
@@ -126,7 +132,13 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
 {
     return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
-                      tstate_kind, mode, ts);
+                      tstate_kind, mode, ts, 0);
+}
+
+int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+{
+    return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
+                      tstate_kind, mode, ts, 1);
 }
 
 /* A record whose native frames are not the calling thread's own Python walk: `tstate`'s
@@ -220,7 +232,7 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
         else
             atomic_store_explicit(&own_segv_checked_ns, now, memory_order_relaxed);
     }
-    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now);
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now, 0);
     if (r == PROD_FULL)
         atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
@@ -242,7 +254,7 @@ int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t 
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
-    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts);
+    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts, 0);
     if (r == PROD_FULL)
         atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;

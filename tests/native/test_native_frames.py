@@ -135,8 +135,9 @@ def test_wall_samples_of_a_blocked_thread_carry_the_native_frames_it_waits_in(ex
     # GIVEN the extension's ddpx_wait -> ddpx_wait_inner -> nanosleep, blocked 0.6 s under the
     #   Python function waits (the GIL released), while the main thread burns Python
     # WHEN profiled for wall with native=True (and once with native=False)
-    # THEN nearly all of waits' wall time is in samples whose frames below it run through
-    #   ddpx_wait_inner with libc's sleep at the leaf; native=False keeps Python frames only
+    # THEN nearly all of waits' blocked wall time (state off-cpu: its start ran Python) is in
+    #   samples whose frames below it run through ddpx_wait_inner with libc's sleep at the
+    #   leaf; native=False keeps Python frames only
     res = run(f'''
         import importlib
         m = importlib.import_module("_ddpx_{flavour}")
@@ -150,7 +151,7 @@ def test_wall_samples_of_a_blocked_thread_carry_the_native_frames_it_waits_in(ex
             kinds = collections.Counter()
             for s in e.stop().samples():
                 names = [f.name for f in s.stack]
-                if s.event is EventType.WALL and "waits" in names:
+                if s.event is EventType.WALL and "waits" in names and s.labels.get("state") == "off-cpu":
                     total += s.values[1]
                     tail = below(s.stack, "waits")
                     kinds.update(f.kind.name for f in tail)

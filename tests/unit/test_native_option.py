@@ -125,3 +125,25 @@ def test_a_stripped_interpreter_keeps_the_frames_above_it():
     ids = m.merge(_raw([(0x1000, True), (0x2000, True)], [1, 2, 11, 12, 13]),
                   lambda code, fp, lasti: b.frame_id(Frame(py[code])))
     assert [b.frames[i].name for i in ids] == ["f1", "f2", "f", "g"]
+    # a walk cut before it reached the interpreter: [truncated] between the two
+    ids = m.merge(_raw([(0x1000, True), (0x2000, True)], [1, 2], cut=True),
+                  lambda code, fp, lasti: b.frame_id(Frame(py[code])))
+    assert [b.frames[i].name for i in ids] == ["f1", "f2", "[truncated]", "f", "g"]
+    # a cut through the interpreter's frames leaves them out as before
+    ids = m.merge(_raw([(0x1000, True), (0x2000, True)], [1, 11], cut=True),
+                  lambda code, fp, lasti: b.frame_id(Frame(py[code])))
+    assert [b.frames[i].name for i in ids] == ["f1", "f", "g"]
+
+
+def test_a_sample_with_no_native_frame_seen_ends_in_truncated():
+    # GIVEN Python frames f | g and only a cut (a running thread sampled from outside)
+    # WHEN merged THEN the Python frames under [truncated] at the leaf; without the cut, as they are
+    from ddprof_nb.engines.native.nativeframes import NativeMerger
+
+    b = _Builder()
+    m = NativeMerger(b, symbolizer=_Symbols({}))
+    py = {0x1000: "f", 0x2000: "g"}
+    ids = m.merge(_raw([(0x1000, False), (0x2000, True)], [], cut=True), lambda code, fp, lasti: b.frame_id(Frame(py[code])))
+    assert [b.frames[i].name for i in ids] == ["[truncated]", "f", "g"]
+    ids = m.merge(_raw([(0x1000, False), (0x2000, True)], []), lambda code, fp, lasti: b.frame_id(Frame(py[code])))
+    assert [b.frames[i].name for i in ids] == ["f", "g"]

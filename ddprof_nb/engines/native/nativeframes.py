@@ -80,9 +80,11 @@ class NativeMerger:
                     groups.append([])
         if not groups[-1]:
             groups.pop()
+        if not natives:  # none seen (a running thread sampled from outside): cut at the leaf
+            return ([self._cut] if cut else []) + [fid for g in groups for fid in g]
         resolved = [self._native(pc) for pc in natives]
         if groups and not self.keep_eval and not any(is_eval for _, is_eval in resolved):
-            return self._unnamed_interpreter(natives, resolved, groups)
+            return self._unnamed_interpreter(natives, resolved, groups, cut)
         out: list[int] = []
         g = 0
         for fid, is_eval in resolved:
@@ -98,16 +100,20 @@ class NativeMerger:
             out.extend(rest)
         return out
 
-    def _unnamed_interpreter(self, natives, resolved, groups) -> list[int]:
+    def _unnamed_interpreter(self, natives, resolved, groups, cut) -> list[int]:
         """No eval-loop frame could be named (a stripped interpreter: Debian's python3.14 keeps
         only exported symbols, and its eval loop is split in unnamed pieces): the native frames
         above the interpreter's own, then the Python frames; the interpreter's frames between
-        Python frames cannot be placed, and are left out."""
+        Python frames cannot be placed, and are left out.  A walk cut before it reached the
+        interpreter says so between the two."""
         out: list[int] = []
         for pc, (fid, _) in zip(natives, resolved):
             if self._in_interpreter(pc):
                 break
             out.append(fid)
+        else:
+            if cut:
+                out.append(self._cut)
         for g in groups:
             out.extend(g)
         return out
