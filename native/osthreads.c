@@ -47,6 +47,9 @@
 #define OBS_DEPTH 128
 #define OBS_EVERY 5    /* ticks between walks of the blocked Python threads while a pool runs */
 #define IDLE_SCANS 50  /* a full table gives up a thread idle this long for one that runs */
+#define WALL_EVERY 5   /* ticks between two WALL samples of one such thread (its weight: the time between) */
+#define OUTER_WALK 96  /* ... found by its own handler's walk this deep at most */
+#define OUTER_MAX 4    /* a running thread's WALL sample: its entry point's frames (from its last whole walk) */
 
 typedef struct {
     _Atomic int32_t tid;      /* 0: free */
@@ -62,6 +65,10 @@ typedef struct {
     int sightings;
     int idle;                 /* scans since its clock last moved */
     char comm[16];
+    int64_t wall_ns, wall_cpu_ns; /* its last WALL sample: when, and its clock then */
+    uint64_t outer[OUTER_MAX];    /* the outermost pcs of a whole walk of it (leaf first) */
+    _Atomic int n_outer;          /* (written after outer: by its handler once, by the wall thread) */
+    int outer_tries;              /* its handler's walks for them (a few: each costs a second walk) */
 } os_thread;
 
 typedef struct {
@@ -116,6 +123,15 @@ static void read_comm(int32_t tid, char out[16])
         out[n - 1] = 0;
 }
 
+/* The outermost frames of a whole walk (leaf-first pcs): the thread's entry point, which its
+ * running WALL samples show (its library is the pool's). */
+static void keep_outer(os_thread *t, const uint64_t *pcs, int n)
+{
+    int k = n < OUTER_MAX ? n : OUTER_MAX;
+    memcpy(t->outer, pcs + n - k, sizeof *pcs * (size_t)k);
+    atomic_store_explicit(&t->n_outer, k, memory_order_release);
+}
+
 int osthreads_signal(void *value)
 {
     os_thread *t = value;
@@ -133,6 +149,14 @@ int osthreads_signal(void *value)
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
     int r = produce_native(my_tid(), 0, 0, DDP_EVENT_CPU, 1, weight, 0, DDP_STATE_CPU, NULL, 0, mode, t0);
+    if (!atomic_load_explicit(&t->n_outer, memory_order_relaxed) && (sess_cfg.events & (1u << DDP_EVENT_WALL)) &&
+        t->outer_tries++ < 4) {
+        uint64_t pcs[OUTER_WALK]; /* (a pool thread's stack may be small: a bounded walk) */
+        uint16_t flags = 0;
+        int n = uw_unwind_own(pcs, OUTER_WALK, mode, &flags);
+        if (n > 0 && !(flags & UW_TRUNCATED))
+            keep_outer(t, pcs, n);
+    }
     t->carry = r == PROD_OK ? 0 : weight;
     if (r == PROD_OK)
         atomic_fetch_add_explicit(&t->sampled, weight, memory_order_relaxed);
@@ -350,6 +374,7 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         t->seen_ns = now;
         atomic_store(&t->acct_ns, t->base_ns);
         read_comm(tid, t->comm);
+        t->wall_ns = ddp_now_ns(), t->wall_cpu_ns = now; /* its wall time counts from here */
         if (arm(t, tid) != 0) {
             atomic_store(&t->tid, 0);
             return;
@@ -437,6 +462,48 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
 }
 
+/* ---- WALL samples of these threads (sessions with the wall event) -------------------------- */
+/* Each thread every WALL_EVERY ticks, weighing the time since its previous one: blocked, the
+ * native frames it waits in (from outside: the sp and pc of its /proc syscall line, kept if its
+ * clock stood still meanwhile); running, only its entry point's frames from its last whole
+ * walk (where it runs is its own CPU samples' to say).  pools.py puts them under their caller,
+ * or [native threads], where the explorer hides the idle ones. */
+static void wall_natives(int64_t now, int final_tick)
+{
+    int mode = atomic_load(&ddp_read_mode_now);
+    for (int i = 0; i < OS_MAX; i++) {
+        os_thread *t = &ost[i];
+        int32_t tid = atomic_load(&t->tid);
+        int64_t dwall = now - t->wall_ns;
+        if (!tid || t->sightings < 2 || dwall <= 0 || (!final_tick && dwall < WALL_EVERY * sess_cfg.interval_ns))
+            continue;
+        int64_t cpu = clock_ns(t->clock);
+        if (cpu < 0)
+            continue; /* gone: its last stretch is not known */
+        int state = cpu - t->wall_cpu_ns >= dwall / 2 ? DDP_STATE_CPU : DDP_STATE_OFFCPU;
+        uint64_t sp = 0, pc = 0, pcs[OBS_DEPTH];
+        int n = 0;
+        char buf[256];
+        if (state == DDP_STATE_OFFCPU && task_syscall_line(tid, buf, sizeof buf) > 0) {
+            if (!strncmp(buf, "running", 7))
+                state = DDP_STATE_CPU;
+            else if (task_syscall_regs(buf, &sp, &pc)) {
+                uint16_t flags = 0;
+                n = uw_unwind_regs(pc, sp, 0, pcs, OBS_DEPTH, mode, &flags);
+                if (clock_ns(t->clock) != cpu)
+                    n = 0; /* it ran meanwhile: not the stack those registers described */
+                else if (n > 0 && !(flags & UW_TRUNCATED))
+                    keep_outer(t, pcs, n);
+            }
+        }
+        if (n == 0 && (n = atomic_load_explicit(&t->n_outer, memory_order_acquire)) > 0)
+            memcpy(pcs, t->outer, sizeof *pcs * (size_t)n);
+        if (produce_native(tid, 0, 0, DDP_EVENT_WALL, 1, dwall, 0, state, pcs, n, mode, now) == PROD_FULL)
+            atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
+        t->wall_ns = now, t->wall_cpu_ns = cpu;
+    }
+}
+
 static void begin(void)
 {
     for (int i = 0; i < OS_MAX; i++)
@@ -467,7 +534,10 @@ void osthreads_tick(int64_t now, int final_tick)
         begin();
     /* final, or another tool's SIGPROF handler replaced ours: every timer goes (cpu.c stops
      * the Python threads' too), each thread's CPU so far kept */
+    int wall = (sess_cfg.events & (1u << DDP_EVENT_WALL)) != 0;
     if (final_tick || atomic_load(&sess_stats.prof_replaced)) {
+        if (wall && final_tick)
+            wall_natives(now, 1); /* (their wall time runs to the stop) */
         final();
         if (task_fd >= 0)
             close(task_fd);
@@ -500,6 +570,8 @@ void osthreads_tick(int64_t now, int final_tick)
                 atomic_store(&ost[i].tid, 0);
         }
     settle_tails();
+    if (wall)
+        wall_natives(now, 0);
     uint64_t a = (uint64_t)n_armed();
     if (a > st.armed_max)
         st.armed_max = a;

@@ -418,6 +418,11 @@ __attribute__((noinline)) static int walk_here(uint64_t *pcs, int max, int mode,
     return walk(pc, sp, fp, pcs, max, mode, flags, restart);
 }
 
+int uw_unwind_own(uint64_t *pcs, int max, int mode, uint16_t *flags)
+{
+    return walk_here(pcs, max, mode, flags, 1);
+}
+
 /* This module's executable range (its frames are the profiler's, never shown). */
 static uintptr_t own_lo, own_hi;
 

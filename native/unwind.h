@@ -49,6 +49,8 @@ uw_table eh_build(uintptr_t hdr, uintptr_t seg_lo, uintptr_t seg_hi, uintptr_t l
  * Async-signal-safe; a faulting read ends the walk, keeping what was found. */
 int uw_unwind(const ucontext_t *uc, uint64_t *pcs, int max, int mode, uint16_t *flags);
 int uw_unwind_regs(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, int mode, uint16_t *flags);
+/* From a signal handler: the interrupted stack of the calling thread, as uw_unwind's. */
+int uw_unwind_own(uint64_t *pcs, int max, int mode, uint16_t *flags);
 
 /* The calling thread's own native frames (from its SIGPROF handler: the interrupted ones;
  * from a hook: below the profiler's frames) as ddp_frames (DDP_NATIVE_CODE, then

@@ -2,8 +2,9 @@
 
 A cell profiled in a kernel also samples the kernel's machinery (IOPub, Heartbeat,
 Control, the shell channel, output watchers, an idle event loop) and the profiler's
-own work.  In wall and park views they swamp the user's code, so every view of the
-explorer leaves them out by default (one toggle shows them) and lists the user's
+own work, and pools of threads that run no Python wait for work.  In wall and park views they
+swamp the user's code, so every view of the explorer leaves them out by default (one toggle
+shows them) and lists the user's
 threads first, MainThread at the head.  Pure: reads Profiles, imports no widget.
 """
 
@@ -14,10 +15,11 @@ import re
 import numpy as np
 
 from ..model import selection as aggregate
+from ..events import EventType
 from ..model import Profile, Thread
 
-__all__ = ["KERNEL_FRAMES", "IDLE_FRAMES", "KERNEL_THREAD_NAMES", "OWN_FRAMES", "Machinery", "find_machinery", "hide_machinery",
-           "user_first"]
+__all__ = ["KERNEL_FRAMES", "IDLE_FRAMES", "KERNEL_THREAD_NAMES", "OWN_FRAMES", "NATIVE_THREADS_ROOT", "Machinery",
+           "find_machinery", "hide_machinery", "idle_pool_rows", "user_first"]
 
 # Frames of a kernel's machinery: a thread whose every frame matches ran nothing of the user's.
 KERNEL_FRAMES = (
@@ -36,15 +38,26 @@ KERNEL_THREAD_NAMES = re.compile(
 OWN_FRAMES = r"^\[ddprof_nb "
 
 
-class Machinery:
-    """What ``hide_machinery`` left out: thread names, and the samples of our own work."""
+# Threads that run no Python waiting for work (a BLAS or database pool between calls): their
+# wall samples under this root, not running, would swamp the wall view as a kernel's threads do.
+NATIVE_THREADS_ROOT = "[native threads]"
 
-    def __init__(self, threads: tuple[str, ...] = (), own_samples: int = 0):
+
+class Machinery:
+    """What ``hide_machinery`` left out: thread names, the samples of our own work, and the
+    idle wall samples of threads that run no Python."""
+
+    def __init__(self, threads: tuple[str, ...] = (), own_samples: int = 0, idle_pool_samples: int = 0):
         self.threads = threads
         self.own_samples = own_samples
+        self.idle_pool_samples = idle_pool_samples
+
+    def __add__(self, other: "Machinery") -> "Machinery":
+        return Machinery(tuple(dict.fromkeys(self.threads + other.threads)), self.own_samples + other.own_samples,
+                         self.idle_pool_samples + other.idle_pool_samples)
 
     def __bool__(self) -> bool:
-        return bool(self.threads or self.own_samples)
+        return bool(self.threads or self.own_samples or self.idle_pool_samples)
 
     def describe(self) -> str:
         """``"hid 6 kernel threads and 12 samples of the profiler's own work"``, or ``""``."""
@@ -54,6 +67,9 @@ class Machinery:
             parts.append(f"{n} kernel/profiler thread{'s' if n != 1 else ''}")
         if self.own_samples:
             parts.append(f"{self.own_samples:,} sample{'s' if self.own_samples != 1 else ''} of the profiler's own work")
+        if self.idle_pool_samples:
+            n = self.idle_pool_samples
+            parts.append(f"{n:,} idle wall sample{'s' if n != 1 else ''} of threads that run no Python")
         return "hid " + " and ".join(parts) if parts else ""
 
 
@@ -76,18 +92,32 @@ def find_machinery(profile: Profile) -> list[int]:
     return out
 
 
+def idle_pool_rows(profile: Profile) -> np.ndarray:
+    """Rows of wall samples of threads that run no Python, under ``[native threads]`` (no
+    Python line asked for their work then) and not running: a pool waiting for work."""
+    if not len(profile):
+        return np.zeros(0, dtype=bool)
+    under_root = np.array([bool(st) and profile.frames[st[0]].name == NATIVE_THREADS_ROOT for st in profile.stacks]
+                          or [False])
+    not_running = np.array([ls.get("state") not in (None, "cpu") for ls in profile.labelsets] or [False])
+    return (profile.event == EventType.WALL.value) & under_root[profile.stack] & not_running[profile.labels]
+
+
 def hide_machinery(profile: Profile) -> tuple[Profile, Machinery]:
-    """``profile`` without the machinery threads and without the samples of the profiler's
-    own work; and what was left out."""
+    """``profile`` without the machinery threads, the samples of the profiler's own work and
+    the idle wall samples of threads that run no Python; and what was left out."""
     hidden = find_machinery(profile)
     own = aggregate._stacks_containing(profile, aggregate.frame_matches(profile, OWN_FRAMES))[profile.stack] \
         if len(profile) else np.zeros(0, dtype=bool)
-    rows = ~own & ~np.isin(profile.thread, hidden)
+    idle = idle_pool_rows(profile)
+    in_hidden = np.isin(profile.thread, hidden)
+    rows = ~own & ~idle & ~in_hidden
     if rows.all():
         return profile, Machinery()
-    own_samples = int(profile.values[own & ~np.isin(profile.thread, hidden), 0].sum())
+    own_samples = int(profile.values[own & ~in_hidden, 0].sum())
+    idle_samples = int(profile.values[idle & ~own & ~in_hidden, 0].sum())
     names = tuple(profile.threads[i].name for i in hidden)
-    return aggregate._select(profile, rows), Machinery(names, own_samples)
+    return aggregate._select(profile, rows), Machinery(names, own_samples, idle_samples)
 
 
 def _rank(t: Thread) -> tuple:

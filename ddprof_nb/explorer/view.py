@@ -74,8 +74,7 @@ class Views:
         base_before = None
         if self.diff:
             base_before, hidden_before = hide_machinery(before)
-            hidden = Machinery(tuple(dict.fromkeys(hidden.threads + hidden_before.threads)),
-                               hidden.own_samples + hidden_before.own_samples)
+            hidden = hidden + hidden_before
         if len(profile) and not len(base):  # nothing but machinery: hide nothing
             base, base_before, hidden = profile, before, Machinery()
         self.hidden = hidden  # what the views leave out unless ``show_machinery``

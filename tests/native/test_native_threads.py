@@ -250,3 +250,47 @@ def test_threads_beyond_the_bound_are_counted_and_no_timer_outlives_the_session(
     assert r["timers_left"] == 0
     # AND the pool's threads took the places of idle ones: its CPU is under its caller
     assert r["caller"] >= 0.8 * 0.4e9, r["stacks"]
+
+
+def test_wall_of_pool_threads_working_goes_under_the_caller_and_idle_time_is_hidden(ext_dir):
+    # GIVEN 2 idle pool threads held through a CPU+wall session, and a call that runs 2 pthreads
+    #   burning 0.3 s of CPU each while the Python caller waits
+    r = run_script(f"""
+        sys.path.insert(0, {ext_dir!r})
+        from _ddp_ntpool import lib as pool
+        from ddprof_nb.explorer.threads import idle_pool_rows
+        pool.pool_hold(2)
+        def caller():
+            pool.pool_run(2, 0.3)
+        cfg = dict(events=("cpu", "wall"), interval="10ms", native_threads="attribute")
+        e = NativeEngine(SamplerConfig.make(**cfg)); e.start(); e.stop()  # (unwind tables built)
+        e = NativeEngine(SamplerConfig.make(**cfg))
+        e.start(); t0 = time.monotonic(); caller(); time.sleep(0.2); took = time.monotonic() - t0; p = e.stop()
+        pool.pool_unhold()
+        me = threading.get_native_id()
+        working = other_pool = 0
+        idle_stacks = collections.Counter()
+        for s in p.samples():
+            if s.event is not EventType.WALL or s.thread.tid == me:
+                continue
+            names = [f.name for f in s.stack]
+            if "caller" in names and any(n.startswith("[pool: ") for n in names):
+                working += s.values[1]
+            elif names[:1] == ["[native threads]"] and s.labels.get("state") == "off-cpu":
+                idle_stacks[names[1]] += s.values[1]  # (numpy's BLAS pool idles there too)
+            else:
+                other_pool += s.values[1]
+        rows = idle_pool_rows(p)
+        hidden = int(p.values[rows, 1].sum())
+        emit(working=working, idle=sum(v for k, v in idle_stacks.items() if k.startswith("[_ddp_ntpool")),
+             other=other_pool, hidden=hidden, took=took, idle_all=sum(idle_stacks.values()), main_wall=sum(s.values[1] for s in p.samples()
+                                                          if s.event is EventType.WALL and s.thread.tid == me))
+        """, timeout=120)
+    # THEN the working threads' wall (~0.6 s in all) is under the caller's line, on their own
+    #   threads (the caller's wall is its own: ~the session)
+    assert r["working"] >= 0.8 * 0.6e9, r
+    assert r["main_wall"] <= 1.1 * r["took"] * 1e9 + 0.1e9, r
+    # AND the 2 held threads' wall (~2 x the session) is idle time under [native threads] ->
+    #   their library, which the explorer hides by default
+    assert r["idle"] >= 0.8 * 2 * r["took"] * 1e9, r
+    assert r["hidden"] == r["idle_all"], r

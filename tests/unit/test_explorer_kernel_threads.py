@@ -119,3 +119,29 @@ def test_banner_is_one_line_with_details_one_click_away():
     assert "hid 1 idle kernel thread(s) (Control)" in items[1]
     assert "Heartbeat, IOPub, Thread-3 (_watch_pipe_fd), Thread-4" in details
     assert "dropped" not in ex.status.value
+
+
+def test_idle_wall_time_of_threads_that_run_no_python_is_hidden_until_shown():
+    # GIVEN wall samples: the cell (40, running), a BLAS pool thread working for it under its
+    #   line (30), the same thread waiting for work under [native threads] (500, off-cpu) and
+    #   spinning there (10, running), and a C allocation of it under [native threads] (no state)
+    native_root = Frame("[native threads]", kind=FrameKind.THREAD)
+    lib = Frame("[libopenblas.so]", "/venv/libopenblas.so", kind=FrameKind.NATIVE)
+    name = Frame("blas-1", kind=FrameKind.THREAD)
+    pool = Frame("[pool: blas-1]", kind=FrameKind.THREAD)
+    b = ProfileBuilder(Metadata(start_ns=0, end_ns=600 * MS, engine="native"))
+    cpu, off = b.labels_id({"state": "cpu"}), b.labels_id({"state": "off-cpu"})
+    main, blas = b.thread_id(1, "MainThread"), b.thread_id(9, "blas-1")
+    b.add(EventType.WALL, b.stack_of([CELL, WORK]), main, cpu, 0, 40, 40 * MS)
+    b.add(EventType.WALL, b.stack_of([CELL, WORK, pool, lib]), blas, cpu, 0, 30, 30 * MS)
+    b.add(EventType.WALL, b.stack_of([native_root, lib, name]), blas, off, 0, 500, 500 * MS)
+    b.add(EventType.WALL, b.stack_of([native_root, lib, name]), blas, cpu, 0, 10, 10 * MS)
+    b.add(EventType.ALLOC, b.stack_of([native_root, lib, name]), blas, 0, 0, 7, 7 << 20)
+    p = b.build()
+    # WHEN the machinery is hidden THEN the idle 500 go, the rest stays, and the banner says so
+    view, hidden = hide_machinery(p)
+    assert view.total("wall", 0) == 80 and view.total("alloc", 0) == 7, view
+    assert hidden.idle_pool_samples == 500 and not hidden.threads
+    assert "500 idle wall samples of threads that run no Python" in hidden.describe()
+    # AND shown (the toggle: no hiding), everything is there
+    assert p.total("wall", 0) == 580

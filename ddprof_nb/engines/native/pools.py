@@ -15,6 +15,9 @@ record in it, within ``window_ns`` or two time ticks), cut just above its first 
 ``[native threads]`` -> ``[library]`` -> thread name.  Event-agnostic: a row's event is kept,
 so a pool thread's C allocation (ALLOC, and its LIVE row at stop, recorded with the thread's
 native stack by ``nalloc.c``) goes where its CPU would, its ``[malloc]``-like type leaf last.
+A WALL sample of such a thread goes under its caller only while it runs (blocked, it is
+waiting for work for all its sample can tell), and stays on its own thread: the caller's
+wall time is its own.
 
 Limits: two Python threads inside one library at once get each pool sample by nearness in
 time alone; a pool that keeps working after its caller returned (asynchronous work) goes
@@ -39,7 +42,7 @@ __all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
 NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
 # the C runtime and loader: every thread starts and waits in them, no pool is theirs
 _RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt)[.-][^/]*$")
-_CPU = EventType.CPU.value
+_CPU, _WALL = EventType.CPU.value, EventType.WALL.value
 # what a note says of each event's pool rows: (event, what it is, how its quantity is shown)
 _NOTED = ((EventType.CPU, "of CPU", format_duration), (EventType.ALLOC, "allocated", format_bytes),
           (EventType.LIVE, "live at stop", format_bytes))
@@ -140,6 +143,7 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     inside = _inside(profile, libs, ~is_pool)  # (any event a thread records of itself carries its native frames)
     leaf_kept = [f.kind is FrameKind.ALLOC_TYPE for f in profile.frames]  # an allocation's type leaf stays
     thread_col, stack_col = profile.thread.copy(), profile.stack.copy()
+    running = [ls.get("state") == "cpu" for ls in profile.labelsets]
 
     def python_only(stack) -> tuple[int, ...]:
         # (native frames collected only to find libraries; a native walk's cut inside the stack goes too)
@@ -156,8 +160,10 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
         lib_frame = t.frame(Frame(f"[{_short(lib) if lib else 'unknown'}]", lib or "", kind=FrameKind.NATIVE))
         leaf = tuple(f for f in own if leaf_kept[f])
         tail = tuple(own) if keep_native or not lib else (lib_frame,) + leaf
-        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if lib else None
         event, quantity = int(profile.event[row]), int(profile.values[row, 1])
+        # (a pool thread blocked is waiting for work, for all its wall sample can tell: its own)
+        asked = lib and (event != _WALL or running[int(profile.labels[row])])
+        caller = _nearest(inside.get(lib, ()), int(profile.time_ns[row]), window, span_ns) if asked else None
         if raw:
             stack_col[row] = t.stack(tail)
         elif caller is None:
@@ -170,7 +176,8 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
             cut = next((i for i, f in enumerate(theirs) if libs[f] == lib), len(theirs))
             prefix = tuple(theirs[:cut]) if keep_native else python_only(theirs[:cut])
             stack_col[row] = t.stack(prefix + (t.frame(Frame(f"[pool: {name}]", kind=FrameKind.THREAD)),) + tail)
-            thread_col[row] = profile.thread[caller]
+            if event != _WALL:  # (a thread's wall time is its own: on the caller's it would count twice)
+                thread_col[row] = profile.thread[caller]
     if not keep_native:
         for row in np.flatnonzero(~is_pool).tolist():
             stack_col[row] = t.stack(python_only(profile.stacks[int(profile.stack[row])]))
