@@ -41,6 +41,7 @@ Goal: 0 dropped, overhead <= 2 %.
 
     native8      8 native threads, 10 ms
     native32     32 native threads, 10 ms
+    native8_wall, native32_wall   the same, cpu+wall (their WALL samples every 5th tick too)
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ def run_row(name: str, seconds: float) -> dict:
     }
 
 
-NATIVE_ROWS = {"native8": 8, "native32": 32}
+NATIVE_ROWS = {"native8": (8, ("cpu",)), "native32": (32, ("cpu",)),
+               "native8_wall": (8, ("cpu", "wall")), "native32_wall": (32, ("cpu", "wall"))}
 _POOL = r"""
 #include <pthread.h>
 static long iters;
@@ -204,12 +206,12 @@ def run_native_row(name: str, pairs: int, call_s: float = 0.4) -> dict:
     from ddprof_nb.engines.native import NativeEngine
     from ddprof_nb.events import EventType
 
-    n = NATIVE_ROWS[name]
+    n, events = NATIVE_ROWS[name]
     pool = _native_pool()
     t = time.perf_counter()
     pool.pool_work(n, 2_000_000)
     each = max(1, int(2_000_000 * call_s / max(time.perf_counter() - t, 1e-3)))  # a call of ~call_s
-    config = SamplerConfig.make(events=("cpu",), interval="10ms", native_threads="attribute")
+    config = SamplerConfig.make(events=events, interval="10ms", native_threads="attribute")
 
     def once(profiled: bool):
         engine = NativeEngine(config) if profiled else None
