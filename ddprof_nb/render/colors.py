@@ -36,6 +36,7 @@ def _stdlib_dirs() -> tuple[str, ...]:
 _STDLIB_DIRS = _stdlib_dirs()
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ddprof_nb itself
 _LIB_RE = re.compile(r"/lib/python\d\.\d+t?/(?:(site|dist)-packages/)?")
+_ABI_TAG = re.compile(r"\.(cpython-[^.]*|abi3|pypy[^.]*)$")
 _CELL_RE = re.compile(r"(?:ipykernel_\d+/\d+\.py$|^<ipython-input-|^<cell|^Cell In\[)")
 
 
@@ -53,6 +54,8 @@ def module_of(frame: Frame) -> str:
 # and path walks cost ~0.1 s per redraw of a 4000-function profile).
 @functools.lru_cache(maxsize=1 << 14)
 def _module_of(kind: FrameKind, filename: str) -> str:
+    if kind is FrameKind.NATIVE and filename:
+        return _library_of(filename.replace("\\", "/"))
     if kind is not FrameKind.PYTHON:
         return f"[{kind.label}]"
     fn = (filename or "").replace("\\", "/")
@@ -73,6 +76,19 @@ def _module_of(kind: FrameKind, filename: str) -> str:
             return top[:-3] if top.endswith(".py") else top
     base = fn.rsplit("/", 1)[-1]
     return base[:-3] if base.endswith(".py") else base
+
+
+def _library_of(path: str) -> str:
+    """A native frame's library as a module: an installed package's own (its extension modules
+    and the libraries its wheel vendors, ``numpy.libs/``) is that package, coloured as its
+    Python frames; any other is the file's name without its version (``libc``, ``libpython3.11``)."""
+    found = list(_LIB_RE.finditer(path))
+    if found:
+        top = path[found[-1].end():].split("/")[0]
+        return top[: -len(".libs")] if top.endswith(".libs") else top
+    base = path.rsplit("/", 1)[-1]
+    base = base.split(".so", 1)[0] if ".so" in base else base
+    return _ABI_TAG.sub("", base)  # (an extension module: its name)
 
 
 def is_library(frame: Frame) -> bool:
@@ -134,6 +150,8 @@ def frame_color(frame: Frame) -> str:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _frame_color(kind: FrameKind, filename: str) -> str:
+    if kind is FrameKind.NATIVE and filename:  # by library, as Python frames are by package
+        return color_for(_module_of(kind, filename))
     return _KIND_COLORS.get(kind) or color_for(_module_of(kind, filename))
 
 

@@ -294,6 +294,23 @@ def test_colours_are_stable_per_package_and_not_random():
     assert F.color_for("numpy") == "#a4d6df"
 
 
+def test_native_frames_are_coloured_by_library():
+    # GIVEN native frames of numpy's extension, of the BLAS its wheel vendors, of libc, of an
+    #   extension module outside site-packages, and one with no library
+    site = "/venv/lib/python3.11/site-packages/"
+    ext = Frame("gemm", site + "numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so", kind=FrameKind.NATIVE)
+    blas = Frame("dgemm_", site + "numpy.libs/libscipy_openblas64_-ff651d7f.so", kind=FrameKind.NATIVE)
+    libc = Frame("memcpy", "/usr/lib/x86_64-linux-gnu/libc.so.6", kind=FrameKind.NATIVE)
+    mine = Frame("work", "/tmp/build/_mine.cpython-311-x86_64-linux-gnu.so", kind=FrameKind.NATIVE)
+    nowhere = Frame("[anon]+0x10", kind=FrameKind.NATIVE)
+    # THEN an installed package's native frames are that package, coloured as its Python frames;
+    #   others are their library's name; each library its own colour
+    assert F.module_of(ext) == F.module_of(blas) == F.module_of(Frame("x", NUMPY, 1, 1)) == "numpy"
+    assert F.frame_color(ext) == F.frame_color(Frame("x", NUMPY, 1, 1))
+    assert (F.module_of(libc), F.module_of(mine), F.module_of(nowhere)) == ("libc", "_mine", "[native]")
+    assert len({F.frame_color(f) for f in (ext, libc, mine, nowhere)}) == 4
+
+
 def test_node_colours_keep_dark_text_readable():
     # GIVEN many module names WHEN coloured THEN dark node text keeps a 4.5:1 contrast
     text = _luminance(F.TEXT_COLOR)
