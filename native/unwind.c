@@ -381,6 +381,11 @@ static int walk(uint64_t pc, uint64_t sp, uint64_t fp, uint64_t *pcs, int max, i
                 break;
             if (row->fp_off != UW_FP_SAME && ddp_safe_read(&fp, cfa + row->fp_off, 8, mode))
                 break;
+            /* A return address into no loaded object (data: seen inside numpy's sort kernels)
+             * is this rule misapplied here, or a JIT caller: no frame of it; the stack above
+             * is searched as where no rule applies. */
+            if (ra >= 4096 && !find_lib(snap, ra - 1) && !scan_for_return(snap, look, cfa, mode, &cfa, &ra))
+                break;
         } else {
             /* no rule: rbp as a frame pointer if it leads into code, else a scan of the stack
              * for a return address (hand-written assembly without CFI: BLAS kernels) */

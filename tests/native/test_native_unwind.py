@@ -273,9 +273,22 @@ def test_bad_registers_keep_the_walked_part_and_mark_the_rest(ext_dir):
         assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(base + 4096), ctypes.c_size_t(4096), 0) == 0
         walk("guard", hot + 1, base + 4096 - 8, base + 4096 + 64)
         walk("guard_fp", jit_pc, base + 4096 - 16, base + 4096 + 64)
-        emit(out=out, jit_pc=jit_pc, mid_ra=mid_ra)
+        # a rule that reads a return address into data (no object's code): at ddpx_share_a's
+        # entry (CFA = rsp + 8) the stack's first word points into a bytes buffer, and a real
+        # return address (just after a call in ddpx_burn) lies two words above
+        burn_at = addr(m, "ddpx_burn")
+        code = ctypes.string_at(burn_at, 96)
+        real_ra = burn_at + code.index(bytes([0xE8])) + 5
+        data = ctypes.create_string_buffer(256)
+        stack = ctypes.create_string_buffer(struct.pack("<QQQ", ctypes.addressof(data) + 64, 0, real_ra) + bytes(512))
+        walk("ra_in_data", addr(m, "ddpx_share_a"), ctypes.addressof(stack), 0)
+        emit(out=out, jit_pc=jit_pc, mid_ra=mid_ra, real_ra=real_ra, data_at=ctypes.addressof(data))
     ''', ext_dir)
     out = res["out"]
+    # the return address into data is no frame: the walk goes on at the real one above it
+    ra_depth, _, ra_pcs = out.pop("ra_in_data")
+    assert ra_depth >= 2 and ra_pcs[1] == res["real_ra"] - 1, (ra_pcs, res)
+    assert not any(res["data_at"] <= pc < res["data_at"] + 256 for pc in ra_pcs), ra_pcs
     for name, (depth, flags, pcs) in out.items():
         assert depth >= 1 and flags & 1, (name, out[name])
     assert out["null"][0] == 1 and out["unmapped"][0] == 1, out
