@@ -69,9 +69,9 @@ class Explorer(W.VBox):
         self.state = ViewState(event=first.label, min_pct=min_pct, max_nodes=max_nodes, top_n=top_n,
                                top_sort="change" if self.diff else "self")
         t0 = time.perf_counter()
-        self.view: View = self.views.of(self.state)  # the view drawn now
+        first_view = self.views.of(self.state)
         self.timings: dict[str, float] = {"view": time.perf_counter() - t0}  # seconds, the last update's steps
-        self.drawing = Drawing(self.views, self.view, on_select=self.select_function,
+        self.drawing = Drawing(self.views, first_view, on_select=self.select_function,
                                on_time_range=self.set_time_range, on_sort=lambda key: self._edit({"top_sort": key}))
         self.timings["update"] = time.perf_counter() - t0
         self.controls = Controls(self.views, self.state, events, on_change=self._edit,
@@ -139,6 +139,11 @@ class Explorer(W.VBox):
         return self.state.more_in_force()
 
     @property
+    def view(self) -> View:
+        """The view drawn now (``Views.of(state)`` at the last change)."""
+        return self.drawing.view
+
+    @property
     def flame_data(self) -> F.FlameData:
         """The flame chart's current data (ids, labels, values, colours, hover)."""
         return self.view.flame
@@ -159,9 +164,9 @@ class Explorer(W.VBox):
         try:
             t0 = time.perf_counter()
             self.state = state
-            self.view = self.views.of(state)
+            view = self.views.of(state)
             view_s = time.perf_counter() - t0
-            self.timings = {"view": view_s, **self.drawing.draw(self.view, open_sandwich=open_sandwich, started=t0)}
+            self.timings = {"view": view_s, **self.drawing.draw(view, open_sandwich=open_sandwich, started=t0)}
             self.controls.mark(state)
         finally:
             self._busy = False

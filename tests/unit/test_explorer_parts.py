@@ -217,3 +217,24 @@ def test_the_static_output_is_a_function_of_the_view(views):
     assert "<svg" in bundle["text/html"] and "ddprof-static" in bundle["text/html"]
     assert static_view.top_now(only_g, 5)[1] == 30 * MS
     assert "ddprof-static-fallback" in static_view.fallback_html(bundle["text/html"])
+
+
+# -- the Explorer's wiring ------------------------------------------------------------------
+
+
+def test_the_explorer_wires_a_change_through_the_state_to_the_drawing_and_back(sent):
+    from ddprof_nb.explorer import Explorer
+
+    ex = Explorer(profile())
+    ex.inverted_tb.value = True
+    assert ex.state == CPU.replace(inverted=True, top_sort="self") and ex.controls.shown is ex.state
+    assert ex.view.state is ex.state and sent == [ex.flame]
+    ex.focus_txt.value = "f("  # a bad regex: the last good view stays, the text as typed
+    assert ex.state.focus == "" and "keeping" in ex.message.value and ex.focus_txt.value == "f("
+    sent.clear()
+    ex.search_txt.value = "g"  # a search selects its heaviest match and opens its sandwich
+    assert ex.state.selected == G and ex.sandwich.data is not None and ex.flame in sent
+    ex.set_time_range((0, 50))
+    assert ex.state.time_range == (0, 50 * MS) and not ex.range_btn.disabled and ex.more_tb.description == "more (1)"
+    ex.range_btn.click()
+    assert ex.state.time_range is None and ex.range_btn.disabled
