@@ -18,7 +18,7 @@ from ..model.top import GROUPS
 from .chips import TransformBar
 from .threads import Machinery, user_first
 from .view import Views
-from .view_state import CLEARED, ViewState
+from .view_state import CLEARED, TYPED, ViewState
 
 __all__ = ["Controls", "thread_options", "banner_html"]
 
@@ -54,7 +54,6 @@ _TIPS = {
 
 
 _WRAP = dict(flex_flow="row wrap", align_items="center")
-_TEXTS = ("focus", "ignore", "hide", "labels")  # typed filters: a bad one keeps the last good value
 
 
 class Controls:
@@ -130,7 +129,7 @@ class Controls:
         self._report(**{field: self._TYPES.get(field, lambda v: v)(value)})
 
     def _on_text(self, _change) -> None:
-        self._report(**{name: getattr(self, f"{name}_txt").value for name in _TEXTS})
+        self._report(**{name: getattr(self, f"{name}_txt").value for name in TYPED})
 
     def _on_machinery(self, change) -> None:
         """The kernel's threads and the profiler's work shown (or hidden): the thread list
@@ -173,7 +172,7 @@ class Controls:
         self.threads_sel.value = tuple(t for t in state.threads if t in offered)
         self.search_txt.value = state.search
         if self.more_made:
-            for name in _TEXTS:
+            for name in TYPED:
                 getattr(self, f"{name}_txt").value = getattr(state, name)
 
     def mark(self, state: ViewState) -> None:
@@ -264,7 +263,7 @@ class Controls:
         self._tips()
         self._wire(self.MORE_FIELDS)
         self.machinery_tb.observe(self._on_machinery, names="value")
-        for name in _TEXTS:
+        for name in TYPED:
             getattr(self, f"{name}_txt").observe(self._on_text, names="value")
         self.clear_btn.on_click(lambda _: self._on_clear())
         self.range_btn.on_click(lambda _: self._report(time_range=None))

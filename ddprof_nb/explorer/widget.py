@@ -29,11 +29,9 @@ from .controls import Controls
 from .drawing import Drawing
 from .figure_widget import send_bundle
 from .view import View, Views, status_text
-from .view_state import CLEARED, ViewState, parse_label_filter
+from .view_state import CLEARED, TYPED, ViewState, parse_label_filter
 
 __all__ = ["Explorer", "parse_label_filter"]
-
-_TEXTS = ("focus", "ignore", "hide", "labels")  # checked by ``ViewState.edited``
 
 
 class Explorer(W.VBox):
@@ -177,7 +175,7 @@ class Explorer(W.VBox):
         if self._busy:
             return
         changes = dict(changes)
-        texts = {k: changes.pop(k) for k in _TEXTS if k in changes}
+        texts = {k: changes.pop(k) for k in TYPED if k in changes}
         state = self.state.replace(**changes)
         if texts:
             state, errors = state.edited(**texts)
