@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     change("transform added (drop function)",
            lambda r: ex.transform_bar.add("drop function", "^func_1[0-9]$" + "(?:)" * r),
            lambda: ex.transform_bar.remove(0))
-    change("sandwich open (top function)", lambda r: ex.select_function(ex._function_of(ex._top[r % 3])),
+    change("sandwich open (top function)", lambda r: ex.select_function(ex.drawing.function_of(ex.drawing.top_rows[r % 3])),
            lambda: ex.sandwich.hide())
 
     from ddprof_nb.model import selection

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
 
     from ddprof_nb import render as F
     from ddprof_nb.explorer.figure_widget import _classes, figure_widget_class
-    from ddprof_nb.explorer.pipeline import DRAW_NODES
+    from ddprof_nb.explorer.view_state import DRAW_NODES
 
     figure_widget_class()
     bundle = _classes["bundle"].decode("utf-8")

@@ -1,4 +1,5 @@
-"""The explorer: ``widget`` (the ipywidgets ``Explorer``, drawing with ``ddprof_nb.render``)
+"""The explorer: ``widget`` (the ipywidgets ``Explorer``, a shell over a ``view_state.ViewState``
+that ``view.Views`` turns into a view; its parts ``controls``, ``drawing`` and ``static_view``)
 and ``sources`` (source text).  ``Explorer`` is imported lazily: ipywidgets and plotly
 load only when one is made."""
 

@@ -1,86 +1,65 @@
-"""The Explorer's output without a widget frontend: a static flame graph (HTML/SVG, no
-JavaScript) and a text top table for terminals, nbconvert and notebook viewers, and
-the self-contained HTML report.  A mixin of ``Explorer``."""
+"""The Explorer's output without a widget frontend, as plain functions of a view: a static
+flame graph (HTML/SVG, no JavaScript) and a text top table for terminals, nbconvert and
+notebook viewers, the page the explorer shows before (or instead of) its widget, and the
+self-contained HTML report."""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from ..model import top as _top
 from .. import render as F
 from ..exporters.files import write_atomic
 from ..render.figures import report as interactive_report
+from .view import View
 
-__all__ = ["StaticMixin"]
+__all__ = ["top_now", "top_text", "static_html", "fallback_bundle", "fallback_html", "write_report"]
 
 
-class StaticMixin:
-    """``_repr_mimebundle_``, ``_ipython_display_``, ``static_html``, ``top_text``, ``to_html``."""
+def top_now(v: View, n: int) -> tuple[list, int]:
+    """The top ``n`` functions of ``v`` (by self) and the view's total."""
+    e, vi = v.event, v.state.value_index
+    return _top.top(v.view, e, n=n, sort=_top.SELF[vi]), v.view.total(e, vi)
 
-    @property
-    def flame_data(self) -> F.FlameData:
-        """The flame chart's current data (ids, labels, values, colours, hover)."""
-        return self._fd
 
-    def _top_now(self, n: int) -> tuple[list, int]:
-        """The top ``n`` functions of the current view (by self) and the view's total."""
-        e, vi = self.event, self.value_index
-        return _top.top(self._view, e, n=n, sort=_top.SELF[vi]), self._view.total(e, vi)
+def top_text(v: View, n: int = 20, rows=None) -> str:
+    """``v``'s top table as fixed-width text (the table ``%ddprof top`` prints)."""
+    return F.top_table(v.view, v.event, n=n, value_index=v.state.value_index, rows=rows)
 
-    def top_text(self, n: int = 20, rows=None) -> str:
-        """The current view's top table as fixed-width text (the table ``%ddprof top`` prints)."""
-        return F.top_table(self._view, self.event, n=n, value_index=self.value_index, rows=rows)
 
-    def static_html(self, max_nodes: int = 300, rows=None) -> str:
-        """A flame graph in plain HTML/SVG (no JavaScript) and the top table."""
-        s = self.state
-        fd = F.flame_data(self._tree, min_pct=max(s.min_pct, 0.5), max_nodes=max_nodes, orientation=s.chart,
-                          normalize=s.diff_norm)
-        rows, total = (rows, self._view.total(self.event, self.value_index)) if rows else self._top_now(15)
-        return (
-            "<div class='ddprof-static'>"
-            + F.static_flame_html(fd)
-            + "<details><summary>top functions</summary>"
-            + F.top_table_html(rows[:15], self.event, self.value_index, total)
-            + "</details></div>"
-        )
+def static_html(v: View, max_nodes: int = 300, rows=None) -> str:
+    """A flame graph of ``v`` in plain HTML/SVG (no JavaScript) and its top table."""
+    s, e = v.state, v.event
+    fd = F.flame_data(v.tree, min_pct=max(s.min_pct, 0.5), max_nodes=max_nodes, orientation=s.chart,
+                      normalize=s.diff_norm)
+    rows, total = (rows, v.view.total(e, s.value_index)) if rows else top_now(v, 15)
+    return (
+        "<div class='ddprof-static'>"
+        + F.static_flame_html(fd)
+        + "<details><summary>top functions</summary>"
+        + F.top_table_html(rows[:15], e, s.value_index, total)
+        + "</details></div>"
+    )
 
-    def _repr_mimebundle_(self, **kwargs):
-        """The widget view plus text/plain (top table) and text/html (static flame graph)
-        for frontends without widgets (terminal, nbconvert, GitHub's viewer)."""
-        # ipywidgets' own bundle starts with repr(self), which walks every child
-        # (figures included) only to be cut to 110 characters: build it here instead
-        bundle = {}
-        if self._view_name is not None:
-            bundle["application/vnd.jupyter.widget-view+json"] = {
-                "version_major": 2, "version_minor": 0, "model_id": self._model_id}
-        rows, _ = self._top_now(20)  # one top for both fallbacks
-        bundle["text/plain"] = self.top_text(rows=rows)
-        bundle["text/html"] = self.static_html(rows=rows)
-        return bundle
 
-    def _ipython_display_(self) -> None:
-        """Two outputs: the static flame graph, then the widget.  A notebook saved with
-        them and reopened without its kernel (or on GitHub, nbviewer) shows the static
-        chart where the widget cannot be drawn, and a new page shows it while plotly's
-        bundle loads; once the explorer's flame chart is drawn, the static output's own
-        style sheet (``_FALLBACK_CSS``) hides it and shows the explorer in its place."""
-        from IPython.display import display
+def fallback_bundle(v: View) -> dict:
+    """text/plain (the top table) and text/html (the static flame graph) of ``v``, for
+    frontends without widgets (terminal, nbconvert, GitHub's viewer)."""
+    rows, _ = top_now(v, 20)  # one top for both fallbacks
+    return {"text/plain": top_text(v, rows=rows), "text/html": static_html(v, rows=rows)}
 
-        bundle = self._repr_mimebundle_()
-        static = bundle.pop("text/html")
-        display({"text/html": f"{_FALLBACK_CSS}<div class='ddprof-static-fallback'>{static}</div>"}, raw=True)
-        display(bundle, raw=True)
 
-    def to_html(self, path) -> Path:
-        """Write a self-contained HTML report (plotly.js inlined: opens offline) with the
-        flame chart, timeline and top table of the current view (atomically, mode 0600).
-        Returns the path."""
-        path = Path(path)
-        status = html.unescape(self.status.value)
-        write_atomic(path, interactive_report(self._view, self.event, self.value_index, fd=self._fd, status=status))
-        return path
+def fallback_html(static: str) -> str:
+    """The static output shown before the widget (see ``_FALLBACK_CSS``)."""
+    return f"{_FALLBACK_CSS}<div class='ddprof-static-fallback'>{static}</div>"
+
+
+def write_report(path, v: View, status: str) -> Path:
+    """A self-contained HTML report of ``v`` (plotly.js inlined: opens offline) with the
+    flame chart, timeline and top table, written atomically (mode 0600)."""
+    path = Path(path)
+    write_atomic(path, interactive_report(v.view, v.event, v.state.value_index, fd=v.flame, status=status))
+    return path
 
 
 # The static flame graph output stands in for the widget output right after it until that

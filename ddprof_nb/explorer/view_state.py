@@ -16,11 +16,16 @@ from ..model import selection as aggregate
 from ..model import Frame
 from ..render import DEFAULT_MAX_NODES, DEFAULT_MIN_PCT
 
-__all__ = ["ViewState", "DRAW_NODES", "parse_label_filter"]
+__all__ = ["ViewState", "CLEARED", "TYPED", "DRAW_NODES", "parse_label_filter"]
 
 # The flame chart's most boxes at the default min % (see ``node_budget``); the browser's
 # redraw time follows the box count (benchmarks/bench_flame_redraw.py).
 DRAW_NODES = 350
+
+# the filters typed as text, checked by ``ViewState.edited`` (a bad one keeps the last good value)
+TYPED = ("focus", "ignore", "hide", "labels")
+# "clear filters": back to the whole profile (no thread, label, regex or time filter, no search)
+CLEARED = dict(focus="", ignore="", hide="", labels="", search="", threads=(), time_range=None)
 
 
 def parse_label_filter(text: str) -> dict[str, list[str]]:

@@ -112,8 +112,8 @@ def test_a_profile_without_timestamps_has_no_time_axis_and_no_range_filter(tmp_p
     assert ex.range_btn.disabled
     with pytest.raises(ValueError, match="no sample timestamps"):
         ex.set_time_range((0, 1))
-    ex._on_xrange(None, (0.0, 0.5))
-    assert ex._time_range is None
+    ex.drawing._on_xrange(None, (0.0, 0.5))
+    assert ex.state.time_range is None
 
 
 def test_a_profile_with_timestamps_has_a_time_axis(tmp_path):

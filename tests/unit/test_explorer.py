@@ -217,7 +217,7 @@ def test_timeline_range_filters_the_flame(ex):
     assert "time 0–50 ms" in ex.status.value
     assert "g" not in table_names(ex)
     # and the full range clears it
-    ex.timeline.layout.xaxis.range = list(ex._extent_ms)
+    ex.timeline.layout.xaxis.range = list(ex.drawing.extent_ms)
     assert "g" in values(ex)
 
 
@@ -277,11 +277,11 @@ def test_a_row_click_selects_the_function_without_filtering(ex):
     ex.top_table.selected = table_names(ex).index("g")
     # THEN g is selected (source view) and no filter changed: every view is as it was
     assert ex.focus_txt.value == "" and values(ex) == before
-    assert ex._selected == Frame("g", APP, 30, 30) and "<b>g</b>" in ex.source.value
+    assert ex.state.selected == Frame("g", APP, 30, 30) and "<b>g</b>" in ex.source.value
     # a row of the line grouping selects the function holding that line
     ex.top_group_tb.value = "line"
     ex.top_table.selected = table_names(ex).index("f")
-    assert ex._selected == Frame("f", APP, 20, 20)
+    assert ex.state.selected == Frame("f", APP, 20, 20)
 
 
 def test_clicking_a_flame_node_shows_its_source(ex):
@@ -492,10 +492,10 @@ def test_layout_edits_through_plotly_objects_reach_the_browser(ex):
     ex.flame._js2py_traceDeltas = {"trace_deltas": [{}], "trace_edit_id": -1}  # first draw
     assert {"autosize": True} in sent
     ex.timeline.layout.xaxis.range = [0, 50]  # as a drag on the timeline sets it
-    assert ex._time_range == (0, 50 * MS)
+    assert ex.state.time_range == (0, 50 * MS)
     sent.clear()
     ex.set_time_range(None)  # resets the axis through layout.xaxis.update(...)
-    assert any(m.get("xaxis.range") == list(ex._extent_ms) for m in sent), sent
+    assert any(m.get("xaxis.range") == list(ex.drawing.extent_ms) for m in sent), sent
 
 
 def test_every_labelled_control_has_a_tooltip(ex):

@@ -68,9 +68,9 @@ def test_every_view_hides_the_machinery_until_the_toggle_shows_it():
     # GIVEN the default view: the user's 60 samples only, in the flame, table and timeline
     ex.value_tb.value = 0
     assert total(ex) == 60
-    assert {r[0] for r in ex._top} == {"Cell In[3]", "work"}
+    assert {r[0] for r in ex.drawing.top_rows} == {"Cell In[3]", "work"}
     assert "[ddprof_nb asyncio sampler]" not in ex.flame_data.labels
-    assert set(ex._timeline_data().lanes) == {"MainThread (1)", "loader (7)"}
+    assert set(ex.views.timeline(ex.state).lanes) == {"MainThread (1)", "loader (7)"}
     assert [label for label, _ in ex.threads_sel.options] == ["MainThread (1)", "loader (7)"]
     # the toggle says how many it hides
     assert ex.machinery_tb.description == "show 4 kernel threads" and ex.machinery_tb.layout.display != "none"
@@ -78,7 +78,7 @@ def test_every_view_hides_the_machinery_until_the_toggle_shows_it():
     ex.machinery_tb.value = True
     assert total(ex) == 60 + 5 + 300 + 300 + 50 + 200
     assert "[ddprof_nb asyncio sampler]" in ex.flame_data.labels
-    assert "IOPub (2)" in ex._timeline_data().lanes
+    assert "IOPub (2)" in ex.views.timeline(ex.state).lanes
     opts = [label for label, _ in ex.threads_sel.options]
     assert opts[:2] == ["MainThread (1)", "loader (7)"] and len(opts) == 6
     # a thread picked while shown stays picked; hiding again drops it from the list

@@ -46,9 +46,9 @@ def test_the_flame_comes_after_the_summary_one_toolbar_and_a_closed_more():
     # every other control is behind "more", closed at first, and not made until it opens
     assert ex.more_box.children == () and ex.more_box.layout.display == "none"
     ex._repr_mimebundle_()  # displayed (the static fallback reads the state, not the controls)
-    assert not {"value_tb", "focus_txt", "transform_bar"} & set(ex.__dict__)
+    assert not {"value_tb", "focus_txt", "transform_bar"} & set(ex.controls.__dict__)
     ex.more_tb.value = True
-    assert {"value_tb", "focus_txt", "transform_bar"} <= set(ex.__dict__)  # made now
+    assert {"value_tb", "focus_txt", "transform_bar"} <= set(ex.controls.__dict__)  # made now
     assert ex.more_box.layout.display == ""
     behind = {id(w) for box in ex.more_box.children for w in getattr(box, "children", [box])}
     for w in (ex.value_tb, ex.only_mine_cb, ex.min_pct_sl, ex.focus_txt, ex.ignore_txt, ex.hide_txt, ex.labels_txt,
@@ -61,7 +61,7 @@ def test_the_controls_behind_more_show_the_state_when_made_late():
     ex = Explorer(profile())
     ex.focus_function("work", "/app.py", 10)
     ex.set_time_range((1.0, 2.0))
-    assert "focus_txt" not in ex.__dict__  # no control was needed for either
+    assert "focus_txt" not in ex.controls.__dict__  # no control was needed for either
     ex.more_tb.value = True
     assert ex.focus_txt.value == "^work$" and not ex.range_btn.disabled
     ex.focus_txt.value = ""  # and, made late, they drive the view

@@ -40,9 +40,9 @@ def test_the_explorer_opens_a_file_from_another_tool(name):
         ex.event_dd.value = value
         assert ex.flame_data.total > 0, label
         # the sandwich of the top function holds its total
-        row = ex._top[0]
+        row = ex.drawing.top_rows[0]
         ex.top_table.selected = 0
-        if ex.top_group_tb.value == "function" and ex._selected is not None:
+        if ex.top_group_tb.value == "function" and ex.state.selected is not None:
             assert ex.sandwich.data is not None and ex.sandwich.data.total == row.total
         ex.inverted_tb.value = True
         assert ex.flame_data.total > 0

@@ -109,7 +109,7 @@ def test_a_recursive_function_is_counted_once_and_a_click_in_the_sandwich_moves_
         point_inds = [i]
 
     ex.sandwich._click("callers", Points())
-    assert ex._selected.name == "main" and ex.sandwich.data.total == 70 * MS
+    assert ex.state.selected.name == "main" and ex.sandwich.data.total == 70 * MS
     # and the close button hides it
     ex.sandwich.close_btn.click()
     assert ex.sandwich.box.layout.display == "none"
@@ -143,7 +143,7 @@ def test_transform_chips_stack_apply_everywhere_and_come_off(ex):
     bar.add("drop function", "^fib$")
     assert ex.flame_data.total == 55 * MS
     assert sum(sum(t.x) for t in ex.timeline.data) == pytest.approx(55, rel=0.01) or \
-        ex._tl_view.total("cpu", 1) == 55 * MS
+        ex.view.timeline_view.total("cpu", 1) == 55 * MS
     assert len(bar.chips.children) == 4
     # WHEN the merge chip is clicked THEN only it comes off; the others stay
     bar.chips.children[0].click()
@@ -159,16 +159,16 @@ def test_the_colour_legend_names_the_modules_by_their_share_of_self(ex):
     from ddprof_nb.render.colors import frame_color, module_of
 
     # app.py holds 65 of the 70 ms of self time (helper 30, leaf 20, fib 15), the library 5
-    legend = F.color_legend(ex._tree)
+    legend = F.color_legend(ex.view.tree)
     assert [(m, c) for m, c, _ in legend] == [(module_of(helper), frame_color(helper)), (module_of(lib1), frame_color(lib1))]
     assert [round(s, 3) for _, _, s in legend] == [round(65 / 70, 3), round(5 / 70, 3)]
     assert module_of(lib1) in ex.legend.value and "93%" in ex.legend.value and frame_color(lib1) in ex.legend.value
     # the legend follows the view: a focus on the library leaves it alone
     ex.focus_txt.value = "lib_"
-    assert F.color_legend(ex._tree) == [(module_of(lib1), frame_color(lib1), 1.0)]
+    assert F.color_legend(ex.view.tree) == [(module_of(lib1), frame_color(lib1), 1.0)]
     # a diff's colours are the change
     diff = Explorer(profile(), build([([main, a, helper], 10)]))
-    assert F.color_legend(diff._tree) == [] and "grew" in diff.legend.value and "shrank" in diff.legend.value
+    assert F.color_legend(diff.view.tree) == [] and "grew" in diff.legend.value and "shrank" in diff.legend.value
 
 
 def test_direct_recursion_chip_leaves_indirect_recursion_alone():
@@ -221,7 +221,7 @@ def test_the_open_sandwich_is_kept_when_only_the_chart_changes_and_redone_when_i
 
 def test_the_node_budget_follows_min_pct_unless_max_nodes_is_given(ex):
     from ddprof_nb import render as F
-    from ddprof_nb.explorer.pipeline import DRAW_NODES
+    from ddprof_nb.explorer.view_state import DRAW_NODES
 
     assert ex.node_budget() == DRAW_NODES < F.DEFAULT_MAX_NODES
     ex.min_pct_sl.value = F.DEFAULT_MIN_PCT / 5  # the user asked for more detail
