@@ -340,6 +340,9 @@ def banner_html(profile: Profile, hidden: Machinery) -> str:
                            + ", ".join(sorted(set(hidden.threads))) + ".")
         if hidden.own_samples:
             details.append("The profiler's own work (its asyncio task sampler) is left out of the user's view.")
+        if hidden.idle_pool_samples:
+            details.append("Threads that run no Python waiting for work (their wall samples under [native threads],"
+                           " not running) are left out; the same button shows them.")
     if meta.python_version or meta.host:
         details.append(f"Python {meta.python_version} · pid {meta.pid} · host {meta.host}")
     summary = F.esc(" · ".join(line))
