@@ -311,7 +311,9 @@ def _value_options(e: EventType) -> list:
 
 def _machinery_text(hidden: Machinery) -> str:
     n = len(hidden.threads)
-    return f"show {n} kernel thread{'s' if n != 1 else ''}" if n else "show the profiler's work"
+    if n:
+        return f"show {n} kernel thread{'s' if n != 1 else ''}"
+    return "show idle native threads" if hidden.idle_pool_samples and not hidden.own_samples else "show the profiler's work"
 
 
 def thread_options(views: Views, state: ViewState) -> list[tuple[str, int]]:

@@ -143,5 +143,9 @@ def test_idle_wall_time_of_threads_that_run_no_python_is_hidden_until_shown():
     assert view.total("wall", 0) == 80 and view.total("alloc", 0) == 7, view
     assert hidden.idle_pool_samples == 500 and not hidden.threads
     assert "500 idle wall samples of threads that run no Python" in hidden.describe()
-    # AND shown (the toggle: no hiding), everything is there
-    assert p.total("wall", 0) == 580
+    # AND the explorer's toggle offers them, and shown, everything is there
+    ex = Explorer(p, event="wall")
+    assert ex.machinery_tb.layout.display != "none" and ex.machinery_tb.description == "show idle native threads"
+    assert total(ex) == 80 * MS
+    ex.machinery_tb.value = True
+    assert total(ex) == 580 * MS
