@@ -160,9 +160,13 @@ void engines_thread_clock(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 /* ---- producing records (records.c) ---------------------------------------------------- */
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
+int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mode); /* under a subinterpreter's */
 int append_native_regs(ddp_record *rec, uint64_t pc, uint64_t sp, int mode); /* a blocked thread's, from outside; how many */
 void cut_record(ddp_record *rec, int depth); /* frames cut back to depth (hash kept right) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
+/* the calling thread's sample (CPU handler): under the frames of `running`, its tstate now,
+ * when that is another interpreter's */
+int produce_running(slot_t *s, uintptr_t running, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);
 int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts); /* a running thread's, from outside */
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's */

@@ -137,7 +137,8 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     int64_t weight = used + s->cpu_carry;
     if (weight <= 0)
         goto out; /* a kick right behind a timer's signal: no CPU since */
-    int r = produce(s, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
+    /* (a thread running a subinterpreter: its frames there, above the registered ones) */
+    int r = produce_running(s, ddp_py_running_tstate(), DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
     /* a torn read or a full ring: the weight goes to this thread's next sample (totals stay exact) */
     s->cpu_carry = r == PROD_TORN || r == PROD_FULL ? weight : 0;
     if (r == PROD_FULL)

@@ -100,6 +100,7 @@ void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi);
 typedef void (*ddp_thread_cb)(uintptr_t tstate, long tid, void *ctx);
 int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
 uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
+uintptr_t ddp_py_running_tstate(void);     /* ... in the interpreter it runs now (3.12+), 0 if none */
 int ddp_py_watcher_start(void);            /* with the GIL: record code deaths (3.12+ watcher, 3.11 dealloc wrapper) */
 void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them */
 void ddp_py_graveyard_clear(void);

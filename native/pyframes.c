@@ -239,6 +239,20 @@ int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
 
 uintptr_t ddp_py_current_tstate(void) { return (uintptr_t)PyGILState_GetThisThreadState(); }
 
+/* The calling thread's tstate in whichever interpreter it runs now (a subinterpreter's
+ * while it runs one; 0 while it runs none): the interpreter's thread-local, read without
+ * a lock or a call into the runtime.  3.11 keeps it in the runtime's GIL state: 0. */
+uintptr_t ddp_py_running_tstate(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return (uintptr_t)PyThreadState_GetUnchecked();
+#elif PY_VERSION_HEX >= 0x030C0000
+    return (uintptr_t)_PyThreadState_UncheckedGet();
+#else
+    return 0;
+#endif
+}
+
 /* ---- init (with the GIL) -------------------------------------------------------------- */
 int ddp_py_init(void)
 {

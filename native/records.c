@@ -33,8 +33,30 @@ static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
     return h;
 }
 
+/* `above`'s frames (a subinterpreter's, which the thread runs now: 0 for none), then
+ * `tstate`'s; -1 torn.  (An unreadable `above` leaves the thread's registered frames.)
+ * `above` is the calling thread's current one, read by itself: its thread id is not checked
+ * (a subinterpreter's thread state made for a call may carry none). */
+static int walk_both(uintptr_t above, uintptr_t tstate, long tid, int mode, ddp_frame *frames, uint16_t *f)
+{
+    int d = above ? ddp_py_walk(above, 0, mode, frames, sess_cfg.max_depth, f) : 0;
+    if (d < 0)
+        d = 0, *f = 0;
+    if (d >= sess_cfg.max_depth)
+        return d;
+    int d2 = ddp_py_walk(tstate, tid, mode, frames + d, sess_cfg.max_depth - d, f);
+    if (d2 < 0)
+        return -1;
+    if (ddp_py_gc_on_thread(tstate, mode))
+        *f |= DDP_REC_GC;
+    return d + d2;
+}
+
 /* Walk `tstate`'s frames into rec (depth, flags, stack_hash); 0 ok, -1 torn (flags INVALID). */
-int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
+int walk_into(ddp_record *rec, uintptr_t tstate, int mode) { return walk_into_running(rec, 0, tstate, mode); }
+
+/* The same, under the frames of `above`: the subinterpreter the thread runs in now. */
+int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mode)
 {
     long tid = rec->tid;
     ddp_frame *frames = (ddp_frame *)(rec + 1);
@@ -45,22 +67,16 @@ int walk_into(ddp_record *rec, uintptr_t tstate, int mode)
         if (sigsetjmp(g.jb, 0) == 0) {
             DDP_GUARD_ARM(&g);
             uint16_t f = 0;
-            int d = ddp_py_walk(tstate, tid, mode, frames, sess_cfg.max_depth, &f);
-            if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
-                f |= DDP_REC_GC;
+            depth = walk_both(above, tstate, tid, mode, frames, &f);
             flags = f;
-            depth = d;
         } else {
             depth = -1;
         }
         DDP_GUARD_SET(prev);
     } else {
         uint16_t f = 0;
-        int d = ddp_py_walk(tstate, tid, mode, frames, sess_cfg.max_depth, &f);
-        if (d >= 0 && ddp_py_gc_on_thread(tstate, mode))
-            f |= DDP_REC_GC;
+        depth = walk_both(above, tstate, tid, mode, frames, &f);
         flags = f;
-        depth = d;
     }
     if (depth < 0) {
         rec->depth = 0;
@@ -98,8 +114,8 @@ void cut_record(ddp_record *rec, int depth)
 
 /* native_cut: a sample of another thread, taken from outside while it runs, whose native
  * frames no one can see: with native frames on, its stack ends in a cut (shown as such). */
-static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int64_t weight, uint64_t aux,
-                      int tstate_kind, int mode, int64_t ts, int native_cut)
+static int produce_ex(slot_t *s, uintptr_t above, uintptr_t tstate, int event, int64_t count, int64_t weight,
+                      uint64_t aux, int tstate_kind, int mode, int64_t ts, int native_cut)
 {
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
@@ -115,7 +131,7 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
     rec->aux = aux;
     rec->reserved = 0;
     rec->reserved2 = 0;
-    int torn = walk_into(rec, tstate, mode) < 0;
+    int torn = walk_into_running(rec, above, tstate, mode) < 0;
     if (!torn && native_cut && sess_cfg.native_frames && rec->depth < sess_cfg.max_depth) {
         ((ddp_frame *)(rec + 1))[rec->depth] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
         cut_record(rec, rec->depth + 1);
@@ -131,13 +147,19 @@ static int produce_ex(slot_t *s, uintptr_t tstate, int event, int64_t count, int
 
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
 {
-    return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
+    return produce_ex(s, 0, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
                       tstate_kind, mode, ts, 0);
+}
+
+int produce_running(slot_t *s, uintptr_t running, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
+{
+    uintptr_t tstate = atomic_load_explicit(&s->tstate, memory_order_relaxed);
+    return produce_ex(s, running != tstate ? running : 0, tstate, event, 1, weight, 0, tstate_kind, mode, ts, 0);
 }
 
 int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts)
 {
-    return produce_ex(s, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
+    return produce_ex(s, 0, atomic_load_explicit(&s->tstate, memory_order_relaxed), event, 1, weight, 0,
                       tstate_kind, mode, ts, 1);
 }
 
@@ -232,7 +254,7 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
         else
             atomic_store_explicit(&own_segv_checked_ns, now, memory_order_relaxed);
     }
-    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now, 0);
+    int r = produce_ex(s, 0, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, now, 0);
     if (r == PROD_FULL)
         atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
@@ -254,7 +276,7 @@ int ddp_emit_for(int32_t tid, int event, int64_t count, int64_t value, uint64_t 
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
-    int r = produce_ex(s, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts, 0);
+    int r = produce_ex(s, 0, tstate, event, count, value, aux, DDP_STATE_OFFCPU, mode, ts, 0);
     if (r == PROD_FULL)
         atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
