@@ -21,7 +21,7 @@ from .sampler import Sampler, profile, profiled
 
 # the sources register themselves (ddprof_nb.sources), in merge order: asyncio's task sampler,
 # then those behind Sampler's children= and dask= options
-from .aio import source as _aio_source  # noqa: E402,F401
+from .aio import session_source as _aio_source  # noqa: E402,F401
 from . import children as _children  # noqa: E402,F401  (after sampler: they run one in other processes)
 from . import dask_support as _dask_support  # noqa: E402,F401
 

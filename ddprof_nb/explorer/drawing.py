@@ -17,7 +17,7 @@ from .. import render as F
 from ..model import Frame
 from .figure_widget import figure_widget, remember_state, send_update
 from .sandwich import SandwichPanel, sandwich_data
-from .sources import source_lines
+from .source_text import source_lines
 from .top_rows import cells, columns
 from .top_table import TopTable
 from .view import View, Views, status_text

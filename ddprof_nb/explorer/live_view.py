@@ -17,7 +17,7 @@ import numpy as np
 from ..events import EventType
 from ..live import RECENT_S, LiveSnapshot, shown_event
 from ..model import Profile
-from ..render import html as render_html
+from ..render import static_html as render_html
 from ..render.format import esc, format_count, format_duration
 from .threads import KERNEL_THREAD_NAMES, Machinery, hide_machinery, user_first
 

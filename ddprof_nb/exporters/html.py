@@ -10,7 +10,7 @@ the package's atomic 0600 writer.
 from __future__ import annotations
 
 from ..model import Profile
-from ..render import figures, html
+from ..render import figures, static_html
 from .files import write_atomic
 
 __all__ = ["write"]
@@ -19,11 +19,11 @@ __all__ = ["write"]
 def write(profile: Profile, dest, *, static: bool = False, **options) -> None:
     """Write an HTML report of ``profile`` to ``dest`` (a path or a binary file object).
 
-    Options of the static report (``render.html.report``): ``event``, ``events``,
+    Options of the static report (``render.static_html.report``): ``event``, ``events``,
     ``title``, ``top``, ``max_nodes``, ``min_fraction``, ``value_index``.
     """
     if static or options:
-        text = html.report(profile, full_document=True, **options)
+        text = static_html.report(profile, full_document=True, **options)
     else:
         text = figures.report(profile)
     write_atomic(dest, text)

@@ -69,7 +69,7 @@ from .display import fallback_bundle  # noqa: F401 - ddprof_nb.magics.fallback_b
 from .display import mode_for, preload, prepare, show_as
 from .options import CELL_PARSER, START_PARSER, STMT_PARSER, SUBCOMMANDS, USAGE, help_text, sampler_config
 from .options import split_statement
-from .session import Session, busy_message, current_count, dask_client, default_name, save, stop_facts
+from .recording import Session, busy_message, current_count, dask_client, default_name, save, stop_facts
 
 __all__ = ["DDProfMagics", "load_ipython_extension", "unload_ipython_extension", "display_mode"]
 

@@ -9,7 +9,7 @@ import sys
 import threading
 
 from ..model import Profile
-from ..render import html as render_html, notes as render_notes, text as render_text
+from ..render import static_html as render_html, notes as render_notes, text as render_text
 from ..render.format import esc
 
 

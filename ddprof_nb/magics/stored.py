@@ -15,7 +15,7 @@ from ..loading import load as load_file
 from ..model import Profile, calltree
 from ..render import text as render_text
 from .options import Parser, split
-from .session import save as save_to
+from .recording import save as save_to
 
 
 def get(name: str | None) -> tuple[str, Profile]:

@@ -9,7 +9,7 @@
 - ``notes``    a profile's notes, warnings first
 - ``pseudo``   what each pseudo-frame ([idle], [GC]...) means
 - ``text``     text tables: top table, summary line, notes, history, diff
-- ``html``     static HTML: SVG flame, top table, source view, the static report
+- ``static_html`` static HTML: SVG flame, top table, source view, the static report
 - ``figures``  plotly figures and the interactive HTML report
 
 Pure: these modules read Profiles and return data and strings; they never read files,
@@ -23,7 +23,7 @@ from .figures import (MAX_LEVELS, NO_TIME_AXIS, flame_figure, flame_layout, flam
                       timeline_layout, timeline_traces)
 from .format import (esc, format_bytes, format_change, format_duration, format_signed, format_value, value_label,
                      value_unit)
-from .html import notes_html, source_html, static_flame_html, top_table_html
+from .static_html import notes_html, source_html, static_flame_html, top_table_html
 from .source import SourceLine, SourceView, source_view
 from .pseudo import KIND_MEANINGS, PSEUDO_FRAMES, explain, explain_kind
 from .notes import is_warning, sorted_notes, warning_count

@@ -12,7 +12,7 @@ from ..model import Profile
 from .colors import TEXT_COLOR, state_color
 from .flame import FlameData, flame_data
 from .format import esc, format_value
-from .html import document, notes_html, top_table_html
+from .static_html import document, notes_html, top_table_html
 from .text import status_line
 from .timeline import TimelineData, timeline_data
 from .tree import call_tree, pick_event

@@ -12,7 +12,7 @@ import ddprof_nb  # noqa: E402
 from ddprof_nb import magics  # noqa: E402
 from ddprof_nb.events import EventType  # noqa: E402
 from ddprof_nb.exporters import html as html_export  # noqa: E402
-from ddprof_nb.render import html as render_html  # noqa: E402
+from ddprof_nb.render import static_html as render_html  # noqa: E402
 from ddprof_nb.history import history  # noqa: E402
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder  # noqa: E402
 from test_magics import assert_rooted_at, run, shell, top_name  # noqa: E402,F401 - the shared fixture

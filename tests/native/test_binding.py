@@ -753,7 +753,7 @@ def test_the_cpu_the_timers_accounted_is_checked_against_the_threads_clocks():
 
 
 def test_a_note_says_when_the_cpu_timers_signals_came_late():
-    from ddprof_nb.engines.native.notes import late_signals_note as _late_signals_note
+    from ddprof_nb.engines.native.session_notes import late_signals_note as _late_signals_note
 
     ms = 1_000_000
     # (seen beside CPU hogs on 2 vCPUs: no signal at all for 0.1 s of CPU)

@@ -49,7 +49,7 @@ INNER_IMPORTS = {
     ("engines.native.binding", "_native"): "a broken native build must not break import: loaded once and checked",
     ("sampler", "engines.native"): "a broken native build must not break import",
     # asyncio_support imports asyncio (~0.3 s): only sessions that sample asyncio pay it
-    ("aio.source", "aio.tasks"): "import cost",
+    ("aio.session_source", "aio.tasks"): "import cost",
     # every ``import ddprof_nb`` imports children and dask_support (their sources register):
     # the pprof format loads only when a child's or a worker's profile is written or read
     ("children", "exporters.pprof"): "import cost",
@@ -141,7 +141,7 @@ IMPORTS = list(_imports())
 def test_the_parser_sees_the_imports_it_should():
     edges = {(m, t) for m, t, _, top in IMPORTS if top}
     assert ("model.selection", "model.data") in edges and ("render.tree", "model") in edges
-    assert ("explorer.widget", "render") in edges and ("exporters.html", "render.html") in edges
+    assert ("explorer.widget", "render") in edges and ("exporters.html", "render.static_html") in edges
     assert ("exporters", "exporters.pprof") in {(m, t) for m, t, _, top in IMPORTS if not top}
 
 
@@ -246,7 +246,7 @@ def test_render_and_model_never_import_upwards_even_inside_functions():
 
 
 def test_render_reads_no_files_and_no_shell():
-    # render is pure: source text, cells and files are read by its callers (explorer.sources)
+    # render is pure: source text, cells and files are read by its callers (explorer.source_text)
     for module, path in MODULES.items():
         if not module.startswith("render"):
             continue

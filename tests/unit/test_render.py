@@ -15,7 +15,7 @@ import pytest
 
 from ddprof_nb.events import EventType, FrameKind
 from ddprof_nb import render as F
-from ddprof_nb.explorer.sources import source_lines
+from ddprof_nb.explorer.source_text import source_lines
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder
 
 MS = 1_000_000

@@ -7,7 +7,7 @@ from ddprof_nb import render as F
 from ddprof_nb.events import EventType
 from ddprof_nb.magics.display import fallback_bundle
 from ddprof_nb.model import Frame, Metadata, ProfileBuilder
-from ddprof_nb.render.html import report
+from ddprof_nb.render.static_html import report
 from ddprof_nb.render.text import sample_counts
 
 MS = 1_000_000

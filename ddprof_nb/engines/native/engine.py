@@ -37,7 +37,7 @@ from .cpu_totals import calibrate_cpu
 from .decode import RecordConverter
 from .lockpark import WaitClassifier
 from .nativeframes import NativeMerger
-from .notes import session_notes
+from .session_notes import session_notes
 from .pools import attribute_pools
 from .session import Session, after_fork_child, cpu_thread_totals, native_alloc_threads, native_thread_totals
 
