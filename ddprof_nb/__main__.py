@@ -26,7 +26,8 @@ import traceback
 from pathlib import Path
 
 from . import pipeline
-from .config import DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, SamplerConfig
+from .config import (DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, DEFAULT_NATIVE_THREADS,
+                     NATIVE_THREADS_MODES, SamplerConfig)
 from .errors import ProfilerError
 from .events import EventType
 from .exporters import save
@@ -77,9 +78,9 @@ def _parser() -> _Parser:
     rec.add_argument("--interpreter-frames", action="store_true",
                      help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
                           "between the Python frames they run, instead of merging them away")
-    rec.add_argument("--native-threads", default="off", choices=("attribute", "raw", "off"),
+    rec.add_argument("--native-threads", default=DEFAULT_NATIVE_THREADS, choices=NATIVE_THREADS_MODES,
                      help="CPU and allocations of threads that run no Python (BLAS, OpenMP pools): under the "
-                          "line that asked (attribute), per thread (raw), or left out (off, default)")
+                          f"line that asked (attribute), per thread (raw), or left out (off); default {DEFAULT_NATIVE_THREADS}")
     rec.add_argument("--engine", default="auto", help="auto, native or python (default auto)")
     rec.add_argument("--asyncio", default="fold",
                      help="asyncio tasks: fold (default: task stacks, loop frames folded), raw, off")

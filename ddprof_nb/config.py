@@ -22,6 +22,7 @@ ENGINES = ("auto", "native", "python")
 # CPU and C allocations of threads that run no Python (BLAS, OpenMP, Rust pools; native engine):
 # "attribute" puts them under the Python line that asked for the work, "raw" under each thread, "off" leaves them out
 NATIVE_THREADS_MODES = ("off", "attribute", "raw")
+DEFAULT_NATIVE_THREADS = "attribute"  # every CPU second of the process, under the line that asked
 # native frames: True merges the interpreter's eval-loop frames into the Python frames they run
 # (as py-spy does); "interpreter" keeps them in the stack as well
 NATIVE_MODES = (False, True, "interpreter")
@@ -96,7 +97,7 @@ class SamplerConfig:
     alloc_rate: int = DEFAULT_ALLOC_RATE
     native_alloc: bool = True  # alloc/live also sample C allocations of extension modules (native engine)
     native: bool | str = False  # one of NATIVE_MODES: the C/C++/Rust frames between the Python ones (native engine)
-    native_threads: str = "off"  # one of NATIVE_THREADS_MODES
+    native_threads: str = DEFAULT_NATIVE_THREADS  # one of NATIVE_THREADS_MODES
     max_depth: int = DEFAULT_MAX_DEPTH
     engine: str = "auto"
     labels: tuple[tuple[str, str], ...] = field(default=())  # labels on every sample
@@ -112,7 +113,7 @@ class SamplerConfig:
         native_alloc: bool = True,
         engine: str = "auto",
         native: bool | str = False,
-        native_threads: str = "off",
+        native_threads: str = DEFAULT_NATIVE_THREADS,
         labels=None,
         asyncio: str = "fold",
     ) -> "SamplerConfig":
@@ -174,7 +175,7 @@ class SamplerConfig:
             alloc_rate=int(spec["alloc_rate"]),
             native_alloc=bool(spec.get("native_alloc", True)),
             native=spec.get("native", False),
-            native_threads=spec.get("native_threads", "off"),
+            native_threads=spec.get("native_threads", DEFAULT_NATIVE_THREADS),
             max_depth=int(spec["max_depth"]),
             engine=spec["engine"],
             labels=tuple(tuple(kv) for kv in spec.get("labels", ())),

@@ -18,6 +18,7 @@ _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _ET_EXEC, _PT_LOAD, _SHT_SYMTAB, _SHT_DYNSYM = 2, 1, 2, 11
+_PF_X = 1  # p_flags: an executable segment
 
 
 class ElfError(ValueError):
@@ -97,8 +98,15 @@ def load_base(data: bytes, maps: list[Mapping], path: str) -> int | None:
     if not loads:
         raise ElfError("no loadable segment")
     first = min(loads, key=lambda p: p[3])  # (p_type, p_flags, p_offset, p_vaddr, ...)
+    code = [p for p in loads if p[1] & _PF_X]
     page = os.sysconf("SC_PAGE_SIZE")
-    for m in maps:
-        if m.path == path and m.offset == first[2] & ~(page - 1):
-            return m.start - (first[3] & ~(page - 1))
+    mine = [m for m in maps if m.path == path]
+    executable = {m.start for m in mine if "x" in m.perms}
+    for m in mine:
+        if m.offset == first[2] & ~(page - 1):
+            bias = m.start - (first[3] & ~(page - 1))
+            # the loader's mapping, not a whole-file mmap of the same file (a symbol reader's,
+            # ours among them): its code segment is mapped where the bias puts it
+            if not code or bias + (code[0][3] & ~(page - 1)) in executable:
+                return bias
     return None

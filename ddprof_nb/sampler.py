@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from . import pipeline, sources
-from .config import SamplerConfig
+from .config import DEFAULT_NATIVE_THREADS, SamplerConfig
 from .errors import EngineUnavailableError, NotRunningError, ProfilerBusyError
 from .engines.python import PythonEngine
 from .live import LiveAggregate, LiveRefresher
@@ -235,7 +235,7 @@ class ProfileHandle:
 @contextmanager
 def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", native_alloc=True, engine="auto",
             max_depth=None, labels=None, children=False, dask=None, asyncio="fold",
-            live=False, native=False, native_threads="off") -> Iterator[ProfileHandle]:
+            live=False, native=False, native_threads=DEFAULT_NATIVE_THREADS) -> Iterator[ProfileHandle]:
     """Profile the block: ``with ddprof_nb.profile() as p: ...`` then ``p.profile``.
 
     ``asyncio``: "fold" (default) gives asyncio tasks their own stacks and ``task`` label,
@@ -252,8 +252,8 @@ def profile(events=("cpu", "wall"), interval="10ms", *, alloc_rate="512KiB", nat
 
     ``native_threads`` (native engine; CPU, alloc/live): also sample the threads that run no Python
     (BLAS, OpenMP, Rust and database pools).  "attribute" (or True) puts their CPU and C allocations
-    under the Python line that asked for the work, beneath a ``[pool: <thread name>]`` frame; "raw"
-    under each thread; "off" (default) leaves them out (notes then say how much ran outside the profile).
+    under the Python line that asked for the work, beneath a ``[pool: <thread name>]`` frame (the default);
+    "raw" under each thread; "off" leaves them out (notes then say how much ran outside the profile).
 
     ``children=True`` also profiles child Python processes started in the block (labels
     ``pid``/``process``); ``dask=client`` profiles every worker of that dask.distributed

@@ -185,8 +185,10 @@ static void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
         atomic_load(&s->excluded))
         return;
     /* A walk from outside sees no native frames: when samples carry them, a lag is left to the
-     * thread's next signal (its sample weighs the lag too) unless its signals are not coming. */
-    int64_t lag = (sess_cfg.native_frames || sess_cfg.native_threads) ? 10 : 2;
+     * thread's next signal (its sample weighs the lag too) unless its signals are not coming.
+     * Native threads alone need a Python thread's native frames only to see which library it
+     * is inside, which its other samples and the blocked walks say as well: the usual lag. */
+    int64_t lag = sess_cfg.native_frames ? 10 : 2;
     int64_t acct = atomic_load(&s->cpu_acct_ns);
     if (acct <= 0 || cpu_now - acct < lag * sess_cfg.interval_ns)
         return;

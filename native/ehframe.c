@@ -402,7 +402,8 @@ uw_table eh_build(uintptr_t hdr, uintptr_t seg_lo, uintptr_t seg_hi, uintptr_t l
         }
         r.rows[w++] = r.rows[i];
     }
-    out.rows = r.rows;
+    uw_row *fit = realloc(r.rows, w * sizeof *fit); /* kept for the process's life: no spare capacity */
+    out.rows = fit ? fit : r.rows;
     out.n = (uint32_t)w;
     return out;
 }

@@ -57,6 +57,16 @@ typedef struct {
 
 static _Atomic(uw_snap *) current;
 static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER; /* refreshes and collects, one at a time */
+/* A fork waits for a refresh under way (the sampler thread refreshes each tick): a child
+ * that inherited the lock held could never build tables, and one forked inside
+ * dl_iterate_phdr would inherit the loader's list lock held, which glibc does not reset.
+ * Inside the lock only dl_iterate_phdr's own lock and malloc's are taken, which nobody
+ * holds while waiting for something else: the fork always gets it. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void refresh_atfork_prepare(void) { pthread_mutex_lock(&refresh_lock); }
+static void refresh_atfork_parent(void) { pthread_mutex_unlock(&refresh_lock); }
+static void refresh_atfork_child(void) { pthread_mutex_init(&refresh_lock, NULL); }
+static void register_atfork(void) { pthread_atfork(refresh_atfork_prepare, refresh_atfork_parent, refresh_atfork_child); }
 static unsigned long long seen_adds = ~0ULL, seen_subs = ~0ULL;
 
 /* Retired (a replaced snapshot, an unloaded object's rows): freed by uw_collect. */
@@ -186,6 +196,7 @@ static int refresh(void);
 
 int uw_refresh(void)
 {
+    pthread_once(&atfork_once, register_atfork); /* (outside the lock: pthread_atfork takes glibc's at-fork lock) */
     pthread_mutex_lock(&refresh_lock);
     int n = refresh();
     pthread_mutex_unlock(&refresh_lock);

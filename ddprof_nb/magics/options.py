@@ -13,8 +13,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.process import arg_split
 
-from ..config import (ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS, ENGINES,
-                      NATIVE_THREADS_MODES, SamplerConfig)
+from ..config import (ASYNCIO_MODES, DEFAULT_ALLOC_RATE, DEFAULT_EVENTS, DEFAULT_INTERVAL_NS,
+                      DEFAULT_NATIVE_THREADS, ENGINES, NATIVE_THREADS_MODES, SamplerConfig)
 
 SUBCOMMANDS = ("start", "stop", "show", "list", "save", "load", "diff", "top", "sandwich", "status", "help",
                "kernels", "dump", "attach", "allow-attach")
@@ -77,9 +77,9 @@ def _sampler_options(p: Parser, statement: bool = False) -> None:
     p.add_argument("--interpreter-frames", action="store_true",
                    help="with --native: keep the interpreter's eval-loop frames (_PyEval_EvalFrameDefault) "
                         "between the Python frames they run, instead of merging them away")
-    p.add_argument("--native-threads", default="off", choices=NATIVE_THREADS_MODES,
+    p.add_argument("--native-threads", default=DEFAULT_NATIVE_THREADS, choices=NATIVE_THREADS_MODES,
                    help="CPU and allocations of threads that run no Python (BLAS, OpenMP pools): under the line that "
-                        "asked (attribute), per thread (raw), or left out (off, default)")
+                        f"asked (attribute), per thread (raw), or left out (off); default {DEFAULT_NATIVE_THREADS}")
     p.add_argument("-l", "--label", action="append" if statement else "extend", nargs=None if statement else "+",
                    default=[], metavar="KEY=VALUE", help="label every sample with KEY=VALUE")
     p.add_argument("-o", "--name", default=None, help="name of the profile in ddprof_nb.history")

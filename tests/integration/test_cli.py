@@ -281,9 +281,9 @@ def runs(tmp_path_factory):
     r.native = cli(["record", "--native", "-e", "cpu", "-o", "native.pprof", "--", "scripts/walk.py"], d)
     r.interp = cli(["record", "--native", "--interpreter-frames", "-e", "cpu", "-o", "interp.pprof", "--",
                     "scripts/walk.py"], d)
-    r.pools = cli(["record", "--native-threads", "attribute", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d,
+    r.pools = cli(["record", "-e", "cpu", "-o", "pools.pprof", "--", "scripts/blas.py"], d,
                   env={"OPENBLAS_NUM_THREADS": "2"})
-    r.no_pools = cli(["record", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d,
+    r.no_pools = cli(["record", "--native-threads", "off", "-e", "cpu", "-o", "no_pools.pprof", "--", "scripts/blas.py"], d,
                      env={"OPENBLAS_NUM_THREADS": "2"})
     for run in (r.all, r.base, r.python, r.native, r.interp, r.pools, r.no_pools):
         assert run.returncode == 0, run.stderr
@@ -350,6 +350,13 @@ def _python_depth(p):
     return max(sum(1 for f in p.stack_frames(s) if f.kind.label == "python") for s in set(p.stack.tolist()))
 
 
+def _native_under_python(p):
+    """A native frame below a Python one (a pool thread's [library] frame, under [native threads], is not)."""
+    return any(any(f.kind is FrameKind.NATIVE for f in fr[i:])
+               for fr in map(p.stack_frames, set(p.stack.tolist()))
+               for i, f in enumerate(fr) if f.kind is FrameKind.PYTHON)
+
+
 def _pool_frames(p):
     """Frames that only threads running no Python give: [pool: ...] or [native threads]."""
     return {f.name for f in p.frames if f.name.startswith("[pool: ") or f.name == "[native threads]"}
@@ -371,8 +378,7 @@ CHECKS = {
     ("record", "asyncio"): lambda r: (not any(n.startswith("asyncio:") for n in r.p_all.metadata.notes)
                                       and any(n.startswith("asyncio:") for n in r.p_base.metadata.notes)),
     ("record", "max_depth"): lambda r: _python_depth(r.p_all) <= 3 < _python_depth(r.p_base),
-    ("record", "native"): lambda r: (any(f.kind is FrameKind.NATIVE for f in r.p_native.frames)
-                                     and not any(f.kind is FrameKind.NATIVE for f in r.p_base.frames)),
+    ("record", "native"): lambda r: _native_under_python(r.p_native) and not _native_under_python(r.p_base),
     ("record", "interpreter_frames"): lambda r: ("_PyEval_EvalFrameDefault" in {f.name for f in r.p_interp.frames}
                                                  and "_PyEval_EvalFrameDefault" not in {
                                                      f.name for f in r.p_native.frames}),

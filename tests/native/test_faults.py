@@ -157,8 +157,9 @@ def test_start_and_stop_on_different_threads():
     for name in ("starter", "worker", "MainThread"):
         assert r["cpu"].get(name, 0) > 0.05e9, r["cpu"]
     assert "burn" in r["leaves"], r["leaves"]
-    # AND while running, only live threads held timers (the starter's went with it)
-    assert r["timers_mid"] == 1, r
+    # AND while running, only live threads held timers (the starter's went with it): the main
+    # thread's and those of the threads that run no Python, there before (a BLAS pool)
+    assert r["timers_mid"] == r["before"]["tasks"], r
     # AND stop on another thread released every timer and thread
     assert r["after"] == r["before"], r
     assert all(c > 0 for c in r["rounds"]), r["rounds"]

@@ -235,6 +235,55 @@ def test_fork_while_profiling():
     assert r["after"] == 0
 
 
+def test_forks_landing_in_the_sampler_threads_unwind_table_refresh():
+    # GIVEN sessions at 1 ms whose sampler thread looks for loaded objects each tick (the
+    #   unwind tables of threads that run no Python, on by default), each forked as it starts,
+    #   80 times, while another thread loads and unloads a library: some forks land while the
+    #   sampler thread holds the tables' lock (a child that inherited it held hung in its own start)
+    r = run_script(
+        """
+        def exited_in_time(pid):  # else killed
+            deadline = time.monotonic() + 20
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9); os.waitpid(pid, 0)
+                    return False
+                time.sleep(0.005)
+            return True
+
+        import ctypes, ctypes.util, _ctypes
+        stop = threading.Event()
+        def load_and_unload():  # each tick then parses an object again: the lock is held longer
+            path = ctypes.util.find_library("bz2") or ctypes.util.find_library("z")
+            while not stop.is_set():
+                _ctypes.dlclose(ctypes.CDLL(path)._handle)
+                time.sleep(0.0005)
+        threading.Thread(target=load_and_unload, daemon=True).start()
+        forks, cpu = 0, 0
+        for _ in range(80):
+            e = engine(interval="1ms")
+            e.start()
+            pid = os.fork()
+            if pid == 0:
+                # WHEN each child starts and stops a session of its own
+                c = engine(interval="1ms"); c.start(); burn(0.01); c.stop()
+                os._exit(0)
+            ok = exited_in_time(pid)
+            burn(0.005)
+            cpu += e.stop().total("cpu")
+            if not ok:
+                break
+            forks += 1
+        stop.set()
+        emit(forks=forks, cpu=cpu)
+        """,
+        timeout=120,
+    )
+    # THEN every child's session started and ended; the parent's profile is whole
+    assert r["forks"] == 80, r
+    assert r["cpu"] > 0, r
+
+
 def test_keyboard_interrupt_and_exceptions_still_give_a_profile():
     r = run_script(
         """

@@ -28,6 +28,23 @@ def test_a_libc_function_by_name_with_its_library():
     assert g.name == "qsort" and g.library == f.library, g
 
 
+def test_a_whole_file_mmap_of_a_library_is_not_taken_for_its_load():
+    # GIVEN libc's load bias, and a map where a reader's whole-file mmap of libc (read-only,
+    #   offset 0) lies below the loader's mappings, as a symbol reader's mmap does
+    from ddprof_nb import elfsyms
+    libc_path = Symbolizer().resolve(_addr(ctypes.CDLL(None).getpid)).library
+    with open(libc_path, "rb") as f:
+        data = f.read()
+    maps = elfsyms.mappings(os.getpid())
+    real = elfsyms.load_base(data, maps, libc_path)
+    decoy = elfsyms.Mapping(0x10000, 0x10000 + len(data), "r--s", 0, libc_path)
+    # WHEN its load bias is computed from that map
+    # THEN it is the loader's, not the decoy's
+    assert real is not None
+    assert elfsyms.load_base(data, [decoy, *maps], libc_path) == real
+    assert elfsyms.load_base(data, [decoy], libc_path) is None
+
+
 def test_addresses_without_a_symbol_are_library_plus_offset():
     # GIVEN an address inside an anonymous executable page, and one inside libc past every
     #   exported function's end (a stripped static function)
