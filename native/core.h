@@ -42,6 +42,7 @@ typedef struct ddp_slot {
     int64_t cpu_carry;            /* CPU weight of a torn sample, added to the next (handler only) */
     _Atomic int64_t cpu_sampled;  /* CPU weight its samples carried (handler), for the delivery check */
     _Atomic int64_t cpu_acct_ns;  /* its CPU clock when its CPU was last accounted (handler; timer_arm); 0 unknown */
+    _Atomic int32_t in_subinterp; /* its last CPU sample ran in another interpreter's thread state (handler) */
     /* below: owned by the sampler thread (or by start/stop when it is not running) */
     int has_timer;
     int timer_failed;

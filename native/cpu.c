@@ -138,7 +138,9 @@ static void on_sigprof(int sig, siginfo_t *si, void *uc)
     if (weight <= 0)
         goto out; /* a kick right behind a timer's signal: no CPU since */
     /* (a thread running a subinterpreter: its frames there, above the registered ones) */
-    int r = produce_running(s, ddp_py_running_tstate(), DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
+    uintptr_t running = ddp_py_running_tstate();
+    atomic_store_explicit(&s->in_subinterp, running && running != atomic_load(&s->tstate), memory_order_relaxed);
+    int r = produce_running(s, running, DDP_EVENT_CPU, weight, DDP_STATE_CPU, mode, t0);
     /* a torn read or a full ring: the weight goes to this thread's next sample (totals stay exact) */
     s->cpu_carry = r == PROD_TORN || r == PROD_FULL ? weight : 0;
     if (r == PROD_FULL)
@@ -172,7 +174,7 @@ static void cpu_prof_check(void)
 }
 
 /* A thread whose timer lags (it ran 2 periods of CPU past its last accounting; 10 with native
- * frames) is sampled by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
+ * frames or in a subinterpreter) is sampled by the sampler thread itself: a walk of its frames through safe reads, as a WALL sample's,
  * weighing the CPU since its last accounting (with native frames on, its stack ends in a cut:
  * its native frames are its own handler's to see).  Only a thread that ran since the previous read
  * and that /proc says is running or runnable (not in a syscall): its frames are where it is
@@ -184,11 +186,12 @@ static void cpu_kick_check(slot_t *s, int64_t cpu_now, int64_t cpu_prev)
     if (!s->has_timer || cpu_now < 0 || cpu_prev < 0 || cpu_now <= cpu_prev || atomic_load(&sess_stats.prof_replaced) ||
         atomic_load(&s->excluded))
         return;
-    /* A walk from outside sees no native frames: when samples carry them, a lag is left to the
-     * thread's next signal (its sample weighs the lag too) unless its signals are not coming.
-     * Native threads alone need a Python thread's native frames only to see which library it
-     * is inside, which its other samples and the blocked walks say as well: the usual lag. */
-    int64_t lag = sess_cfg.native_frames ? 10 : 2;
+    /* A walk from outside sees no native frames, nor a subinterpreter's (the thread state it runs
+     * in is its own thread-local): when samples carry them, a lag is left to the thread's next
+     * signal (its sample weighs the lag too) unless its signals are not coming.  Native threads
+     * alone need a Python thread's native frames only to see which library it is inside, which
+     * its other samples and the blocked walks say as well: the usual lag. */
+    int64_t lag = sess_cfg.native_frames || atomic_load_explicit(&s->in_subinterp, memory_order_relaxed) ? 10 : 2;
     int64_t acct = atomic_load(&s->cpu_acct_ns);
     if (acct <= 0 || cpu_now - acct < lag * sess_cfg.interval_ns)
         return;

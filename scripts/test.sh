@@ -126,7 +126,7 @@ if [ $quick = 0 ] && [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
         || echo "WARNING: could not install ${need[*]}"
 fi
 
-extras_for() { if [ "$1" = "3.11" ] && [ $quick = 0 ]; then echo "dev,coexist,browser,bench,dask"; else echo "dev,coexist"; fi; }
+extras_for() { if [ "$1" = "3.11" ] && [ $quick = 0 ]; then echo "dev,coexist,browser,bench,dask,pools"; else echo "dev,coexist"; fi; }
 sanitize=0
 [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]] && sanitize=1
 
