@@ -47,7 +47,7 @@ static uint64_t key_hash(const ddp_record *r, int64_t bucket)
 {
     uint64_t h = r->stack_hash ^ ((uint64_t)r->event << 56) ^ ((uint64_t)r->state << 48) ^ ((uint64_t)r->flags << 32) ^
                  (uint32_t)r->tid;
-    h ^= r->label_id * 0x9E3779B97F4A7C15ULL;
+    h ^= (r->label_id ^ ((uint64_t)r->interp << 40)) * 0x9E3779B97F4A7C15ULL;
     h ^= (uint64_t)bucket * 0xC2B2AE3D27D4EB4FULL;
     h ^= r->aux * 0x165667B19E3779F9ULL;
     h ^= h >> 29;
@@ -61,7 +61,7 @@ static uint64_t key_hash(const ddp_record *r, int64_t bucket)
 static int same_key(const ddp_record *a, const ddp_record *b)
 {
     return a->event == b->event && a->state == b->state && a->flags == b->flags && a->depth == b->depth &&
-           a->tid == b->tid && a->label_id == b->label_id && a->aux == b->aux && a->stack_hash == b->stack_hash &&
+           a->tid == b->tid && a->label_id == b->label_id && a->interp == b->interp && a->aux == b->aux && a->stack_hash == b->stack_hash &&
            !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
 }
 

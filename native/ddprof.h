@@ -74,7 +74,7 @@ typedef struct {
     uint16_t depth;        /* frames that follow, leaf first */
     uint16_t reserved;
     int32_t tid;           /* OS thread id */
-    uint32_t reserved2;
+    uint32_t interp;       /* CPU: the subinterpreter its top frames ran in, as its id + 1; 0: the thread's own */
     uint64_t label_id;     /* the thread's label-set id (ddprof_nb.labels) when sampled */
     int64_t ts_ns;         /* a merged WALL record: its last sample's time (all lie in one time bucket) */
     int64_t count;         /* value 0 of the event (samples; > 1 for a merged WALL record) */

@@ -253,6 +253,23 @@ uintptr_t ddp_py_running_tstate(void)
 #endif
 }
 
+/* The id of the interpreter `tstate` belongs to, + 1 (0: unreadable), through safe reads. */
+uint32_t ddp_py_interp_number(uintptr_t tstate, int mode)
+{
+#if !DDP_PY_SUPPORTED
+    (void)tstate, (void)mode;
+    return 0;
+#else
+    uintptr_t interp = 0;
+    int64_t id = -1;
+    if (py_read(&ddp_py_here, &interp, tstate + offsetof(PyThreadState, interp), sizeof interp, mode) != 0 ||
+        py_read(&ddp_py_here, &id, interp + offsetof(PyInterpreterState, id), sizeof id, mode) != 0 || id < 0 ||
+        id >= (int64_t)UINT32_MAX)
+        return 0;
+    return (uint32_t)id + 1;
+#endif
+}
+
 /* ---- init (with the GIL) -------------------------------------------------------------- */
 int ddp_py_init(void)
 {

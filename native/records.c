@@ -130,8 +130,8 @@ static int produce_ex(slot_t *s, uintptr_t above, uintptr_t tstate, int event, i
     rec->value = weight;
     rec->aux = aux;
     rec->reserved = 0;
-    rec->reserved2 = 0;
     int torn = walk_into_running(rec, above, tstate, mode) < 0;
+    rec->interp = above && !torn ? ddp_py_interp_number(above, mode) : 0;
     if (!torn && native_cut && sess_cfg.native_frames && rec->depth < sess_cfg.max_depth) {
         ((ddp_frame *)(rec + 1))[rec->depth] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
         cut_record(rec, rec->depth + 1);
@@ -182,7 +182,7 @@ int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int
     rec->value = weight;
     rec->aux = aux;
     rec->reserved = 0;
-    rec->reserved2 = 0;
+    rec->interp = 0;
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     int depth = 0;
     if (tstate) {

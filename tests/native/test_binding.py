@@ -538,7 +538,7 @@ def test_a_stack_hash_collision_never_merges_two_stacks(batch_path):
 
 def test_both_batch_paths_build_the_same_profile(monkeypatch):
     # GIVEN a batch of CPU, WALL, LOCK and PARK records: stacks repeated and colliding on their
-    # hash, several threads, label sets and states, torn records and an excluded thread
+    # hash, several threads, label sets, states and subinterpreters, torn records and an excluded thread
     import random
 
     import numpy as np
@@ -567,6 +567,7 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
         r["state"] = rng.choice([1, 2, 3])
         r["tid"] = rng.choice([11, 12, 13])
         r["label_id"] = rng.choice(ids)
+        r["interp"] = rng.choice([0, 0, 0, 1, 3])  # a subinterpreter's CPU samples: its id + 1
         r["count"], r["value"] = 1, rng.randrange(1, 10**7)
         if rng.random() < 0.05:
             r["flags"] |= lib.DDP_REC_INVALID
@@ -587,6 +588,7 @@ def test_both_batch_paths_build_the_same_profile(monkeypatch):
     assert c_np.skipped_invalid == c_py.skipped_invalid > 0
     assert {r[2].name for r in python_rows} == {"a", "b"}  # tid 13 excluded
     assert len({r[1] for r in python_rows if r[0] in ("cpu", "wall")}) == 4
+    assert {dict(r[3]).get("interp") for r in python_rows if r[0] == "cpu"} == {None, "0", "2"}
     # AND lock/park records went through the classifier on both paths (leaf pseudo-frames)
     leaves = {r[1][-1] for r in python_rows if r[0] in (EventType.LOCK.label, EventType.PARK.label)}
     assert {"[sleep]", "[GIL]"} <= leaves, leaves

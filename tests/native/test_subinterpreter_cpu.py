@@ -1,6 +1,7 @@
 """CPU samples of a thread running an own-GIL subinterpreter (3.12+) hold that interpreter's
 frames above the thread's own: the CPU signal's handler walks the thread state the thread
-runs in now (the interpreter's thread-local), not only the one it registered with."""
+runs in now (the interpreter's thread-local), not only the one it registered with, and
+labels the sample ``interp=<id>``."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_cpu_inside_a_subinterpreter_is_under_its_own_function():
         p = e.stop()
         subs.destroy(interp)
         in_work = inside = 0
-        stacks = collections.Counter()
+        stacks, interps = collections.Counter(), collections.Counter()
         for s in p.samples():
             if s.event is not EventType.CPU:
                 continue
@@ -49,11 +50,59 @@ def test_cpu_inside_a_subinterpreter_is_under_its_own_function():
                 in_work += s.values[1]
                 inside += s.values[1] * (names[-1] == "burn_inside" and names.index("work_in") < names.index("burn_inside"))
             stacks[" ; ".join(names[-4:])] += s.values[1]
+            interps[(names[-1], s.labels.get("interp"))] += s.values[1]
         emit(in_work=in_work, inside=inside, main=sum(v for k, v in stacks.items() if k.endswith("burn")),
-             stacks=stacks.most_common(6))
+             stacks=stacks.most_common(6), interp=int(interp),
+             interps=[[leaf, label, ns] for (leaf, label), ns in interps.items()])
         """, timeout=120)
     # THEN that thread's CPU is under burn_inside, below the calling work_in; the main thread's
     #   stays its own
     assert r["in_work"] >= 0.5e9, r
     assert r["inside"] >= 0.9 * r["in_work"], r
     assert r["main"] >= 0.25e9, r
+    # AND the subinterpreter's samples carry interp=<its id>, the main thread's none
+    labelled = {(leaf, label) for leaf, label, _ in r["interps"]}
+    assert {label for leaf, label in labelled if leaf == "burn_inside"} == {str(r["interp"])}, r["interps"]
+    assert {label for leaf, label in labelled if leaf == "burn"} == {None}, r["interps"]
+
+
+SPIN = '''
+import time
+
+def spin(sec):
+    t = time.thread_time()
+    while time.thread_time() - t < sec:
+        pass
+    return sec
+'''
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="InterpreterPoolExecutor is new in 3.14")
+def test_interpreter_pool_executor_work_is_under_its_function_with_each_interpreters_label(tmp_path):
+    # GIVEN an InterpreterPoolExecutor of 2 whose workers spin 0.4 s and 0.2 s of their CPU
+    #   clocks while the main thread spins 0.2 s: a truth of 50 / 25 / 25 %
+    (tmp_path / "spinning.py").write_text(SPIN)
+    r = run_script("""
+        from concurrent.futures import InterpreterPoolExecutor
+        from spinning import spin
+        with InterpreterPoolExecutor(max_workers=2) as ex:
+            list(ex.map(spin, [0.01, 0.01]))  # (both workers' interpreters made before the session)
+            e = NativeEngine(SamplerConfig.make(events=("cpu",), interval="10ms"))
+            e.start()
+            futures = [ex.submit(spin, s) for s in (0.4, 0.2)]
+            spin(0.2)
+            [f.result() for f in futures]
+            p = e.stop()
+        by = collections.Counter()
+        for s in p.samples():
+            if s.event is EventType.CPU and s.stack[-1].name == "spin":
+                by[s.labels.get("interp") or "main"] += s.values[1]
+        emit(by=by, total=p.total("cpu"))
+        """, timeout=120, env={"PYTHONPATH": str(tmp_path)})
+    # THEN each worker's CPU is under spin with its interpreter's label, the main thread's
+    #   without one, and the split is the truth's within 5 points
+    by, total = r["by"], r["total"]
+    assert len(by) == 3 and "main" in by, r
+    shares = sorted(100 * v / total for k, v in by.items() if k != "main")
+    assert abs(shares[0] - 25) <= 5 and abs(shares[1] - 50) <= 5, (shares, r)
+    assert abs(100 * by["main"] / total - 25) <= 5, r

@@ -36,7 +36,7 @@ _WALL, _ALLOC, _LOCK, _PARK = (EventType.WALL.value, EventType.ALLOC.value, Even
 # -- records -------------------------------------------------------------------------------
 # ddp_record's header fields: (name, numpy format, struct code), in offset order
 _HDR_FIELDS = (("event", "u1", "B"), ("state", "u1", "B"), ("flags", "<u2", "H"), ("depth", "<u2", "H"),
-               ("tid", "<i4", "i"), ("label_id", "<u8", "Q"), ("ts_ns", "<i8", "q"), ("count", "<i8", "q"),
+               ("tid", "<i4", "i"), ("interp", "<u4", "I"), ("label_id", "<u8", "Q"), ("ts_ns", "<i8", "q"), ("count", "<i8", "q"),
                ("value", "<i8", "q"), ("aux", "<u8", "Q"), ("stack_hash", "<u8", "Q"))
 _FIELDS = tuple(f[0] for f in _HDR_FIELDS)  # in struct order: _dispatch's header tuple
 _FRAME_KEY = struct.Struct("<QQi4x")  # a ddp_frame's (code, fingerprint, lasti): RecordConverter._frames' key
@@ -257,9 +257,10 @@ class RecordConverter:
 
     def _labelset(self, label_id: int, state: int):
         """The record's labels: its thread's set, the session's base labels, its wall state
-        and, for an asyncio task's id, ``task=<name>``.  Every new task brings a new id (a
-        few per drain wake), so the rest is built once per (set, state) and the task's name
-        added last, one ``plus``."""
+        (the low byte of ``state``), ``interp=<id>`` for a subinterpreter's sample (the bytes
+        above: its id + 1) and, for an asyncio task's id, ``task=<name>``.  Every new task
+        brings a new id (a few per drain wake), so the rest is built once per (set, state)
+        and the task's name added last, one ``plus``."""
         label_id = int(label_id)
         low = label_id & _labeling.LOW_MASK
         base = self._base_sets.get((low, state))
@@ -270,8 +271,10 @@ class RecordConverter:
                 base = _labeling.labelset(0)
             if self.base_labels:
                 base = base.merged(self.base_labels)
-            if state in STATE_LABELS:
-                base = base.plus("state", STATE_LABELS[state])
+            if (state & 255) in STATE_LABELS:
+                base = base.plus("state", STATE_LABELS[state & 255])
+            if state >> 8:
+                base = base.plus("interp", str((state >> 8) - 1))
             self._base_sets[(low, state)] = base
         if low == label_id:
             return base
@@ -324,7 +327,7 @@ class RecordConverter:
         threads, labels = self._threads, self._labels
         rows, allocs, late = [], [], []
         skipped = 0
-        for i, (ev, state, flags, depth, tid, label_id, ts, count, value, aux, h) in items:
+        for i, (ev, state, flags, depth, tid, interp, label_id, ts, count, value, aux, h) in items:
             if flags & invalid:  # torn reads: already counted as dropped in C
                 skipped += 1
                 continue
@@ -359,8 +362,8 @@ class RecordConverter:
                 late.append((int(ev), sid, th, self._labels_id(label_id, state, ev) if lb is None else lb,
                              t, count, value))
             else:
-                rows.append((ev, sid, th, self._labels_id(label_id, state if ev == _WALL else 0, _WALL),
-                             t, count, value))
+                key = (state if ev == _WALL else 0) | interp << 8
+                rows.append((ev, sid, th, self._labels_id(label_id, key, _WALL), t, count, value))
         self.skipped_invalid += skipped
         if allocs:
             self.alloc.hold_many(allocs)
@@ -406,8 +409,11 @@ class RecordConverter:
             return 0
         ev = hdr["event"][rows]
         state = np.where(ev == _WALL, hdr["state"][rows], 0).astype(np.uint64)  # kept for WALL rows only
+        interp = hdr["interp"][rows].astype(np.uint64)
+        if interp.any():  # (samples of subinterpreters: their id beside the state, as _labelset reads it)
+            state |= interp << np.uint64(8)
         labels = hdr["label_id"][rows]
-        if int(labels.max()) < 1 << 56:  # one int64 key per (label set, state)
+        if int(labels.max()) < 1 << 56 and int(state.max()) < 256:  # one int64 key per (label set, state)
             lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, _WALL))
         else:
             lab = np.fromiter((self._labels_id(a, b, _WALL) for a, b in zip(labels.tolist(), state.tolist())),
