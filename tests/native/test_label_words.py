@@ -11,7 +11,10 @@ def test_labels_stay_right_while_sessions_start_and_stop_and_threads_come_and_go
     r = run_script(
         """
         from ddprof_nb.labeling import labels
-        from ddprof_nb.engines import native as nat
+        from ddprof_nb.engines.native import engine as nat_engine
+        # (4 busy workers hold the GIL 5 ms at a time: each of the drain's GIL handoffs waited for
+        # all of them, and a stop took 2 to 20 s depending on the VM's load; 0.5 ms keeps it short)
+        sys.setswitchinterval(0.0005)
         stop = threading.Event()
         kept = []  # views of ended threads: still written below (static memory)
         names = {}  # tid -> label name (short threads end before the drain names them)
@@ -26,7 +29,7 @@ def test_labels_stay_right_while_sessions_start_and_stop_and_threads_come_and_go
         def short(i):
             names[threading.get_native_id()] = f"short{i}"
             with labels(w=f"short{i}"):
-                kept.append(nat._label_view())
+                kept.append(nat_engine._label_view())
                 burn(0.002)
         workers = [threading.Thread(target=worker, args=(f"w{i}",), name=f"w{i}") for i in range(4)]
         for t in workers: t.start()

@@ -162,6 +162,9 @@ class NativeEngine(Engine):
         while self._thread.native_id is None:  # set before run(): at most a few microseconds
             time.sleep(0.0001)
         self._drain_tid = self._thread.native_id
+        # before the session records: its first call imports concurrent.futures (logging, re,
+        # dataclasses: several MB of allocations), which are not the user's
+        _labels.install_propagation()
         session = Session(
             self.config.interval_ns, self.config.max_depth, self.config.events,
             ring_records=self._ring_records, agg_keys=self._agg_keys, wall_threads_per_tick=self._wall_per_tick,
@@ -204,7 +207,6 @@ class NativeEngine(Engine):
         # it finds alive, but it needs the GIL, which beside dozens of busy threads it gets a
         # few times a second, and a short thread is gone by then
         _labels.add_start_hook(_name_started_thread)
-        _labels.install_propagation()
         _mirror_labels()
         _active = self
         self._go.set()
