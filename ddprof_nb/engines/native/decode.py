@@ -410,10 +410,11 @@ class RecordConverter:
         ev = hdr["event"][rows]
         state = np.where(ev == _WALL, hdr["state"][rows], 0).astype(np.uint64)  # kept for WALL rows only
         interp = hdr["interp"][rows].astype(np.uint64)
-        if interp.any():  # (samples of subinterpreters: their id beside the state, as _labelset reads it)
+        subinterps = bool(interp.any())
+        if subinterps:  # (samples of subinterpreters: their id beside the state, as _labelset reads it)
             state |= interp << np.uint64(8)
         labels = hdr["label_id"][rows]
-        if int(labels.max()) < 1 << 56 and int(state.max()) < 256:  # one int64 key per (label set, state)
+        if int(labels.max()) < 1 << 56 and not subinterps:  # one int64 key per (label set, state)
             lab = self._map((labels << np.uint64(8)) | state, lambda k: self._labels_id(k >> 8, k & 255, _WALL))
         else:
             lab = np.fromiter((self._labels_id(a, b, _WALL) for a, b in zip(labels.tolist(), state.tolist())),
