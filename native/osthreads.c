@@ -66,6 +66,7 @@ typedef struct {
     int idle;                 /* scans since its clock last moved */
     char comm[16];
     int64_t wall_ns, wall_cpu_ns; /* its last WALL sample: when, and its clock then */
+    int64_t last_seen_ns;         /* the last scan that saw it (an exited thread's wall runs to there) */
     uint64_t outer[OUTER_MAX];    /* the outermost pcs of a whole walk of it (leaf first) */
     _Atomic int n_outer;          /* (written after outer: by its handler once, by the wall thread) */
     int outer_tries;              /* its handler's walks for them (a few: each costs a second walk) */
@@ -79,6 +80,7 @@ typedef struct {
 
 static os_thread ost[OS_MAX]; /* static: a late signal never reads freed memory */
 static uint32_t gen;
+static int64_t scan_ns; /* this scan's tick time */
 static int ran_before, obs_age;
 static int task_fd = -1; /* /proc/self/task, kept open: each scan rewinds it */
 static uint32_t for_session;
@@ -358,9 +360,12 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         atomic_store(&t->tid, tid);
     }
     t->seen_gen = gen;
+    t->last_seen_ns = scan_ns;
     /* one there at the start that registered as no Python thread then is a native one */
     if (t->sightings == 0 && !thread_born_in_session(tid))
         t->sightings = 1;
+    else if (t->sightings == 0) /* born since the last scan: its wall time counts from here */
+        t->wall_ns = scan_ns, t->wall_cpu_ns = clock_ns(t->clock);
     if (++t->sightings == 2) {
         int64_t now = clock_ns(t->clock);
         if (now < 0) {
@@ -374,7 +379,8 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         t->seen_ns = now;
         atomic_store(&t->acct_ns, t->base_ns);
         read_comm(tid, t->comm);
-        t->wall_ns = ddp_now_ns(), t->wall_cpu_ns = now; /* its wall time counts from here */
+        if (!t->wall_ns || t->wall_cpu_ns < 0) /* (there at the start: from here) */
+            t->wall_ns = ddp_now_ns(), t->wall_cpu_ns = now;
         if (arm(t, tid) != 0) {
             atomic_store(&t->tid, 0);
             return;
@@ -463,7 +469,8 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
 }
 
 /* ---- WALL samples of these threads (sessions with the wall event) -------------------------- */
-/* Each thread every WALL_EVERY ticks, weighing the time since its previous one: blocked, the
+/* Each thread every WALL_EVERY ticks, weighing the time since its previous one (from the scan
+ * that first saw it, for one born in the session; to the last that saw it, for one gone): blocked, the
  * native frames it waits in (from outside: the sp and pc of its /proc syscall line, kept if its
  * clock stood still meanwhile); running, only its entry point's frames from its last whole
  * walk (where it runs is its own CPU samples' to say).  pools.py puts them under their caller,
@@ -479,7 +486,7 @@ static void wall_natives(int64_t now, int final_tick)
             continue;
         int64_t cpu = clock_ns(t->clock);
         if (cpu < 0)
-            continue; /* gone: its last stretch is not known */
+            continue; /* gone: the next scan records its last stretch (wall_exited) */
         int state = cpu - t->wall_cpu_ns >= dwall / 2 ? DDP_STATE_CPU : DDP_STATE_OFFCPU;
         uint64_t sp = 0, pc = 0, pcs[OBS_DEPTH];
         int n = 0;
@@ -502,6 +509,26 @@ static void wall_natives(int64_t now, int final_tick)
             atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
         t->wall_ns = now, t->wall_cpu_ns = cpu;
     }
+}
+
+/* A thread gone since the last scan: its stretch since its last WALL sample, to the last scan
+ * that saw it (it exited within a tick after); running if its clock moved through half of it. */
+static void wall_exited(os_thread *t)
+{
+    int64_t dwall = t->last_seen_ns - t->wall_ns;
+    if (!t->wall_ns || dwall <= 0)
+        return;
+    int64_t cpu = t->seen_ns, last = atomic_load(&t->acct_ns);
+    if (last > cpu)
+        cpu = last; /* (its handler's last read of its own clock) */
+    int state = (cpu - t->wall_cpu_ns) * 2 >= dwall ? DDP_STATE_CPU : DDP_STATE_OFFCPU;
+    uint64_t pcs[OUTER_MAX];
+    int n = atomic_load_explicit(&t->n_outer, memory_order_acquire);
+    if (n > 0)
+        memcpy(pcs, t->outer, sizeof *pcs * (size_t)n);
+    if (produce_native(atomic_load(&t->tid), 0, 0, DDP_EVENT_WALL, 1, dwall, 0, state, pcs, n,
+                       atomic_load(&ddp_read_mode_now), t->last_seen_ns) == PROD_FULL)
+        atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
 }
 
 static void begin(void)
@@ -546,6 +573,7 @@ void osthreads_tick(int64_t now, int final_tick)
     }
     gen++;
     st.scans++;
+    scan_ns = now;
     if (task_fd < 0)
         task_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int fd = task_fd;
@@ -564,6 +592,8 @@ void osthreads_tick(int64_t now, int final_tick)
         }
     for (int i = 0; i < OS_MAX; i++) /* gone since the last scan */
         if (atomic_load(&ost[i].tid) && ost[i].seen_gen != gen) {
+            if (ost[i].sightings >= 2 && wall)
+                wall_exited(&ost[i]);
             if (ost[i].sightings >= 2)
                 retire(&ost[i]);
             else

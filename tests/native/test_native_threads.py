@@ -288,7 +288,8 @@ def test_wall_of_pool_threads_working_goes_under_the_caller_and_idle_time_is_hid
         """, timeout=120)
     # THEN the working threads' wall (~0.6 s in all) is under the caller's line, on their own
     #   threads (the caller's wall is its own: ~the session)
-    assert r["working"] >= 0.8 * 0.6e9, r
+    #   (their wall runs from the scan that first saw them to the last: within a tick of each end)
+    assert 0.9 * 0.6e9 <= r["working"] <= 2 * r["took"] * 1e9, r
     assert r["main_wall"] <= 1.1 * r["took"] * 1e9 + 0.1e9, r
     # AND the 2 held threads' wall (~2 x the session) is idle time under [native threads] ->
     #   their library, which the explorer hides by default
