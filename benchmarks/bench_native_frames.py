@@ -73,7 +73,7 @@ def median_se(xs):
 def bench_symbolize(repeats: int) -> list[float]:
     import numpy  # noqa: F401  (its libraries are mapped: more, and bigger, symbol tables)
 
-    from ddprof_nb import elfsyms
+    from ddprof_nb import elfsyms, nativesyms
     from ddprof_nb.nativesyms import Symbolizer
 
     maps = [m for m in elfsyms.mappings(os.getpid()) if "x" in m.perms and m.path.startswith("/")]
@@ -84,6 +84,7 @@ def bench_symbolize(repeats: int) -> list[float]:
         while len(addrs) < 10_000:
             m = rng.choice(maps)
             addrs.add(rng.randrange(m.start, m.end))
+        nativesyms._read.clear()  # (cold: every library's symbols read, as in a process's first session)
         t = time.perf_counter()
         sym = Symbolizer()
         for a in addrs:

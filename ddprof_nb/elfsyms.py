@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["ElfError", "Mapping", "symbols", "load_base", "mappings"]
 
@@ -25,8 +25,7 @@ class ElfError(ValueError):
     """Not an ELF file this reader understands."""
 
 
-@dataclass(frozen=True)
-class Mapping:
+class Mapping(NamedTuple):
     """One line of /proc/PID/maps."""
 
     start: int
@@ -36,17 +35,19 @@ class Mapping:
     path: str
 
 
-def mappings(pid: int) -> list[Mapping]:
-    """The memory map of ``pid`` (OSError when it cannot be read)."""
-    out = []
+def mappings(pid: int, code_and_files: bool = False) -> list[Mapping]:
+    """The memory map of ``pid`` (OSError when it cannot be read); with ``code_and_files``,
+    without the anonymous data mappings (most of a busy process's lines: heaps, stacks)."""
     with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) < 5:
-                continue
-            lo, _, hi = parts[0].partition("-")
-            out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16),
-                               parts[5].strip() if len(parts) > 5 else ""))
+        lines = f.read().splitlines()
+    out = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 5 or (code_and_files and len(parts) == 5 and "x" not in parts[1]):
+            continue
+        lo, _, hi = parts[0].partition("-")
+        out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16),
+                           parts[5].strip() if len(parts) > 5 else ""))
     return out
 
 

@@ -233,6 +233,8 @@ int64_t ddp_merge_bucket(int64_t elapsed_ns, int64_t min_tick_ns, int32_t max_ti
  * ddp_test_unwind_signal); ddp_test_unwind_regs walks from given registers.  Flags: 1
  * truncated. */
 int ddp_unwind_refresh(void);
+/* The loader's count of objects loaded plus unloaded so far: it moves with every dlopen and dlclose. */
+uint64_t ddp_loader_generation(void);
 int ddp_unwind_row(uint64_t pc, int32_t *cfa_reg, int32_t *cfa_off, int32_t *fp_off, int32_t *flags);
 int ddp_test_unwind_start(int signo, int64_t interval_ns, int depth);
 int ddp_test_unwind_signal(int32_t tid);

@@ -104,6 +104,13 @@ static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
     return 1; /* the counters are the same in every entry: one is enough */
 }
 
+uint64_t ddp_loader_generation(void)
+{
+    unsigned long long c[2] = { 0, 0 };
+    dl_iterate_phdr(counters_cb, c);
+    return (uint64_t)(c[0] + c[1]);
+}
+
 typedef struct {
     uw_snap *old, *new;
     int cap, oom;

@@ -48,9 +48,9 @@ SCRIPT = textwrap.dedent("""\
 
     work()  # warm: the pools exist before the session, as in a notebook's second cell
     with ddprof_nb.profile(events=("cpu",)) as h:
-        start = process_cpu.snapshot()
+        start = process_cpu.snapshot(names=True)
         work()
-        stop = process_cpu.snapshot()
+        stop = process_cpu.snapshot(names=True)
     own = sum(ns - start.threads.get(tid, (name, 0))[1] for tid, (name, ns) in stop.threads.items()
               if name.startswith("ddprof_nb-"))
     p = h.profile

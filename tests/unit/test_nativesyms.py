@@ -181,3 +181,50 @@ def test_a_stripped_librarys_local_function_is_named_from_its_gnu_debugdata(tmp_
         assert all(n.startswith("libmini0.so+0x") for n in names), names
     # AND the exported function keeps its .dynsym name either way
     assert sym.resolve(_addr(lib.visible)).name == "visible"
+
+
+def test_symbolizers_share_a_librarys_symbols_and_a_replaced_file_is_read_again(tmp_path):
+    # GIVEN two symbolizers of this process (two sessions), and a copy of libc in a file
+    from ddprof_nb import elfsyms, nativesyms
+    libc = ctypes.CDLL(None)
+    first, second = Symbolizer(), Symbolizer()
+    # WHEN both resolve libc's getpid
+    a, b = first.resolve(_addr(libc.getpid)), second.resolve(_addr(libc.getpid))
+    # THEN the name is the same and the symbol tables were read once (shared), each with its bias
+    assert a == b and a.name == "getpid"
+    one, two = first._libs[a.library], second._libs[a.library]
+    assert one.starts is two.starts and one.bias == two.bias != 0
+    # AND a file replaced at the same path is read again, not taken from the last read
+    copy = tmp_path / "libcopy.so"
+    copy.write_bytes(open(a.library, "rb").read())
+    maps = elfsyms.mappings(os.getpid())
+    old = nativesyms._Library.load(str(copy), maps)
+    copy.unlink()
+    copy.write_bytes(open(a.library, "rb").read()[:-4096])  # (another inode and size)
+    new = nativesyms._Library.load(str(copy), maps)
+    assert old is not None and new is not None and new.starts is not old.starts
+
+
+def test_symbolizers_read_the_memory_map_again_only_when_the_loader_moved(monkeypatch):
+    # GIVEN a loader generation that stays, then moves, and a count of memory-map reads
+    from ddprof_nb import elfsyms, nativesyms
+    reads = []
+    real = elfsyms.mappings
+    monkeypatch.setattr(elfsyms, "mappings", lambda pid, **kw: reads.append(pid) or real(pid, **kw))
+    monkeypatch.setattr(nativesyms, "_maps_seen", (None, None, None))
+    gen = [1]
+    getpid = _addr(ctypes.CDLL(None).getpid)
+    # WHEN three symbolizers (sessions) resolve an address, the loader moving before the third
+    for i in range(3):
+        if i == 2:
+            gen[0] += 1
+        assert Symbolizer(loader_generation=lambda: gen[0]).resolve(getpid).name == "getpid"
+    # THEN the map was read by the first and the third only
+    assert len(reads) == 2
+    # AND an address in no known mapping still reads the map again (a JIT page is no dlopen)
+    page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                     prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(page)) + 8
+    sym = Symbolizer(loader_generation=lambda: gen[0])
+    assert sym.resolve(getpid).name == "getpid" and len(reads) == 2
+    assert sym.resolve(at).name.startswith(("[anon]+", "[unknown]+")) and len(reads) == 3

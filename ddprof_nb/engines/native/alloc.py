@@ -19,6 +19,7 @@ object; such stacks end at the allocating Python frame.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 
@@ -28,6 +29,19 @@ from ...model import Frame
 from . import binding as _binding
 
 __all__ = ["AllocTracker"]
+
+
+@functools.cache
+def _kind_names() -> dict[int, str]:
+    """The C allocators' leaf names by kind (the native module's constants: read once, as
+    each cffi call gives the GIL up and a session start waited for it 255 times)."""
+    lib, ffi = _binding.lib, _binding.ffi
+    names = {}
+    for k in range(1, 1 << (64 - lib.DDP_ALLOC_KIND_SHIFT)):
+        name = lib.ddp_nalloc_kind_name(k)
+        if name != ffi.NULL:
+            names[k] = ffi.string(name).decode()
+    return names
 
 
 class AllocTracker:
@@ -57,11 +71,7 @@ class AllocTracker:
         lib = _binding.lib
         self._kind_shift = lib.DDP_ALLOC_KIND_SHIFT
         self._id_mask = (1 << self._kind_shift) - 1
-        self._kinds: dict[int, str] = {}
-        for k in range(1, 1 << (64 - self._kind_shift)):
-            name = lib.ddp_nalloc_kind_name(k)
-            if name != ffi.NULL:
-                self._kinds[k] = ffi.string(name).decode()
+        self._kinds = _kind_names()
         self._ids_cap = 4096
         self._ids = _binding.ffi.new("uint64_t[]", self._ids_cap)
         self._prune_at = 8192

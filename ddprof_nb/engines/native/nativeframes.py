@@ -49,7 +49,7 @@ class NativeMerger:
     def __init__(self, builder, keep_eval: bool = False, symbolizer: Symbolizer | None = None):
         self.builder = builder
         self.keep_eval = keep_eval
-        self.symbolizer = symbolizer or Symbolizer()
+        self.symbolizer = symbolizer or Symbolizer(loader_generation=binding.require().ddp_loader_generation)
         self._by_pc: dict[int, tuple[int, bool]] = {}  # pc -> (frame id, an eval-loop frame)
         self._cut = builder.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
         self._interp: str | None = None  # the interpreter's object (libpython or the executable)
