@@ -93,7 +93,17 @@ def run_snippet(body: str, timeout: float = 60, *, prelude: bool = True, watchdo
         proc = subprocess.Popen([sys.executable, f.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=full_env, start_new_session=True)
         try:
-            out, err = proc.communicate(timeout=timeout)
+            if watchdog and timeout > 20:
+                # its watchdog shows the Python stacks only: 10 s before it fires, the C stacks
+                # (a deadlock on a lock of the loader or ours has no Python frame to show it)
+                try:
+                    out, err = proc.communicate(timeout=timeout - 10)
+                except subprocess.TimeoutExpired:
+                    from coexist_tools import print_native_stacks
+                    print_native_stacks(proc.pid)
+                    out, err = proc.communicate(timeout=10)
+            else:
+                out, err = proc.communicate(timeout=timeout)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             # the whole process group: children forked by the snippet too
