@@ -10,8 +10,10 @@ def test_64_gil_bound_threads_at_100hz_lose_no_sample_and_every_thread_is_there(
     # drain, which needs it too, gets it a few times a second at best) sampled at 100 Hz
     r = run_script(
         """
-        stop = threading.Event()
+        from ddprof_nb.engines.native import session as _session
+        stop, go = threading.Event(), threading.Event()
         def spin():
+            go.wait()  # (all started first: each start behind a growing crowd of spinners took 20 s)
             x = 0
             while not stop.is_set():
                 x += 1
@@ -19,6 +21,7 @@ def test_64_gil_bound_threads_at_100hz_lose_no_sample_and_every_thread_is_there(
         e = engine(interval="10ms")
         e.start()
         for t in ths: t.start()
+        go.set()
         time.sleep(3)
         stop.set()
         for t in ths: t.join()
@@ -28,7 +31,7 @@ def test_64_gil_bound_threads_at_100hz_lose_no_sample_and_every_thread_is_there(
         st = _session.Session.stats()
         emit(full=sum(st["dropped_full"].values()), names=sorted(names), cpu_names=sorted(cpu_names),
              notes=p.metadata.notes)
-        """.replace("stop = threading.Event()", "from ddprof_nb.engines.native import session as _session\n        stop = threading.Event()"),
+        """,
         timeout=120,
     )
     # THEN no sample was lost for want of room (torn reads of running threads, which carry
