@@ -335,8 +335,11 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
     if (tid == self)
         return;
     os_thread *t = find(tid);
-    int py = slot_lookup(tid) >= 0;
-    if (py) { /* a Python thread (or one the session excludes): cpu.c's */
+    /* a Python thread (or one the session excludes): cpu.c's.  One whose slot went inactive
+     * left Python (a C library's callback thread after its callback): its C work is ours */
+    int idx = slot_lookup(tid);
+    int py = idx >= 0 && (atomic_load(&sess_slots[idx].active) || atomic_load(&sess_slots[idx].excluded));
+    if (py) {
         if (t && t->sightings >= 2)
             retire(t);
         else if (t)
@@ -374,8 +377,8 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
         }
         /* born in the session: all its CPU is the session's (its first sample carries it);
          * one that was counted before (it ran Python meanwhile, a C library's callback
-         * thread): from now */
-        t->base_ns = thread_born_in_session(tid) && !counted_before(tid) ? 0 : now;
+         * thread: cpu.c counted that part): from now */
+        t->base_ns = thread_born_in_session(tid) && !counted_before(tid) && idx < 0 ? 0 : now;
         t->seen_ns = now;
         atomic_store(&t->acct_ns, t->base_ns);
         read_comm(tid, t->comm);

@@ -51,6 +51,25 @@ void pool_join(void)
     for (int i = 0; i < nbg; i++)
         pthread_join(bg[i], NULL);
 }
+/* a C library's callback thread: it runs a Python callback (a thread state of its own, made and
+ * deleted around the call), then C work of its own; the caller waits */
+static PyObject *callback;
+static void *call_then_burn(void *arg)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallObject(callback, NULL);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return burn(arg);
+}
+void pool_callback_then_burn(void *cb, double seconds)
+{
+    pthread_t th;
+    callback = (PyObject *)cb;
+    burn_s = seconds;
+    pthread_create(&th, NULL, call_then_burn, NULL); /* (cffi calls us without the GIL) */
+    pthread_join(th, NULL);
+}
 /* n idle threads (an idle pool: blocked on a condition variable) until released */
 static pthread_t held[512];
 static int nheld, release_held;
@@ -107,7 +126,8 @@ double omp_burn(int n, double seconds)
 def ext_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("ntpool")
     _build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
-           " void pool_join(void); void pool_hold(int n); void pool_unhold(void);", POOL_SOURCE, libraries=["pthread"])
+           " void pool_join(void); void pool_hold(int n); void pool_unhold(void);"
+           " void pool_callback_then_burn(void *cb, double seconds);", POOL_SOURCE, libraries=["pthread"])
     _build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
            extra_compile_args=["-fopenmp"], extra_link_args=["-fopenmp"])
     return str(out)
@@ -165,6 +185,18 @@ def _assert_accounted(r, under="caller", share=0.90):
     assert abs(r["profile"] - r["process"]) <= 0.05 * r["process"], (r["profile"], r["process"], r["own"], r["stacks"])
     # ... and at least 90 % of it is under the Python line that asked for the work
     assert r[under] >= share * r["process"], (r[under], r["process"], r["stacks"])
+
+
+def test_a_callback_threads_python_then_c_work_is_counted_once(ext_dir):
+    # GIVEN a pthread born in the session that runs a Python callback burning 0.3 s (its own
+    #   thread state, made and deleted around the call), then burns 0.3 s in C, while the caller waits
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool, ffi; py_part = lambda: burn(0.3)",
+                 "pool.pool_callback_then_burn(ffi.cast('void *', id(py_part)), 0.3)")
+    # THEN the profile holds the process's CPU within 5 % (the Python part counted once: on the
+    #   thread as Python, not again as a pool thread's CPU since its birth), its Python part under
+    #   the callback
+    _assert_accounted(r, share=0.4)
+    assert sum(v for k, v in r["stacks"] if "<lambda>" in k) >= 0.8 * 0.3e9, r["stacks"]
 
 
 def test_a_c_extensions_pthreads_are_under_the_calling_line(ext_dir):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ddprof_nb.engines.native.pools import attribute_pools
 from ddprof_nb.events import EventType, FrameKind
-from ddprof_nb.model import Frame, ProfileBuilder
+from ddprof_nb.model import Frame, LabelSet, ProfileBuilder
 
 MS = 1_000_000
 MiB = 1 << 20
@@ -68,3 +68,32 @@ def test_native_frames_kept_with_native_true_and_raw_keeps_each_thread():
     raw = attribute_pools(_profile(), {200, 300}, {}, raw=True, keep_native=False)
     ext = "[_ext.cpython-311-x86_64-linux-gnu.so]"
     assert set(_rows(raw.profile, EventType.LIVE)) == {((ext, "[malloc]"), "Thread 200"), ((ext, "[malloc]"), "Thread 300")}
+
+
+def test_a_python_threads_own_rows_and_its_interpreter_frames_are_never_a_pools():
+    # GIVEN a short Python thread that a tick saw running no Python (as it ended: its tid is among
+    #   the native threads'), with a labelled CPU row of its Python code and a native-only row in
+    #   the interpreter's library, while another Python thread ran inside that library too
+    b = ProfileBuilder()
+    work = b.frame_id(Frame("work", "nb.py", 3))
+    eval_loop = b.frame_id(Frame("_PyEval_EvalFrameDefault", "/usr/lib/libpython3.11.so.1.0", kind=FrameKind.NATIVE))
+    teardown = b.frame_id(Frame("PyThreadState_Clear", "/usr/lib/libpython3.11.so.1.0", kind=FrameKind.NATIVE))
+    start = b.frame_id(Frame("start_thread", LIBC, kind=FrameKind.NATIVE))
+    other, short = b.thread_id(100, "w1"), b.thread_id(200, "short61")
+    labelled = b.labels_id(LabelSet.of({"w": "short61"}))
+    b.add(EventType.CPU, b.stack_id([work, eval_loop]), other, 0, 1000 * MS, 1, 10 * MS)
+    b.add(EventType.CPU, b.stack_id([work, eval_loop]), short, labelled, 1001 * MS, 1, 2 * MS)
+    b.add(EventType.CPU, b.stack_id([start, teardown]), short, 0, 1002 * MS, 1, 1 * MS)
+    # WHEN pool threads are attributed
+    r = attribute_pools(b.build(end_ns=2000 * MS), {200}, {200: "python"}, keep_native=False)
+    rows = _rows(r.profile, EventType.CPU)
+    # THEN its Python row stays its own, with its labels; its interpreter-only row goes under
+    #   [native threads] (no pool's), never to the other thread
+    assert rows[(("work",), "short61")] == 2 * MS, rows
+    assert rows[(("work",), "w1")] == 10 * MS, rows
+    assert [k for k in rows if k[1] == "w1"] == [(("work",), "w1")], rows
+    assert sum(v for (stack, _), v in rows.items() if stack[0] == "[native threads]") == 1 * MS, rows
+    p = r.profile
+    own = [i for i in range(len(p)) if p.threads[int(p.thread[i])].name == "short61"
+           and p.stack_frames(int(p.stack[i]))[0].name == "work"]
+    assert [dict(p.labelsets[int(p.labels[i])]) for i in own] == [{"w": "short61"}]

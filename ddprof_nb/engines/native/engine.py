@@ -284,7 +284,9 @@ class NativeEngine(Engine):
                 totals, names, self._pool_stats = native_thread_totals()
                 self._pool_tids = set(totals)
                 self._names.update(names)
-                stats["cpu_threads"] = {**totals, **stats["cpu_threads"]}
+                python = stats["cpu_threads"]  # (a thread in both ran Python, then C work of its own: both count)
+                stats["cpu_threads"] = {tid: tuple(a + b for a, b in zip(totals.get(tid, (0, 0)), python.get(tid, (0, 0))))
+                                        for tid in totals.keys() | python.keys()}
             if self._pools and self._converter.alloc is not None:  # ... and those whose C allocations were recorded
                 names, self._alloc_refused = native_alloc_threads()
                 self._pool_tids |= set(names)

@@ -28,7 +28,9 @@ unwind tables for its wait (no ``.eh_frame``) is not seen inside it.
 from __future__ import annotations
 
 import bisect
+import os
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,8 +42,13 @@ from ...render.format import format_bytes, format_duration
 __all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
 
 NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
-# the C runtime and loader: every thread starts and waits in them, no pool is theirs
-_RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt)[.-][^/]*$")
+# the C runtime and loader: every thread starts and waits in them, no pool is theirs; nor is
+# the interpreter's (every Python thread is inside it: a thread starting or ending Python there,
+# its Python frames not yet or no longer there, would go to whichever Python thread ran)
+_RUNTIME = re.compile(r"(^|/)(libc|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s|libdl|librt|libpython[0-9.]*[a-z]*)[.-][^/]*$")
+_INTERPRETER = os.path.realpath(sys.executable)  # (an interpreter linked statically: in the executable)
+# frames only a thread running Python has: its rows are its own, whatever else it did in the session
+_PYTHON_KINDS = (FrameKind.PYTHON, FrameKind.GC)
 _CPU, _WALL = EventType.CPU.value, EventType.WALL.value
 # what a note says of each event's pool rows: (event, what it is, how its quantity is shown)
 _NOTED = ((EventType.CPU, "of CPU", format_duration), (EventType.ALLOC, "allocated", format_bytes),
@@ -77,7 +84,8 @@ class PoolResult:
 
 
 def _library(frame: Frame) -> str | None:
-    if frame.kind is not FrameKind.NATIVE or not frame.filename or _RUNTIME.search(frame.filename):
+    if (frame.kind is not FrameKind.NATIVE or not frame.filename or _RUNTIME.search(frame.filename)
+            or frame.filename == _INTERPRETER):
         return None
     return frame.filename
 
@@ -137,7 +145,13 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     libs = [_library(f) for f in profile.frames]
     native_kind = [f.kind is FrameKind.NATIVE for f in profile.frames]
     tids = np.array([th.tid for th in profile.threads], dtype=np.int64)
+    # a pool row: a native thread's sample with no Python frame (a thread seen running no Python
+    # at some tick, as a Python thread is as it starts or ends, keeps the rows it ran Python in)
     is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
+    python_frame = [f.kind in _PYTHON_KINDS for f in profile.frames]
+    for sid in np.unique(profile.stack[is_pool]).tolist():
+        if any(python_frame[f] for f in profile.stacks[sid]):
+            is_pool &= profile.stack != sid
     cpu = profile.event == _CPU
     observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
     inside = _inside(profile, libs, ~is_pool)  # (any event a thread records of itself carries its native frames)
