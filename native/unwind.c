@@ -106,8 +106,13 @@ static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
 
 uint64_t ddp_loader_generation(void)
 {
+    /* under refresh_lock, as every iteration here: a fork landing inside dl_iterate_phdr would
+     * leave the child the loader's list lock held for good (a forked child hung under ASan) */
     unsigned long long c[2] = { 0, 0 };
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&refresh_lock);
     dl_iterate_phdr(counters_cb, c);
+    pthread_mutex_unlock(&refresh_lock);
     return (uint64_t)(c[0] + c[1]);
 }
 

@@ -277,11 +277,14 @@ def print_native_stacks(pid):
     import subprocess
 
     try:
-        out = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
-                             capture_output=True, text=True, timeout=60).stdout
+        got = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                             capture_output=True, text=True, timeout=60)
+        out = got.stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        out = f"gdb failed: {exc!r}"
+        got, out = None, f"gdb failed: {exc!r}"
     keep = [ln for ln in out.splitlines() if ln.startswith(("#", "Thread"))]
+    if not keep:  # (no stack: say why, from what gdb printed)
+        keep = (out + (got.stderr if got else "")).splitlines()[-12:]
     print(f"process {pid} hung; its threads' stacks:\n" + "\n".join(keep), file=sys.stderr, flush=True)
 
 
