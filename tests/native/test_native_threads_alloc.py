@@ -29,16 +29,20 @@ ALLOC_SOURCE = r"""
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #define MAXB 8192
 static void *blocks[MAXB];
 static int nblocks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static size_t per_thread, block;
+static int delay_ms;
 /* a pool thread: `per_thread` bytes in blocks of `block`, each touched, all kept */
 static void *grab(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "ntalloc");
+    struct timespec later = { delay_ms / 1000, (delay_ms % 1000) * 1000000L };
+    nanosleep(&later, NULL);
     for (size_t done = 0; done + block <= per_thread; done += block) {
         char *p = malloc(block);
         if (!p)
@@ -57,9 +61,9 @@ static pthread_t th[64];
 static int nth;
 /* n pthreads started for this call allocate `total` bytes between them; the caller waits
  * (pthread_join, the GIL released by cffi); the blocks stay until alloc_free */
-void alloc_start(int n, size_t total, size_t blk)
+void alloc_start_later(int n, size_t total, size_t blk, int ms)
 {
-    per_thread = total / n, block = blk;
+    per_thread = total / n, block = blk, delay_ms = ms;
     for (nth = 0; nth < n && nth < 64; nth++)
         pthread_create(&th[nth], NULL, grab, NULL);
 }
@@ -68,6 +72,7 @@ void alloc_join(void)
     for (int i = 0; i < nth; i++)
         pthread_join(th[i], NULL);
 }
+void alloc_start(int n, size_t total, size_t blk) { alloc_start_later(n, total, blk, 0); }
 void alloc_run(int n, size_t total, size_t blk)
 {
     alloc_start(n, total, blk);
@@ -90,6 +95,7 @@ void alloc_free(void)
 def ext_dir(tmp_path_factory):
     return build_ext(tmp_path_factory.mktemp("ntalloc"), "_ddp_ntalloc",
                      "void alloc_start(int n, size_t total, size_t blk); void alloc_join(void);"
+                     " void alloc_start_later(int n, size_t total, size_t blk, int ms);"
                      " void alloc_run(int n, size_t total, size_t blk); size_t alloc_held(void); void alloc_free(void);",
                      ALLOC_SOURCE, libraries=["pthread"])
 
@@ -183,8 +189,10 @@ def test_native_frames_of_the_allocating_thread_follow_the_pool_frame(ext_dir):
 
 def test_allocations_with_no_caller_inside_go_under_native_threads(ext_dir):
     # GIVEN the pool started by a call that returns at once, its caller sleeping meanwhile
-    # (joined only after it is done: a join would be a caller inside the library)
-    r = _session(ext_dir, f"ext.alloc_start(4, {TOTAL}, {MiB})", after="time.sleep(1.5); ext.alloc_join()")
+    # (joined only after it is done: a join would be a caller inside the library); the pool
+    # allocates from 200 ms on (blocks allocated within 50 ms of the starting call are that
+    # call's work: they go under it, and in CI 89 of the 200 MB once did)
+    r = _session(ext_dir, f"ext.alloc_start_later(4, {TOTAL}, {MiB}, 200)", after="time.sleep(1.5); ext.alloc_join()")
     if SANITIZED:
         assert _left_to_asan(r), r["notes"]
         return
