@@ -149,9 +149,10 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     # at some tick, as a Python thread is as it starts or ends, keeps the rows it ran Python in)
     is_pool = np.isin(tids[profile.thread], list(native_tids)) if len(profile) else np.zeros(0, bool)
     python_frame = [f.kind in _PYTHON_KINDS for f in profile.frames]
-    for sid in np.unique(profile.stack[is_pool]).tolist():
-        if any(python_frame[f] for f in profile.stacks[sid]):
-            is_pool &= profile.stack != sid
+    pythonic = [sid for sid in np.unique(profile.stack[is_pool]).tolist()
+                if any(python_frame[f] for f in profile.stacks[sid])]
+    if pythonic:
+        is_pool &= ~np.isin(profile.stack, pythonic)
     cpu = profile.event == _CPU
     observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
     inside = _inside(profile, libs, ~is_pool)  # (any event a thread records of itself carries its native frames)
