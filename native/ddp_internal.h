@@ -102,6 +102,7 @@ int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
 uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
 uintptr_t ddp_py_running_tstate(void);     /* ... in the interpreter it runs now (3.12+), 0 if none */
 uint32_t ddp_py_interp_number(uintptr_t tstate, int mode); /* its interpreter's id + 1; 0 unreadable */
+uintptr_t ddp_py_subinterp_tstate(long tid, int mode); /* another interpreter's tstate tid runs in now (3.13+), from outside */
 int ddp_py_watcher_start(void);            /* with the GIL: record code deaths (3.12+ watcher, 3.11 dealloc wrapper) */
 void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them */
 void ddp_py_graveyard_clear(void);

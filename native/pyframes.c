@@ -196,12 +196,12 @@ void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi)
 }
 
 /* ---- thread list ---------------------------------------------------------------------- */
-int ddp_py_scan_threads_in(const py_space *sp, int mode, ddp_thread_cb cb, void *ctx)
+static int scan_threads_of(const py_space *sp, uintptr_t interp, int mode, ddp_thread_cb cb, void *ctx)
 {
-    if (!sp->interp)
+    if (!interp)
         return -1;
     uintptr_t t = 0;
-    if (py_read(sp, &t, sp->interp + offsetof(PyInterpreterState, threads.head), sizeof t, mode) != 0)
+    if (py_read(sp, &t, interp + offsetof(PyInterpreterState, threads.head), sizeof t, mode) != 0)
         return -1;
     uintptr_t seen_first = t;
     /* Direct loads: the three fields the scan needs, not the whole thread state (hundreds of
@@ -221,7 +221,7 @@ int ddp_py_scan_threads_in(const py_space *sp, int mode, ddp_thread_cb cb, void 
                            sizeof ts.native_thread_id, mode) != 0) {
             return -1;
         }
-        if ((uintptr_t)ts.interp != sp->interp)
+        if ((uintptr_t)ts.interp != interp)
             return -1; /* freed or recycled under us: the caller retries next tick */
         if (ts.native_thread_id)
             cb(t, (long)ts.native_thread_id, ctx);
@@ -232,9 +232,60 @@ int ddp_py_scan_threads_in(const py_space *sp, int mode, ddp_thread_cb cb, void 
     return 0;
 }
 
+int ddp_py_scan_threads_in(const py_space *sp, int mode, ddp_thread_cb cb, void *ctx)
+{
+    return scan_threads_of(sp, sp->interp, mode, cb, ctx);
+}
+
 int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
 {
     return ddp_py_scan_threads_in(&ddp_py_here, mode, cb, ctx);
+}
+
+/* ---- subinterpreters, from outside ---------------------------------------------------- */
+#define MAX_INTERPS 64 /* interpreters looked through for one thread (more: its sample stops at the call) */
+
+#if DDP_PY_SUPPORTED && PY_VERSION_HEX >= 0x030D0000
+struct sub_find { long tid; int mode; uintptr_t found; };
+
+static void sub_match(uintptr_t t, long tid, void *ctx)
+{
+    struct sub_find *f = ctx;
+    uintptr_t frame = 0;
+    if (tid == f->tid && !f->found && top_frame(&ddp_py_here, t, tid, f->mode, &frame) == 0 && frame)
+        f->found = t;
+}
+#endif
+
+/* The thread state of another interpreter that thread `tid` runs Python in now, 0 if none:
+ * what its own thread-local would say (ddp_py_running_tstate), found from outside, where that
+ * thread-local cannot be read (and is cleared while the thread waits with the GIL released).
+ * From 3.13 each entry into an interpreter (run_string, call, an InterpreterPoolExecutor's
+ * task) makes a thread state bound to the entering thread and deletes it on the way out, so
+ * the one with this tid and frames on it is where the thread is.  3.12 runs every entry in
+ * the interpreter's first thread state, whose tid is its creator's: no answer there (0).
+ * Racy like every read from outside: the caller walks the result through safe reads. */
+uintptr_t ddp_py_subinterp_tstate(long tid, int mode)
+{
+#if DDP_PY_SUPPORTED && PY_VERSION_HEX >= 0x030D0000
+    uintptr_t interp = 0;
+    if (!ddp_py_here.interp ||
+        py_read(&ddp_py_here, &interp, (uintptr_t)&_PyRuntime + offsetof(_PyRuntimeState, interpreters.head),
+                sizeof interp, mode) != 0)
+        return 0;
+    struct sub_find f = { tid, mode, 0 };
+    for (int n = 0; interp && n < MAX_INTERPS; n++) {
+        if (interp & 7)
+            return 0;
+        if (interp != ddp_py_here.interp && scan_threads_of(&ddp_py_here, interp, mode, sub_match, &f) == 0 && f.found)
+            return f.found;
+        if (py_read(&ddp_py_here, &interp, interp + offsetof(PyInterpreterState, next), sizeof interp, mode) != 0)
+            return 0;
+    }
+#else
+    (void)tid, (void)mode;
+#endif
+    return 0;
 }
 
 uintptr_t ddp_py_current_tstate(void) { return (uintptr_t)PyGILState_GetThisThreadState(); }

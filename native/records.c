@@ -82,8 +82,10 @@ int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mo
         rec->depth = 0;
         rec->flags = DDP_REC_INVALID;
         rec->stack_hash = 0;
+        rec->interp = 0;
         return -1;
     }
+    rec->interp = above ? ddp_py_interp_number(above, mode) : 0;
     /* its own stack (a signal handler's or a hook's); with native threads sampled, the
      * native frames say which library a Python thread is inside (osthreads.c) */
     if ((sess_cfg.native_frames || sess_cfg.native_threads) && tid == my_tid())
@@ -131,7 +133,6 @@ static int produce_ex(slot_t *s, uintptr_t above, uintptr_t tstate, int event, i
     rec->aux = aux;
     rec->reserved = 0;
     int torn = walk_into_running(rec, above, tstate, mode) < 0;
-    rec->interp = above && !torn ? ddp_py_interp_number(above, mode) : 0;
     if (!torn && native_cut && sess_cfg.native_frames && rec->depth < sess_cfg.max_depth) {
         ((ddp_frame *)(rec + 1))[rec->depth] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
         cut_record(rec, rec->depth + 1);

@@ -5,7 +5,8 @@
  * wall time since that thread's previous wall sample, so skipped or torn ticks never lose time.
  *
  * With native frames, a blocked thread's sample carries the native frames it waits in, unwound
- * from outside (unwind.c) from the sp and pc of its /proc syscall line.
+ * from outside (unwind.c) from the sp and pc of its /proc syscall line.  A thread inside another
+ * interpreter (3.13+) has that interpreter's frames above its own, found in its thread list.
  *
  * Idle threads (a notebook kernel has 6-10, nearly all blocked) are cheap: a thread whose
  * CPU clock has not moved since its last wall sample has not run, so its frames, state and
@@ -95,6 +96,7 @@ static void wall_shadow(const ddp_record *src, int64_t dwall, int64_t now)
 static int same_sample(const ddp_record *a, const ddp_record *b)
 {
     return a->state == b->state && a->flags == b->flags && a->depth == b->depth && a->label_id == b->label_id &&
+           a->interp == b->interp &&
            a->stack_hash == b->stack_hash && !memcmp(a + 1, b + 1, (size_t)a->depth * sizeof(ddp_frame));
 }
 
@@ -151,7 +153,9 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
          * (the idle loop under the task's labels): read both again, so they are of one;
          * a thread that changes labels faster than we can walk it (ASan) is a torn read. */
         rec->label_id = label_of(s);
-        int torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+        /* inside another interpreter (3.13+): its frames above the thread's own, as in its CPU samples */
+        uintptr_t above = ddp_py_subinterp_tstate(rec->tid, atomic_load(&ddp_read_mode_now));
+        int torn = walk_into_running(rec, above, tstate, atomic_load(&ddp_read_mode_now)) < 0;
         for (int tries = 0; !torn; tries++) {
             uint64_t now_label = label_of(s);
             if (now_label == rec->label_id)
@@ -161,7 +165,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
                 break;
             }
             rec->label_id = now_label;
-            torn = walk_into(rec, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+            torn = walk_into_running(rec, above, tstate, atomic_load(&ddp_read_mode_now)) < 0;
         }
         if (torn) {
             atomic_fetch_add_explicit(&sess_stats.dropped_torn[DDP_EVENT_WALL], 1, memory_order_relaxed);

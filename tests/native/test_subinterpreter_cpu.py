@@ -5,6 +5,7 @@ labels the sample ``interp=<id>``."""
 
 from __future__ import annotations
 
+import collections
 import sys
 
 import pytest
@@ -106,3 +107,91 @@ def test_interpreter_pool_executor_work_is_under_its_function_with_each_interpre
     shares = sorted(100 * v / total for k, v in by.items() if k != "main")
     assert abs(shares[0] - 25) <= 5 and abs(shares[1] - 50) <= 5, (shares, r)
     assert abs(100 * by["main"] / total - 25) <= 5, r
+
+
+NAP = '''
+import time
+
+def nap(sec):
+    time.sleep(sec)
+    return sec
+'''
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="InterpreterPoolExecutor is new in 3.14")
+def test_interpreter_pool_executor_waits_are_under_their_function_in_wall_samples(tmp_path):
+    # GIVEN an InterpreterPoolExecutor of 2 whose workers sleep 0.4 s and 0.2 s inside their
+    #   interpreters, under the wall event (taken from outside the workers)
+    (tmp_path / "napping.py").write_text(NAP)
+    r = run_script("""
+        from concurrent.futures import InterpreterPoolExecutor
+        from napping import nap
+        with InterpreterPoolExecutor(max_workers=2) as ex:
+            list(ex.map(nap, [0.01, 0.01]))  # (both workers' interpreters made before the session)
+            e = NativeEngine(SamplerConfig.make(events=("wall",), interval="10ms"))
+            e.start()
+            futures = [ex.submit(nap, s) for s in (0.4, 0.2)]
+            [f.result() for f in futures]
+            p = e.stop()
+        by = collections.Counter()
+        for s in p.samples():
+            if s.event is EventType.WALL and s.stack[-1].name == "nap":
+                by[s.labels.get("interp") or "main"] += s.values[1]
+        emit(by=by)
+        """, timeout=120, env={"PYTHONPATH": str(tmp_path)})
+    # THEN each worker's sleep is under nap with its own interpreter's label, about as long as it slept
+    by = r["by"]
+    assert len(by) == 2 and "main" not in by, r
+    short, long = sorted(by.values())
+    assert 0.15e9 <= short <= 0.3e9 and 0.35e9 <= long <= 0.5e9, r
+
+
+WAIT = '''
+import time
+def wait_inside():
+    time.sleep(0.5)
+def burn_inside():
+    t = time.thread_time()
+    while time.thread_time() - t < 0.3:
+        pass
+wait_inside()
+burn_inside()
+'''
+
+
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="3.12 runs every entry in the interpreter's first thread "
+                                                       "state, bound to its creator: found from outside from 3.13")
+def test_wall_samples_inside_a_subinterpreter_are_under_its_own_functions():
+    # GIVEN a thread that, in an own-GIL subinterpreter called from work_in, sleeps 0.5 s in
+    #   wait_inside then burns 0.3 s in burn_inside, under the wall event (taken from outside the
+    #   thread, where its interpreter's thread-local cannot be read)
+    r = run_script(f"""
+        try:
+            import _interpreters as subs
+        except ImportError:
+            import _xxsubinterpreters as subs
+        def work_in(interp):
+            subs.run_string(interp, {WAIT!r})
+        interp = subs.create()
+        e = NativeEngine(SamplerConfig.make(events=("wall",), interval="10ms"))
+        e.start()
+        t = threading.Thread(target=work_in, args=(interp,)); t.start(); t.join()
+        p = e.stop()
+        subs.destroy(interp)
+        by_leaf = collections.Counter()
+        for s in p.samples():
+            names = [f.name for f in s.stack]
+            if s.event is EventType.WALL and "work_in" in names:
+                by_leaf[(names[-1], s.labels.get("interp"), s.labels.get("state"))] += s.values[1]
+        emit(interp=int(interp), by_leaf=[[*k, v] for k, v in by_leaf.items()])
+        """, timeout=120)
+    leaf = collections.Counter()
+    for name, label, state, ns in r["by_leaf"]:
+        leaf[name] += ns
+        # THEN every sample inside carries interp=<its id>, and those outside none
+        assert (label == str(r["interp"])) == (name in ("wait_inside", "burn_inside", "<module>")), r
+    # AND the thread's wall time is under the subinterpreter's functions, not at the calling line
+    total = sum(leaf.values())
+    assert total >= 0.75e9, r
+    assert leaf["wait_inside"] >= 0.4e9 and leaf["burn_inside"] >= 0.2e9, r
+    assert leaf["wait_inside"] + leaf["burn_inside"] >= 0.85 * total, r
