@@ -5,13 +5,13 @@
  * freed after stop (or the reverse) goes to the same allocator.  Both domains require the
  * GIL, which protects the countdowns and the live table (alloclive.c); the RAW domain (no
  * GIL) is not hooked.  A subinterpreter with its own GIL (3.12+) runs these hooks beside the
- * main interpreter's threads: its allocations pass through uncounted but for the countdown's
- * bytes (outside_main_interpreter), so the live table and the sampling state stay the main
- * interpreter's alone.
+ * main interpreter's threads: its allocations pass through unsampled (outside_main_interpreter)
+ * on countdowns of their own threads, so the live table, the sampling state and the main
+ * interpreter's countdowns stay the main interpreter's alone.
  *
- * Sampling is a Poisson process over bytes (allocsample.c): one countdown per hook slot over
- * all threads' bytes, so the fast path is a subtraction at a constant address, a sign test
- * and a tail call to the previous allocator; all else is cold and out of line.  A sample
+ * Sampling is a Poisson process over bytes (allocsample.c): one countdown per thread and hook
+ * slot, so the fast path is a generation check, a subtraction in thread-local storage, a sign
+ * test and a tail call to the previous allocator; all else is cold and out of line.  A sample
  * records the allocating thread's Python stack (ddp_emit_own); its id lets LIVE refer to it.
  */
 #define _GNU_SOURCE
@@ -36,8 +36,8 @@
 enum { DOM_MEM = 0, DOM_OBJ = 1 };
 
 /* Layer (d, k) is domain d's hook of slot k: its functions are generated per (d, k) (below),
- * so they reach their previous allocator and their countdown smp.remaining[k] at constant
- * addresses and need no ctx.  The MEM and OBJ layers of one slot share the countdown. */
+ * so they reach their previous allocator and their countdown tc.remaining[k] at constant
+ * (thread-local) addresses and need no ctx.  The MEM and OBJ layers of one slot share it. */
 typedef struct {
     PyMemAllocatorEx prev;   /* what we chain to */
     PyMemAllocatorEx self;   /* what we installed */
@@ -51,28 +51,40 @@ static _Atomic int active_slot = -1; /* the slot of the running session, -1 = no
 
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
+    _Atomic uint64_t subinterp_crossings; /* countdowns that crossed zero in a subinterpreter (not sampled) */
     int left_installed;
     int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
     int reclaimed;           /* layers found out of every chain at start and reused */
 } ast;
 
 /* Sampling state, one per process, protected by the GIL like the live table (both hooked
- * domains require it, so hooked calls never run concurrently).  One countdown per slot over
- * the interleaved byte stream of all threads: the Poisson process is memoryless, so every
- * allocation is still sampled with probability 1 - exp(-s/R) whichever thread makes it, and
- * the fast path subtracts from a constant address (no TLS look-up).  A start sets the slot's
- * countdown; a pending type read (the last sampled OBJ block) is retried at the next
- * allocation of any thread: another thread can only run after a GIL hand-off, by which time
- * the allocating thread has initialised the object's header. */
+ * domains require it: the main interpreter's hooked calls never run concurrently).  A pending
+ * type read (the last sampled OBJ block) is retried at the sampling thread's next allocation,
+ * or before any thread's next sample replaces it. */
 static struct {
-    int64_t remaining[N_SLOTS]; /* bytes to the next sample; forced to 0 while a type read is pending */
     int busy;                /* re-entry guard (an allocation made by the slow path itself) */
-    int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
-    int parked;
     uintptr_t pending;
-    uint64_t rng, pending_id, pending_size;
+    uint64_t pending_id, pending_size;
     int pending_tries;
 } smp;
+
+/* Per thread: slot k's countdown, valid while its generation is the slot's (slot_gen[k], bumped
+ * by each session on slot k; a thread's first allocation after that draws a fresh gap).  One
+ * countdown per thread, not one over all threads' bytes: threads of subinterpreters with their
+ * own GIL (3.12+) allocate at the same time as the main interpreter's, and a countdown they
+ * shared would be sampled on whichever thread found it below zero, not on the one whose bytes
+ * crossed it (two subinterpreter threads allocating hard inflated the main interpreter's
+ * estimates 1.5-2x).  The Poisson process is memoryless, so each allocation is still sampled
+ * with probability 1 - exp(-s/R), whichever thread makes it.  Initial-exec TLS: a fixed offset
+ * from the thread pointer, no call. */
+static DDP_TLS struct {
+    int64_t remaining[N_SLOTS]; /* bytes to the next sample; forced to 0 while a type read is pending */
+    uint32_t gen[N_SLOTS];
+    int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
+    int parked;
+    uint64_t rng;
+} tc;
+static uint32_t slot_gen[N_SLOTS]; /* written at start, with the GIL; read by every hook */
 
 /* 1: the calling thread runs a subinterpreter, which may hold a GIL of its own (3.12+): the
  * hooks' cold paths must not touch state the main interpreter's GIL protects.  Only cold paths
@@ -89,14 +101,16 @@ static inline int outside_main_interpreter(void)
     return ts && ts->interp != PyInterpreterState_Main();
 }
 
-/* ---- random gaps ------------------------------------------------------------------------- */
+/* ---- random gaps (each thread its own generator) ----------------------------------------- */
 static inline uint64_t rng_next(void)
 {
-    uint64_t x = smp.rng; /* xorshift64* */
+    uint64_t x = tc.rng; /* xorshift64* */
+    if (!x) /* the thread's first draw; a forked child's threads are new threads */
+        x = ((uint64_t)ddp_now_ns() ^ ((uint64_t)(uintptr_t)&tc << 16) ^ ((uint64_t)getpid() << 40)) | 1;
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
-    smp.rng = x;
+    tc.rng = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
 
@@ -152,23 +166,42 @@ static void pending_try(void)
 }
 
 /* ---- the sampled path ------------------------------------------------------------------------- */
-/* Invariant outside slow_path: smp.pending != 0 <=> the countdown is parked, so the next
- * allocation takes the slow path and retries the type read. */
+/* A thread that left a type read pending parks its countdown at 0, so its next allocation takes
+ * the slow path and retries the read. */
 static inline void park_countdown(int k)
 {
-    if (!smp.parked) {
-        smp.saved = smp.remaining[k];
-        smp.remaining[k] = 0;
-        smp.parked = 1;
+    if (!tc.parked) {
+        tc.saved = tc.remaining[k];
+        tc.remaining[k] = 0;
+        tc.parked = 1;
     }
 }
 
 static inline void unpark_countdown(int k)
 {
-    if (smp.parked) {
-        smp.remaining[k] += smp.saved; /* what was counted from 0 while parked */
-        smp.parked = 0;
+    if (tc.parked) {
+        tc.remaining[k] += tc.saved; /* what was counted from 0 while parked */
+        tc.parked = 0;
     }
+}
+
+static inline uint32_t gen_of(int k) { return __atomic_load_n(&slot_gen[k], __ATOMIC_RELAXED); }
+
+/* 1 when this allocation of n bytes at p (NULL: failed), the thread's first on slot k since the
+ * slot's session began, is not sampled: the thread's countdown is drawn afresh (from this
+ * allocation, which may already cross it), or idled while the slot has no session. */
+static int countdown_renewed(int k, const void *p, size_t n)
+{
+    tc.gen[k] = gen_of(k);
+    tc.parked = 0; /* a type read left pending in an earlier session: that session's */
+    if (k != atomic_load_explicit(&active_slot, memory_order_relaxed)) {
+        /* a pass-through layer (stale under someone else's allocator): it never counts again
+         * on this thread, until a session on its slot renews its generation */
+        tc.remaining[k] = COUNTDOWN_IDLE;
+        return 1;
+    }
+    tc.remaining[k] = draw_gap() - (p ? (int64_t)n : 0);
+    return tc.remaining[k] >= 0;
 }
 
 /* Reachability probe (with the GIL): while `probing`, a slow path only notes its layer's slot
@@ -187,13 +220,19 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
         probe_mask |= 1u << L->slot;
         return;
     }
-    if (outside_main_interpreter()) {
-        /* the countdown fired in a subinterpreter: the main interpreter's next allocation
-         * samples instead (remaining stays < 0) */
-        return;
-    }
+    int k = L->slot;
     int e = errno;
+    if (tc.gen[k] != gen_of(k) && countdown_renewed(k, p, n))
+        goto out;
+    if (outside_main_interpreter()) {
+        /* the countdown crossed in a subinterpreter: not sampled (a fresh gap, on this thread) */
+        tc.parked = 0;
+        tc.remaining[k] = draw_gap();
+        atomic_fetch_add_explicit(&ast.subinterp_crossings, 1, memory_order_relaxed);
+        goto out;
+    }
     slow_path_body(L, p, n);
+out:
     errno = e;
 }
 
@@ -206,23 +245,23 @@ static void slow_path_body(layer_t *L, void *p, size_t n)
     }
     if (k != atomic_load_explicit(&active_slot, memory_order_relaxed)) {
         /* a pass-through layer (stale under someone else's allocator): it never counts
-         * again, until a session on its slot sets the countdown */
-        smp.remaining[k] = COUNTDOWN_IDLE;
+         * again on this thread, until a session on its slot renews its generation */
+        tc.remaining[k] = COUNTDOWN_IDLE;
         return;
     }
     smp.busy = 1;
-    if (smp.parked) {
+    if (tc.parked) {
         /* parked for a type read: back to the real countdown (n already subtracted) */
         unpark_countdown(k);
         if (smp.pending)
             pending_try();
-        if (smp.remaining[k] >= 0 || !p)
+        if (tc.remaining[k] >= 0 || !p)
             goto out; /* still pending: parked again at out */
     } else if (!p) {
-        smp.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
+        tc.remaining[k] += (int64_t)n; /* failed: not an allocation, give its bytes back */
         goto out;
     }
-    smp.remaining[k] = draw_gap();
+    tc.remaining[k] = draw_gap();
     if (smp.pending)
         pending_try(); /* give the previous one a last chance before replacing it */
     int64_t count, bytes;
@@ -258,7 +297,7 @@ out:
  * allocator never counts the bytes the active layer above it already counted. */
 static inline __attribute__((always_inline)) int count_skip(int k, size_t n)
 {
-    return (smp.remaining[k] -= (int64_t)n) >= 0;
+    return tc.gen[k] == gen_of(k) && (tc.remaining[k] -= (int64_t)n) >= 0;
 }
 
 static __attribute__((cold, noinline)) void *malloc_slow(layer_t *L, size_t n)
@@ -280,8 +319,13 @@ static __attribute__((cold, noinline)) void *calloc_slow(layer_t *L, size_t nele
 static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old, size_t n, int counted)
 {
     void *p = L->prev.realloc(L->prev.ctx, old, n);
-    if (outside_main_interpreter())
-        return p; /* its blocks are never in the live table (its allocations are not sampled) */
+    if (outside_main_interpreter()) {
+        /* its blocks are never in the live table (its allocations are not sampled); its bytes
+         * count on its thread's countdown */
+        if (counted || !count_skip(L->slot, n))
+            slow_path(L, p, n);
+        return p;
+    }
     if (!p) {
         if (counted)
             slow_path(L, NULL, n); /* the countdown fired: keep it consistent */
@@ -375,14 +419,18 @@ static const size_t probe_sizes[] = { 1, 513, 4097, 65537, (1u << 20) + 1, 1u <<
 static unsigned reachable_layers(int d)
 {
     int64_t saved[N_SLOTS];
-    memcpy(saved, smp.remaining, sizeof saved);
+    uint32_t saved_gen[N_SLOTS];
+    memcpy(saved, tc.remaining, sizeof saved);
+    memcpy(saved_gen, tc.gen, sizeof saved_gen);
     probing = 1;
     probe_mask = 0;
     for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++) {
         size_t n = probe_sizes[i];
         void *p[3];
-        for (int k = 0; k < N_SLOTS; k++)
-            smp.remaining[k] = 0;
+        for (int k = 0; k < N_SLOTS; k++) {
+            tc.gen[k] = gen_of(k);
+            tc.remaining[k] = 0;
+        }
         p[0] = d == DOM_MEM ? PyMem_Malloc(n) : PyObject_Malloc(n);
         p[1] = d == DOM_MEM ? PyMem_Calloc(1, n) : PyObject_Calloc(1, n);
         p[2] = d == DOM_MEM ? PyMem_Realloc(NULL, n) : PyObject_Realloc(NULL, n);
@@ -390,7 +438,8 @@ static unsigned reachable_layers(int d)
             d == DOM_MEM ? PyMem_Free(p[j]) : PyObject_Free(p[j]);
     }
     probing = 0;
-    memcpy(smp.remaining, saved, sizeof saved);
+    memcpy(tc.remaining, saved, sizeof saved);
+    memcpy(tc.gen, saved_gen, sizeof saved_gen);
     return probe_mask;
 }
 
@@ -451,10 +500,10 @@ static int alloc_start(const ddp_config *c)
     if (ddp_live_open() != DDP_OK)
         return DDP_ENOMEM;
     ddp_alloc_scheme_start((double)r);
-    smp.rng = (smp.rng ^ (uint64_t)ddp_now_ns() ^ ((uint64_t)getpid() << 32)) | 1; /* a forked child differs */
-    smp.busy = smp.parked = 0;
+    smp.busy = 0;
     smp.pending = 0;
-    smp.remaining[k] = draw_gap(); /* memoryless: a fresh gap at the new rate */
+    /* every thread's next allocation on slot k draws a fresh gap at the new rate */
+    __atomic_store_n(&slot_gen[k], slot_gen[k] + 1, __ATOMIC_RELAXED);
     for (int d = 0; d < 2; d++) {
         layer_t *L = &layers[d][k];
         if (!L->in_use) {
@@ -522,7 +571,7 @@ static void alloc_after_fork(void)
     /* The child keeps our hooks (single thread, GIL state unknown): pass through only. */
     atomic_store(&active_slot, -1);
     top[0] = top[1] = NULL;
-    smp.busy = smp.parked = 0;
+    smp.busy = 0;
     smp.pending = 0;
     ddp_live_after_fork();
     ddp_alloc_scheme_after_fork();
@@ -553,6 +602,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->typed = atomic_load(&ast.typed);
     out->untyped = atomic_load(&ast.untyped);
     out->reentered = atomic_load(&ast.reentered);
+    out->subinterp_crossings = atomic_load(&ast.subinterp_crossings);
     out->live_at_stop = (uint64_t)ddp_live_frozen_count();
     out->sample_ns = atomic_load(&ast.sample_ns);
     out->type_ns = atomic_load(&ast.type_ns);

@@ -61,7 +61,7 @@ TOOLS = {
 
 
 def faulthandler_watchdog_crash(run, crash_file) -> bool:
-    """The interpreter died of a SIGSEGV in faulthandler's own watchdog thread.
+    """The interpreter died of a SIGSEGV (once seen: a SIGBUS) in faulthandler's own watchdog thread.
 
     CPython's dump_traceback_later thread walks the other threads' frames without the GIL and
     now and then reads a frame being pushed or popped: measured here with faulthandler alone
@@ -69,8 +69,9 @@ def faulthandler_watchdog_crash(run, crash_file) -> bool:
     That thread blocks every signal, so the kernel kills the process without running
     faulthandler's fatal handler: its crash file stays empty.  Every thread that runs code of
     ours leaves SIGSEGV deliverable (the wall thread unblocks it for its guarded reads; the
-    signal handlers run on Python threads), so a fault of ours always writes a report."""
-    if run.rc != -signal.SIGSEGV:
+    signal handlers run on Python threads; the sampler thread leaves SIGBUS deliverable too), so
+    a fault of ours always writes a report."""
+    if run.rc not in (-signal.SIGSEGV, -signal.SIGBUS):
         return False
     with open(crash_file) as f:
         return f.read() == ""

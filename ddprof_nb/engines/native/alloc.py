@@ -211,7 +211,8 @@ class AllocTracker:
         _binding.lib.ddp_alloc_get_stats(s)
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "live_overflow", "notes_dropped", "typed", "untyped", "reentered",
-            "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns", "unlinked", "reclaimed")}
+            "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns", "unlinked", "reclaimed",
+            "subinterp_crossings")}
 
     @staticmethod
     def native_stats() -> dict:
