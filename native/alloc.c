@@ -5,9 +5,9 @@
  * freed after stop (or the reverse) goes to the same allocator.  Both domains require the
  * GIL, which protects the countdowns and the live table (alloclive.c); the RAW domain (no
  * GIL) is not hooked.  A subinterpreter with its own GIL (3.12+) runs these hooks beside the
- * main interpreter's threads: its allocations pass through unsampled (outside_main_interpreter)
- * on countdowns of their own threads, so the live table, the sampling state and the main
- * interpreter's countdowns stay the main interpreter's alone.
+ * main interpreter's threads: its allocations are sampled on countdowns of their threads' own
+ * and recorded with that interpreter's frames (subinterp_sample), but never tracked for LIVE,
+ * so the live table and the sampling state stay the main interpreter's alone.
  *
  * Sampling is a Poisson process over bytes (allocsample.c): one countdown per thread and hook
  * slot, so the fast path is a generation check, a subtraction in thread-local storage, a sign
@@ -51,7 +51,7 @@ static _Atomic int active_slot = -1; /* the slot of the running session, -1 = no
 
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
-    _Atomic uint64_t subinterp_crossings; /* countdowns that crossed zero in a subinterpreter (not sampled) */
+    _Atomic uint64_t subinterp_sampled; /* allocations sampled in a subinterpreter (ALLOC only, no LIVE) */
     int left_installed;
     int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
     int reclaimed;           /* layers found out of every chain at start and reused */
@@ -82,6 +82,7 @@ static DDP_TLS struct {
     uint32_t gen[N_SLOTS];
     int64_t saved;           /* the real countdown while parked (remaining then counts down from 0) */
     int parked;
+    int busy;                /* in a subinterpreter's sample (smp.busy is the main interpreter's) */
     uint64_t rng;
 } tc;
 static uint32_t slot_gen[N_SLOTS]; /* written at start, with the GIL; read by every hook */
@@ -204,6 +205,28 @@ static int countdown_renewed(int k, const void *p, size_t n)
     return tc.remaining[k] >= 0;
 }
 
+/* The countdown crossed in a subinterpreter with a GIL of its own, which runs beside the main
+ * interpreter's threads: the sample is recorded without touching the state the main
+ * interpreter's GIL protects (smp, the live table), so its block is not tracked for LIVE and its
+ * type is not read.  Its stack has that interpreter's frames above the thread's own, and its
+ * interp=<id> label (ddp_emit_own); everything it uses is the thread's own or atomic. */
+static void subinterp_sample(layer_t *L, void *p, size_t n)
+{
+    int k = L->slot;
+    tc.parked = 0;
+    tc.remaining[k] = draw_gap();
+    if (tc.busy || !p || k != atomic_load_explicit(&active_slot, memory_order_relaxed))
+        return;
+    tc.busy = 1;
+    int64_t count, bytes;
+    if (ddp_alloc_weigh(n, uniform01(), &count, &bytes) == 0) {
+        atomic_fetch_add_explicit(&ast.subinterp_sampled, 1, memory_order_relaxed);
+        if (ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, ddp_alloc_new_id()) != DDP_OK)
+            atomic_fetch_add_explicit(&ast.emit_failed, 1, memory_order_relaxed);
+    }
+    tc.busy = 0;
+}
+
 /* Reachability probe (with the GIL): while `probing`, a slow path only notes its layer's slot
  * in probe_mask (reachable_layers). */
 static int probing;
@@ -225,10 +248,7 @@ static __attribute__((cold, noinline)) void slow_path(layer_t *L, void *p, size_
     if (tc.gen[k] != gen_of(k) && countdown_renewed(k, p, n))
         goto out;
     if (outside_main_interpreter()) {
-        /* the countdown crossed in a subinterpreter: not sampled (a fresh gap, on this thread) */
-        tc.parked = 0;
-        tc.remaining[k] = draw_gap();
-        atomic_fetch_add_explicit(&ast.subinterp_crossings, 1, memory_order_relaxed);
+        subinterp_sample(L, p, n);
         goto out;
     }
     slow_path_body(L, p, n);
@@ -602,7 +622,7 @@ int ddp_alloc_get_stats(ddp_alloc_stats *out)
     out->typed = atomic_load(&ast.typed);
     out->untyped = atomic_load(&ast.untyped);
     out->reentered = atomic_load(&ast.reentered);
-    out->subinterp_crossings = atomic_load(&ast.subinterp_crossings);
+    out->subinterp_sampled = atomic_load(&ast.subinterp_sampled);
     out->live_at_stop = (uint64_t)ddp_live_frozen_count();
     out->sample_ns = atomic_load(&ast.sample_ns);
     out->type_ns = atomic_load(&ast.type_ns);

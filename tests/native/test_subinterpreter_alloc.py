@@ -1,7 +1,8 @@
 """Subinterpreters with a GIL of their own (3.12+) beside an alloc/live session: they run the
-allocator hooks at the same time as the main interpreter's threads, so their allocations must
-pass through without touching the live table or the sampling state, which the main
-interpreter's GIL protects.  (3.11 has no such interpreters: every interpreter shares one GIL.)"""
+allocator hooks at the same time as the main interpreter's threads, so their allocations are
+sampled on their own threads' countdowns without touching the live table or the sampling state,
+which the main interpreter's GIL protects.  (3.11 has no such interpreters: every interpreter
+shares one GIL.)"""
 
 from __future__ import annotations
 
@@ -15,23 +16,26 @@ pytestmark = pytest.mark.skipif(sys.version_info < (3, 12), reason="no own-GIL s
 
 WORK = '''
 import time
-keep = []
-rounds = 0
-end = time.thread_time() + 1.0
-while time.thread_time() < end:
-    keep.append([bytearray(300) for _ in range(100)])
-    rounds += 1
-    if len(keep) > 40:
-        keep.clear()
+def churn():
+    keep = []
+    rounds = 0
+    end = time.thread_time() + 1.0
+    while time.thread_time() < end:
+        keep.append([bytearray(300) for _ in range(100)])
+        rounds += 1
+        if len(keep) > 40:
+            keep.clear()
+    return rounds
+rounds = churn()
 if OUT:  # what this interpreter allocated: at least 100 x 300 bytes a round
     with open(OUT, "w") as f:
         f.write(str(rounds * 100 * 300))
 '''
 
 
-def test_own_gil_subinterpreters_allocating_beside_a_session_leave_its_state_alone(tmp_path):
+def test_own_gil_subinterpreters_allocations_are_sampled_under_their_frames_and_leave_the_live_table_alone(tmp_path):
     # GIVEN three own-GIL subinterpreters allocating hard on their threads while the main
-    #   interpreter allocates too, under alloc + live sampled every 64 KiB, two sessions in a row
+    #   interpreter allocates too, under alloc + live sampled every MiB, two sessions in a row
     r = run_script(f"""
         try:
             import _interpreters as subs
@@ -46,14 +50,15 @@ def test_own_gil_subinterpreters_allocating_beside_a_session_leave_its_state_alo
                 keep.append([bytearray(300) for _ in range(100)])
                 if len(keep) > 40:
                     keep.clear()
-            return keep
-        under_work_in = under_main = live = inside = 0
-        lost = []
+            return keep + [bytearray(1000) for _ in range(20_000)]  # 20 MB live at stop
+        inside_est = under_work_in = under_main = live_main = live_inside = inside = 0
+        leaves, labels, lost, ids = collections.Counter(), set(), [], []
         for session in range(2):
             interps = [subs.create() for _ in range(3)]
+            ids += [int(i) for i in interps]
             # (Python allocators only: C allocations are hooked per library without the GIL, and
             # a subinterpreter module's own mallocs rightly go under the line that called it)
-            e = NativeEngine(SamplerConfig.make(events=("alloc", "live"), alloc_rate="64KiB", native_alloc=False))
+            e = NativeEngine(SamplerConfig.make(events=("alloc", "live"), alloc_rate="1MiB", native_alloc=False))
             e.start()
             outs = [os.path.join({str(tmp_path)!r}, f"{{session}}-{{n}}") for n in range(len(interps))]
             ts = [threading.Thread(target=work_in, args=(i, o)) for i, o in zip(interps, outs)]
@@ -69,21 +74,35 @@ def test_own_gil_subinterpreters_allocating_beside_a_session_leave_its_state_alo
             lost += [n for n in p.metadata.notes if "sample(s) lost" in n]
             for s in p.samples():
                 names = [f.name for f in s.stack]
-                if s.event is EventType.ALLOC:
-                    under_work_in += s.values[0] * ("work_in" in names)
-                    under_main += s.values[0] * ("main_work" in names)
+                label = s.labels.get("interp")
+                if s.event is EventType.ALLOC and "work_in" in names:
+                    leaves[names[-1] if label else "(no label) " + names[-1]] += s.values[1]
+                    under_work_in += s.values[1]
+                    if "churn" in names:
+                        inside_est += s.values[1]
+                        labels.add(label)
+                elif s.event is EventType.ALLOC:
+                    under_main += s.values[1] * ("main_work" in names)
                 elif s.event is EventType.LIVE:
-                    live += s.values[0] * ("main_work" in names)
-        emit(under_work_in=under_work_in, under_main=under_main, live=live, lost=lost, inside=inside)
+                    live_main += s.values[0] * ("main_work" in names)
+                    live_inside += s.values[0] * bool(label)
+        emit(inside_est=inside_est, under_work_in=under_work_in, under_main=under_main, live_main=live_main, live_inside=live_inside,
+             lost=lost, inside=inside, leaves=leaves.most_common(5), labels=sorted(map(str, labels)), ids=ids)
         """, timeout=120)
-    # THEN no crash (run_script asserts exit 0); the subinterpreters' allocations never reached
-    #   the sampling state (the old hooks drew their samples, racing the main interpreter's
-    #   threads, and counted each as lost): what is under work_in is only what its call allocates
-    #   in the main interpreter (3.14's run_string marshals the script there: some 100 KB a call),
-    #   not the hundreds of MB allocated inside; the main interpreter's were sampled, and live too
+    # THEN no crash (run_script asserts exit 0) and nothing lost
     assert r["inside"] >= 100e6 and not r["lost"], r
-    assert r["under_work_in"] <= 0.01 * r["inside"], r
-    assert r["under_main"] >= 100 and r["live"] >= 1, r
+    # AND the subinterpreters' allocations are under churn, their own function, below the
+    #   calling work_in, each labelled with its interpreter: estimated at least their bytearrays'
+    #   payload (what each counted) and at most twice it (object headers, the lists); the rest
+    #   under work_in is its call's own, in the main interpreter (3.14's run_string marshals the
+    #   script there)
+    assert r["inside_est"] >= 0.9 * r["under_work_in"], r
+    assert 0.9 * r["inside"] <= r["inside_est"] <= 2 * r["inside"], r
+    assert set(r["labels"]) <= {str(i) for i in r["ids"]} and len(r["labels"]) >= 3, r
+    # AND their blocks are kept out of the live table, the main interpreter's (its GIL guards
+    #   it), whose own allocations are sampled as before, live ones too
+    assert r["live_inside"] == 0, r
+    assert r["under_main"] >= 100e6 and r["live_main"] >= 1, r
 
 
 def test_subinterpreters_allocating_beside_the_main_interpreter_leave_its_estimates_alone():
@@ -117,7 +136,7 @@ def test_subinterpreters_allocating_beside_the_main_interpreter_leave_its_estima
             for t in ts:
                 t.join()
             p = e.stop()
-            crossings += AllocTracker.stats()["subinterp_crossings"]
+            crossings += AllocTracker.stats()["subinterp_sampled"]
             for i in interps:
                 subs.destroy(i)
             est[beside] += sum(s.values[1] for s in p.samples()

@@ -212,7 +212,7 @@ class AllocTracker:
         return {name: int(getattr(s, name)) for name in (
             "sampled", "emit_failed", "live_overflow", "notes_dropped", "typed", "untyped", "reentered",
             "live_at_stop", "left_installed", "layers_in_use", "sample_ns", "type_ns", "unlinked", "reclaimed",
-            "subinterp_crossings")}
+            "subinterp_sampled")}
 
     @staticmethod
     def native_stats() -> dict:

@@ -350,16 +350,18 @@ class RecordConverter:
                 th = self._thread_id(tid)
             t = ts - start if ts > start else 0
             if ev == alloc_ev:  # held as (sample id, row) until its type note comes (alloc.py)
-                lb = labels.get((label_id, 0))
+                key = interp << 8  # (the state is kept for WALL rows only; a subinterpreter's id for all)
+                lb = labels.get((label_id, key))
                 if lb is None:
-                    lb = self._labels_id(label_id, 0, ev)
+                    lb = self._labels_id(label_id, key, _WALL)
                 allocs.append((aux, sid, th, lb, t, count, value))
             elif ev in special_ev:  # the final event and the leaf pseudo-frame, from the stack
                 ev, sid = waits.classify(aux, sid)
                 if ev is None:
                     continue
-                lb = labels.get((label_id, 0))  # (the state is kept for WALL rows only)
-                late.append((int(ev), sid, th, self._labels_id(label_id, state, ev) if lb is None else lb,
+                key = interp << 8
+                lb = labels.get((label_id, key))
+                late.append((int(ev), sid, th, self._labels_id(label_id, key, _WALL) if lb is None else lb,
                              t, count, value))
             else:
                 key = (state if ev == _WALL else 0) | interp << 8

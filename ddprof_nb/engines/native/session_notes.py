@@ -181,9 +181,13 @@ def timer_note(failures: int, err: int) -> str:
 # ---- allocations ------------------------------------------------------------------------------
 def alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
     """Profile notes of the allocation sampler: rate, typing coverage, losses, limits."""
-    notes = [f"alloc: {st['sampled']} samples of the Python allocators (Poisson over bytes, mean {format_bytes(rate)}; "
+    sub = st.get("subinterp_sampled", 0)
+    notes = [f"alloc: {st['sampled'] + sub} samples of the Python allocators (Poisson over bytes, mean {format_bytes(rate)}; "
              "Horvitz-Thompson weights); "
              f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
+    if sub:
+        notes.append(f"alloc: {sub} of those samples were taken in subinterpreters (labelled interp=<id>); "
+                     "their blocks are not tracked for live (the live table is the main interpreter's)")
     total = tracker.typed + tracker.untyped
     if total:
         notes.append(f"alloc type leaf: known for {format_count(100 * tracker.typed / total)}% of samples "
