@@ -5,9 +5,9 @@
  * freed after stop (or the reverse) goes to the same allocator.  Both domains require the
  * GIL, which protects the countdowns and the live table (alloclive.c); the RAW domain (no
  * GIL) is not hooked.  A subinterpreter with its own GIL (3.12+) runs these hooks beside the
- * main interpreter's threads: its allocations are sampled on countdowns of their threads' own
- * and recorded with that interpreter's frames (subinterp_sample), but never tracked for LIVE,
- * so the live table and the sampling state stay the main interpreter's alone.
+ * main interpreter's threads: its allocations are sampled on countdowns of their threads' own,
+ * recorded with that interpreter's frames and tracked in a live table of their own
+ * (subinterp_sample), so the sampling state and the main interpreter's table stay its alone.
  *
  * Sampling is a Poisson process over bytes (allocsample.c): one countdown per thread and hook
  * slot, so the fast path is a generation check, a subtraction in thread-local storage, a sign
@@ -51,7 +51,7 @@ static _Atomic int active_slot = -1; /* the slot of the running session, -1 = no
 
 static struct {
     _Atomic uint64_t sampled, emit_failed, live_overflow, typed, untyped, reentered, sample_ns, type_ns;
-    _Atomic uint64_t subinterp_sampled; /* allocations sampled in a subinterpreter (ALLOC only, no LIVE) */
+    _Atomic uint64_t subinterp_sampled; /* allocations sampled in a subinterpreter */
     int left_installed;
     int unlinked;            /* a domain's hook was taken out of the chain by someone else during the session */
     int reclaimed;           /* layers found out of every chain at start and reused */
@@ -207,9 +207,9 @@ static int countdown_renewed(int k, const void *p, size_t n)
 
 /* The countdown crossed in a subinterpreter with a GIL of its own, which runs beside the main
  * interpreter's threads: the sample is recorded without touching the state the main
- * interpreter's GIL protects (smp, the live table), so its block is not tracked for LIVE and its
- * type is not read.  Its stack has that interpreter's frames above the thread's own, and its
- * interp=<id> label (ddp_emit_own); everything it uses is the thread's own or atomic. */
+ * interpreter's GIL protects (smp, its live table): the block goes in the subinterpreters' live
+ * table (a mutex), its type is not read.  Its stack has that interpreter's frames above the
+ * thread's own, and its interp=<id> label (ddp_emit_own); the rest is the thread's own or atomic. */
 static void subinterp_sample(layer_t *L, void *p, size_t n)
 {
     int k = L->slot;
@@ -221,8 +221,11 @@ static void subinterp_sample(layer_t *L, void *p, size_t n)
     int64_t count, bytes;
     if (ddp_alloc_weigh(n, uniform01(), &count, &bytes) == 0) {
         atomic_fetch_add_explicit(&ast.subinterp_sampled, 1, memory_order_relaxed);
-        if (ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, ddp_alloc_new_id()) != DDP_OK)
+        uint64_t id = ddp_alloc_new_id();
+        if (ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id) != DDP_OK)
             atomic_fetch_add_explicit(&ast.emit_failed, 1, memory_order_relaxed);
+        else if (ddp_live_sub_insert((uintptr_t)p, n, id, L->domain) != 0)
+            atomic_fetch_add_explicit(&ast.live_overflow, 1, memory_order_relaxed);
     }
     tc.busy = 0;
 }
@@ -340,8 +343,9 @@ static __attribute__((cold, noinline)) void *realloc_slow(layer_t *L, void *old,
 {
     void *p = L->prev.realloc(L->prev.ctx, old, n);
     if (outside_main_interpreter()) {
-        /* its blocks are never in the live table (its allocations are not sampled); its bytes
-         * count on its thread's countdown */
+        /* its blocks are in the subinterpreters' table; its bytes count on its thread's countdown */
+        if (old && p)
+            ddp_live_sub_forget((uintptr_t)old);
         if (counted || !count_skip(L->slot, n))
             slow_path(L, p, n);
         return p;
@@ -362,6 +366,8 @@ static __attribute__((cold, noinline)) void free_slow(layer_t *L, void *p)
 {
     if (!outside_main_interpreter())
         ddp_live_forget((uintptr_t)p);
+    else
+        ddp_live_sub_forget((uintptr_t)p);
     L->prev.free(L->prev.ctx, p);
 }
 

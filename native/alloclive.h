@@ -32,6 +32,9 @@ int ddp_live_open(void);                       /* a session's empty table; DDP_O
 ddp_live_entry *ddp_live_find(uintptr_t p);    /* NULL when p is no live sample */
 int ddp_live_insert(uintptr_t p, uint64_t size, uint64_t id, int domain); /* -1: full */
 void ddp_live_forget(uintptr_t p);             /* p freed or resized: its sample ends */
+/* The same for a subinterpreter's blocks, from any thread (a table of their own, under a mutex) */
+int ddp_live_sub_insert(uintptr_t p, uint64_t size, uint64_t id, int domain); /* -1: full or closed */
+void ddp_live_sub_forget(uintptr_t p);
 /* At stop: the table (but domains in `skip`, a bit per domain, whose frees went unseen) and
  * the C allocations' live blocks become the LIVE list; the table closes. */
 void ddp_live_freeze(unsigned skip);

@@ -338,7 +338,7 @@ typedef struct {
     uint64_t type_ns;            /* time spent reading types */
     int32_t unlinked;            /* bit per domain (1 MEM, 2 OBJ): someone took our hook out of the chain during the session */
     int32_t reclaimed;           /* layers found out of every chain (left by earlier sessions) and reused */
-    uint64_t subinterp_sampled;  /* allocations sampled in a subinterpreter (ALLOC only: not tracked for LIVE) */
+    uint64_t subinterp_sampled;  /* allocations sampled in a subinterpreter (not counted in sampled) */
 } ddp_alloc_stats;
 
 int ddp_alloc_types_pop(ddp_alloc_info *out, int max);  /* type notes since the last call (takes the GIL) */

@@ -186,8 +186,8 @@ def alloc_notes(rate: int, st: dict, tracker: AllocTracker) -> list[str]:
              "Horvitz-Thompson weights); "
              f"live: {tracker.live_rows} sampled blocks still allocated at stop"]
     if sub:
-        notes.append(f"alloc: {sub} of those samples were taken in subinterpreters (labelled interp=<id>); "
-                     "their blocks are not tracked for live (the live table is the main interpreter's)")
+        notes.append(f"alloc: {sub} of those samples were taken in subinterpreters (labelled interp=<id>; "
+                     "their objects' types are not read)")
     total = tracker.typed + tracker.untyped
     if total:
         notes.append(f"alloc type leaf: known for {format_count(100 * tracker.typed / total)}% of samples "
