@@ -8,6 +8,7 @@ starting the native sampler raises an error saying why (see ddprof_nb/engines/na
 import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import setup
@@ -38,10 +39,24 @@ class OptionalBuildExt(build_ext):
             self._report(exc)
 
     def build_extension(self, ext):
+        # the native core is ~50 C files of one extension, which setuptools compiles one after
+        # another: each in its own compiler process, on every core (the objects keep their order)
+        serial = self.compiler.compile
+
+        def compile_on_every_core(sources, *args, **kwargs):
+            if len(sources) < 2:
+                return serial(sources, *args, **kwargs)
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                parts = pool.map(lambda source: serial([source], *args, **kwargs), sources)
+                return [obj for part in parts for obj in part]
+
+        self.compiler.compile = compile_on_every_core
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
             self._report(exc)
+        finally:
+            self.compiler.compile = serial
 
     def _report(self, exc):
         if os.environ.get("DDPROF_NB_REQUIRE_NATIVE") == "1":

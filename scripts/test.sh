@@ -97,7 +97,7 @@ run_sampling() {  # the tests of version $1 that sample and keep time
     else
         # what depends on the interpreter's version (the rest is the same Python on every
         # version: 3.11 runs it, and tests/unit, pure Python, runs on 3.15 in the chroot too)
-        alone_then_two "$v" "internals and not browser and not slow and not pure_python and not chroot" \
+        alone_then_two "$v" "internals and not browser and not slow and not pure_python and not c_variant and not chroot" \
             tests --ignore=tests/unit
     fi
 }

@@ -87,7 +87,7 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
 
     # what depends on the interpreter (tests marked internals: tests/native and the modules
     # tests/conftest.py names); without the native engine, the python engine's tests only
-    local targets=(tests --ignore=tests/unit) expr="internals and not browser and not chroot"
+    local targets=(tests --ignore=tests/unit) expr="internals and not browser and not c_variant and not chroot"
     if (( !native_ok )); then
         targets=(tests/integration/test_api_python_engine.py tests/integration/test_python_engine.py
                  tests/integration/test_python_engine_threads.py tests/integration/test_engine_choice.py)

@@ -211,7 +211,7 @@ def test_measuring_is_bounded_and_past_the_budget_a_mapping_counts_what_it_maps(
     print([n for n in res["notes"] if "[mmap]" in n])
 
 
-@pytest.mark.parametrize("pool_name", ["jemalloc", "mimalloc"])
+@pytest.mark.parametrize("pool_name", ["jemalloc", pytest.param("mimalloc", marks=pytest.mark.c_variant)])
 def test_pyarrow_pool_live_matches_what_the_pool_reports(pool_name):
     # GIVEN pyarrow's own allocator (linked into its wheel) holding a ~300 MB table built in
     #   its pool by a compute kernel (the int64 input is numpy's and freed before stop)

@@ -144,7 +144,7 @@ def run(body: str, ext: str, timeout: float = 120) -> dict:
 
 
 @pytest.mark.alone  # a CPU share within 3 points
-@pytest.mark.parametrize("flavour", sorted(FLAVOURS))
+@pytest.mark.parametrize("flavour", ["fp", *(pytest.param(f, marks=pytest.mark.c_variant) for f in ("nocfi", "nofp"))])
 def test_two_burners_split_70_30_in_call_order(ext_dir, flavour):
     # GIVEN the extension built `flavour`, two burners run 7:3 under ddpx_mid under ddpx_burn
     # WHEN a CPU timer's handler walks the thread's native stack every tick
