@@ -127,8 +127,11 @@ if [ $quick = 0 ] && [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 fi
 
 extras_for() { if [ "$1" = "3.11" ] && [ $quick = 0 ]; then echo "dev,coexist,browser,bench,dask,pools"; else echo "dev,coexist"; fi; }
-sanitize=0
+sanitize=0 sanitize_312=0
 [ "${RUN_SANITIZERS:-1}" = 1 ] && [[ " $PYTHONS " == *" 3.11 "* ]] && sanitize=1
+# and on 3.12, the subinterpreters' allocation hooks (they run beside the main interpreter's GIL;
+# 3.11 has no such interpreters): their tests only
+[ $sanitize = 1 ] && [[ " $PYTHONS " == *" 3.12 "* ]] && sanitize_312=1
 
 # The installs are mostly downloads and unpacking: every venv's dependencies at once, and in
 # the background the chroot of the 3.14/3.15 phase with its venvs' dependencies, until that
@@ -154,7 +157,7 @@ install_deps() {  # venv $1, requirements file $2
     else "$1/bin/pip" install -q --disable-pip-version-check -r "$2"; fi
 }
 deps_pids=()
-for v in $PYTHONS $([ $sanitize = 1 ] && echo asan-3.11); do
+for v in $PYTHONS $([ $sanitize = 1 ] && echo asan-3.11) $([ $sanitize_312 = 1 ] && echo asan-3.12); do
     py=$(python_for "${v#asan-}") || continue  # reported below
     venv="$ROOT/.venvs/$v"
     extras=$(extras_for "$v")
@@ -210,8 +213,11 @@ for v in $PYTHONS; do
     if [ "$v" = "3.11" ] && [ $quick = 0 ] && [ -z "${REPEAT:-}" ]; then start_lane; fi
 done
 if [ $sanitize = 1 ]; then
-    step "the sanitized build (ASan + UBSan, 3.11)$([ -n "$lane_pid" ] && echo ", beside the notebook tests")"
+    step "the sanitized builds (ASan + UBSan, 3.11$([ $sanitize_312 = 1 ] && echo " and 3.12"))$([ -n "$lane_pid" ] && echo ", beside the notebook tests")"
     bash scripts/test_sanitize.sh --build-only || { failed+=("sanitizer-build"); sanitize=0; }
+    if [ $sanitize_312 = 1 ]; then
+        SANITIZE_PYTHON=3.12 bash scripts/test_sanitize.sh --build-only || { failed+=("sanitizer-build-3.12"); sanitize_312=0; }
+    fi
 fi
 
 if [ -n "${REPEAT:-}" ]; then
@@ -263,6 +269,10 @@ fi
 if [ $sanitize = 1 ]; then
     step "native tests under ASan + UBSan (3.11)"
     bash scripts/test_sanitize.sh --no-build || failed+=("sanitizers")
+    if [ $sanitize_312 = 1 ]; then
+        step "subinterpreters' allocations under ASan + UBSan (3.12)"
+        SANITIZE_PYTHON=3.12 bash scripts/test_sanitize.sh --no-build -k test_subinterpreter_alloc || failed+=("sanitizers-3.12")
+    fi
 fi
 
 if [ -n "$chroot_pid" ]; then
