@@ -210,16 +210,19 @@ static int countdown_renewed(int k, const void *p, size_t n)
  * interpreter's GIL protects (smp, its live table): the block goes in the subinterpreters' live
  * table (a mutex), its type is not read.  Its stack has that interpreter's frames above the
  * thread's own, and its interp=<id> label (ddp_emit_own); the rest is the thread's own or atomic. */
+static _Atomic int sub_emitting; /* subinterpreter threads inside ddp_emit_own: stop waits for them */
+
 static void subinterp_sample(layer_t *L, void *p, size_t n)
 {
     int k = L->slot;
     tc.parked = 0;
     tc.remaining[k] = draw_gap();
-    if (tc.busy || !p || k != atomic_load_explicit(&active_slot, memory_order_relaxed))
+    if (tc.busy || !p)
         return;
     tc.busy = 1;
+    atomic_fetch_add(&sub_emitting, 1); /* before the check: a stop after it waits for us */
     int64_t count, bytes;
-    if (ddp_alloc_weigh(n, uniform01(), &count, &bytes) == 0) {
+    if (k == atomic_load(&active_slot) && ddp_alloc_weigh(n, uniform01(), &count, &bytes) == 0) {
         atomic_fetch_add_explicit(&ast.subinterp_sampled, 1, memory_order_relaxed);
         uint64_t id = ddp_alloc_new_id();
         if (ddp_emit_own(DDP_EVENT_ALLOC, count, bytes, id) != DDP_OK)
@@ -227,8 +230,11 @@ static void subinterp_sample(layer_t *L, void *p, size_t n)
         else if (ddp_live_sub_insert((uintptr_t)p, n, id, L->domain) != 0)
             atomic_fetch_add_explicit(&ast.live_overflow, 1, memory_order_relaxed);
     }
+    atomic_fetch_sub(&sub_emitting, 1);
     tc.busy = 0;
 }
+
+static int alloc_emitting(void) { return atomic_load(&sub_emitting); }
 
 /* Reachability probe (with the GIL): while `probing`, a slow path only notes its layer's slot
  * in probe_mask (reachable_layers). */
@@ -598,6 +604,7 @@ static void alloc_after_fork(void)
     atomic_store(&active_slot, -1);
     top[0] = top[1] = NULL;
     smp.busy = 0;
+    atomic_store(&sub_emitting, 0); /* (the threads inside are the parent's) */
     smp.pending = 0;
     ddp_live_after_fork();
     ddp_alloc_scheme_after_fork();
@@ -610,7 +617,7 @@ const ddp_engine ddp_alloc_engine = {
     .start = alloc_start,
     .stop = alloc_stop,
     .tick = NULL,
-    .emitting = NULL,
+    .emitting = alloc_emitting, /* subinterpreters' samples: without the main interpreter's GIL */
     .after_fork = alloc_after_fork, /* the hooks stay, as pass-throughs */
 };
 

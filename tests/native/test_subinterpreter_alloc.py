@@ -192,3 +192,40 @@ def test_live_blocks_of_a_subinterpreter_are_under_its_function_at_stop():
     assert 0.7 * 21e6 <= live.get("hold", 0) <= 1.5 * 21e6, r
     assert live.get("churn_and_free", 0) <= 0.02 * r["alloc"]["churn_and_free"], r
     assert r["alloc"]["churn_and_free"] >= 150e6, r
+
+
+def test_sessions_start_and_stop_while_subinterpreters_allocate():
+    # GIVEN two own-GIL subinterpreters allocating without pause for 3 s on their threads
+    #   (their samples are recorded without the main interpreter's GIL)
+    r = run_script("""
+        try:
+            import _interpreters as subs
+        except ImportError:
+            import _xxsubinterpreters as subs
+        from ddprof_nb.engines.native.alloc import AllocTracker
+        LOOP = ("import time\\n"
+                "end = time.monotonic() + 3\\n"
+                "while time.monotonic() < end:\\n"
+                "    x = [bytearray(300) for _ in range(100)]\\n")
+        interps = [subs.create() for _ in range(2)]
+        ts = [threading.Thread(target=subs.run_string, args=(i, LOOP)) for i in interps]
+        for t in ts:
+            t.start()
+        cycles = sampled = 0
+        # WHEN alloc + live sessions start and stop back to back meanwhile
+        while any(t.is_alive() for t in ts):
+            e = NativeEngine(SamplerConfig.make(events=("alloc", "live"), alloc_rate="64KiB", native_alloc=False))
+            e.start()
+            time.sleep(0.02)
+            e.stop()
+            cycles += 1
+            sampled += AllocTracker.stats()["subinterp_sampled"]
+        for t in ts:
+            t.join()
+        for i in interps:
+            subs.destroy(i)
+        emit(cycles=cycles, sampled=sampled)
+        """, timeout=120)
+    # THEN no crash (a stop waits for the samples under way before it frees their buffers), and
+    #   the subinterpreters were sampled all along
+    assert r["cycles"] >= 20 and r["sampled"] >= r["cycles"], r
