@@ -16,8 +16,8 @@
 # read interpreter internals (tests/conftest.py names them; docs/testing.md has the rule).
 #
 # The order keeps the tests that keep time away from other work: first everything that keeps
-# no time, at once (every venv's dependencies, the chroot and its venvs' dependencies in the
-# background, each version's build one after another, the sanitized build, the notebook and
+# no time, at once (every venv's dependencies, by uv, the chroot and its venvs' dependencies in the
+# background, each version's build one after another, the sanitized builds, the notebook and
 # binder tests, the unit tests on both cores); then each version's sampling tests: those
 # marked alone one at a time with nothing beside them, then the others two at a time
 # (pytest-xdist), as the alone marker allows.  The tests that need the chroot run in its phase.
