@@ -162,6 +162,7 @@ void engines_thread_clock(slot_t *s, int64_t cpu_now, int64_t cpu_prev);
 enum { PROD_OK, PROD_FULL, PROD_TORN };
 int walk_into(ddp_record *rec, uintptr_t tstate, int mode); /* 0 ok, -1 torn (flags INVALID) */
 int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mode); /* under a subinterpreter's */
+#define WALK_ABOVE_FIND ((uintptr_t)1) /* walk_into_running's `above`: the other interpreter rec's thread is in, if any */
 int append_native_regs(ddp_record *rec, uint64_t pc, uint64_t sp, int mode); /* a blocked thread's, from outside; how many */
 void cut_record(ddp_record *rec, int depth); /* frames cut back to depth (hash kept right) */
 int produce(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts);

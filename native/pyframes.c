@@ -268,11 +268,13 @@ static void sub_match(uintptr_t t, long tid, void *ctx)
 uintptr_t ddp_py_subinterp_tstate(long tid, int mode)
 {
 #if DDP_PY_SUPPORTED && PY_VERSION_HEX >= 0x030D0000
-    uintptr_t interp = 0;
-    if (!ddp_py_here.interp ||
-        py_read(&ddp_py_here, &interp, (uintptr_t)&_PyRuntime + offsetof(_PyRuntimeState, interpreters.head),
-                sizeof interp, mode) != 0)
+    /* No other interpreter (nearly always): plain loads say so, the runtime and the main
+     * interpreter being static memory of the interpreter's own (3.12+) */
+    PyInterpreterState *head = __atomic_load_n(&_PyRuntime.interpreters.head, __ATOMIC_RELAXED);
+    PyInterpreterState *main_interp = (PyInterpreterState *)ddp_py_here.interp;
+    if (!main_interp || (head == main_interp && !__atomic_load_n(&main_interp->next, __ATOMIC_RELAXED)))
         return 0;
+    uintptr_t interp = (uintptr_t)head;
     struct sub_find f = { tid, mode, 0 };
     for (int n = 0; interp && n < MAX_INTERPS; n++) {
         if (interp & 7)

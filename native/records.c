@@ -37,8 +37,12 @@ static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
  * `tstate`'s; -1 torn.  (An unreadable `above` leaves the thread's registered frames.)
  * `above` is the calling thread's current one, read by itself: its thread id is not checked
  * (a subinterpreter's thread state made for a call may carry none). */
-static int walk_both(uintptr_t above, uintptr_t tstate, long tid, int mode, ddp_frame *frames, uint16_t *f)
+static int walk_both(uintptr_t *above_io, uintptr_t tstate, long tid, int mode, ddp_frame *frames, uint16_t *f)
 {
+    /* (found here, under the walk's guard: its reads are plain loads, not syscalls) */
+    if (*above_io == WALK_ABOVE_FIND)
+        *above_io = ddp_py_subinterp_tstate(tid, mode);
+    uintptr_t above = *above_io;
     int d = above ? ddp_py_walk(above, 0, mode, frames, sess_cfg.max_depth, f) : 0;
     if (d < 0)
         d = 0, *f = 0;
@@ -62,21 +66,26 @@ int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mo
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     volatile int depth = -1;
     volatile uint16_t flags = 0;
+    volatile uintptr_t above_found = 0;
     if (mode == DDP_READ_GUARDED) {
         ddp_guard g, *prev = ddp_tls_guard; /* keep an interrupted guard (bench code) intact */
         if (sigsetjmp(g.jb, 0) == 0) {
             DDP_GUARD_ARM(&g);
             uint16_t f = 0;
-            depth = walk_both(above, tstate, tid, mode, frames, &f);
+            uintptr_t a = above;
+            depth = walk_both(&a, tstate, tid, mode, frames, &f);
             flags = f;
+            above_found = a;
         } else {
             depth = -1;
         }
         DDP_GUARD_SET(prev);
     } else {
         uint16_t f = 0;
-        depth = walk_both(above, tstate, tid, mode, frames, &f);
+        uintptr_t a = above;
+        depth = walk_both(&a, tstate, tid, mode, frames, &f);
         flags = f;
+        above_found = a;
     }
     if (depth < 0) {
         rec->depth = 0;
@@ -85,7 +94,7 @@ int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mo
         rec->interp = 0;
         return -1;
     }
-    rec->interp = above ? ddp_py_interp_number(above, mode) : 0;
+    rec->interp = above_found ? ddp_py_interp_number(above_found, mode) : 0;
     /* its own stack (a signal handler's or a hook's); with native threads sampled, the
      * native frames say which library a Python thread is inside (osthreads.c) */
     if ((sess_cfg.native_frames || sess_cfg.native_threads) && tid == my_tid())

@@ -154,8 +154,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
          * a thread that changes labels faster than we can walk it (ASan) is a torn read. */
         rec->label_id = label_of(s);
         /* inside another interpreter (3.13+): its frames above the thread's own, as in its CPU samples */
-        uintptr_t above = ddp_py_subinterp_tstate(rec->tid, atomic_load(&ddp_read_mode_now));
-        int torn = walk_into_running(rec, above, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+        int torn = walk_into_running(rec, WALK_ABOVE_FIND, tstate, atomic_load(&ddp_read_mode_now)) < 0;
         for (int tries = 0; !torn; tries++) {
             uint64_t now_label = label_of(s);
             if (now_label == rec->label_id)
@@ -165,7 +164,7 @@ static void wall_sample(slot_t *s, ddp_record **scratch)
                 break;
             }
             rec->label_id = now_label;
-            torn = walk_into_running(rec, above, tstate, atomic_load(&ddp_read_mode_now)) < 0;
+            torn = walk_into_running(rec, WALK_ABOVE_FIND, tstate, atomic_load(&ddp_read_mode_now)) < 0;
         }
         if (torn) {
             atomic_fetch_add_explicit(&sess_stats.dropped_torn[DDP_EVENT_WALL], 1, memory_order_relaxed);

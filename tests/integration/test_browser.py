@@ -219,15 +219,38 @@ def _title(page) -> str:
     )
 
 
+# What a failure prints of the page (CI keeps the log, not the screenshot): how far the
+# explorers got, and what the output areas say (a traceback, a widget error)
+_PAGE_STATE = (
+    "() => ({explorers: document.querySelectorAll('.ddprof-explorer').length,"
+    " plots: document.querySelectorAll('.ddprof-explorer .js-plotly-plot').length,"
+    " slices: document.querySelectorAll('.ddprof-explorer .js-plotly-plot g.slice').length,"
+    " kernel: (window.jupyterapp && window.jupyterapp.shell.currentWidget && window.jupyterapp.shell.currentWidget.sessionContext"
+    "  && window.jupyterapp.shell.currentWidget.sessionContext.session && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+    "  || {}).status || null,"
+    " outputs: Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output'))"
+    "  .map(o => o.innerText.slice(0, 300)).filter(t => t.trim())})"
+)
+
+
 @contextlib.contextmanager
 def _page(browser, failure_png: Path):
-    """A new page, closed at the end; a failure leaves a screenshot at ``failure_png``."""
+    """A new page, closed at the end; a failure leaves a screenshot at ``failure_png`` and
+    prints the page's state and its last console errors and warnings."""
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text[:300]}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: console.append(f"pageerror: {str(e)[:300]}"))
     try:
         yield page
     except Exception:
         page.screenshot(path=str(failure_png))
         print(f"\n[browser] failure screenshot: {failure_png}")
+        try:
+            print(f"[browser] page state: {page.evaluate(_PAGE_STATE)}")
+        except Exception as exc:  # noqa: BLE001 - the page itself may be what failed
+            print(f"[browser] page state unreadable: {exc}")
+        print("[browser] last console errors and warnings:\n  " + "\n  ".join(console[-30:] or ["(none)"]))
         raise
     finally:
         page.close()
