@@ -67,7 +67,7 @@ def test_cpu_inside_a_subinterpreter_is_under_its_own_function():
     assert {label for leaf, label in labelled if leaf == "burn"} == {None}, r["interps"]
 
 
-SPIN = '''
+POOL_WORK = '''
 import time
 
 def spin(sec):
@@ -75,31 +75,42 @@ def spin(sec):
     while time.thread_time() - t < sec:
         pass
     return sec
+
+def nap(sec):
+    time.sleep(sec)
+    return sec
 '''
+
+
+def pool_totals(tmp_path, event: str, fn: str, main_spin: float) -> dict:
+    """An InterpreterPoolExecutor of 2 running fn(0.4) and fn(0.2) under `event` while the main
+    thread spins `main_spin` s: each interpreter's label (or "main") to its time under fn, and
+    the event's total."""
+    (tmp_path / "pool_work.py").write_text(POOL_WORK)
+    return run_script(f"""
+        from concurrent.futures import InterpreterPoolExecutor
+        from pool_work import {fn}, spin
+        with InterpreterPoolExecutor(max_workers=2) as ex:
+            list(ex.map({fn}, [0.01, 0.01]))  # (both workers' interpreters made before the session)
+            e = NativeEngine(SamplerConfig.make(events=({event!r},), interval="10ms"))
+            e.start()
+            futures = [ex.submit({fn}, s) for s in (0.4, 0.2)]
+            spin({main_spin})
+            [f.result() for f in futures]
+            p = e.stop()
+        by = collections.Counter()
+        for s in p.samples():
+            if s.event is EventType[{event.upper()!r}] and s.stack[-1].name == {fn!r}:
+                by[s.labels.get("interp") or "main"] += s.values[1]
+        emit(by=by, total=p.total({event!r}))
+        """, timeout=120, env={"PYTHONPATH": str(tmp_path)})
 
 
 @pytest.mark.skipif(sys.version_info < (3, 14), reason="InterpreterPoolExecutor is new in 3.14")
 def test_interpreter_pool_executor_work_is_under_its_function_with_each_interpreters_label(tmp_path):
     # GIVEN an InterpreterPoolExecutor of 2 whose workers spin 0.4 s and 0.2 s of their CPU
     #   clocks while the main thread spins 0.2 s: a truth of 50 / 25 / 25 %
-    (tmp_path / "spinning.py").write_text(SPIN)
-    r = run_script("""
-        from concurrent.futures import InterpreterPoolExecutor
-        from spinning import spin
-        with InterpreterPoolExecutor(max_workers=2) as ex:
-            list(ex.map(spin, [0.01, 0.01]))  # (both workers' interpreters made before the session)
-            e = NativeEngine(SamplerConfig.make(events=("cpu",), interval="10ms"))
-            e.start()
-            futures = [ex.submit(spin, s) for s in (0.4, 0.2)]
-            spin(0.2)
-            [f.result() for f in futures]
-            p = e.stop()
-        by = collections.Counter()
-        for s in p.samples():
-            if s.event is EventType.CPU and s.stack[-1].name == "spin":
-                by[s.labels.get("interp") or "main"] += s.values[1]
-        emit(by=by, total=p.total("cpu"))
-        """, timeout=120, env={"PYTHONPATH": str(tmp_path)})
+    r = pool_totals(tmp_path, "cpu", "spin", 0.2)
     # THEN each worker's CPU is under spin with its interpreter's label, the main thread's
     #   without one, and the split is the truth's within 5 points
     by, total = r["by"], r["total"]
@@ -109,36 +120,11 @@ def test_interpreter_pool_executor_work_is_under_its_function_with_each_interpre
     assert abs(100 * by["main"] / total - 25) <= 5, r
 
 
-NAP = '''
-import time
-
-def nap(sec):
-    time.sleep(sec)
-    return sec
-'''
-
-
 @pytest.mark.skipif(sys.version_info < (3, 14), reason="InterpreterPoolExecutor is new in 3.14")
 def test_interpreter_pool_executor_waits_are_under_their_function_in_wall_samples(tmp_path):
     # GIVEN an InterpreterPoolExecutor of 2 whose workers sleep 0.4 s and 0.2 s inside their
     #   interpreters, under the wall event (taken from outside the workers)
-    (tmp_path / "napping.py").write_text(NAP)
-    r = run_script("""
-        from concurrent.futures import InterpreterPoolExecutor
-        from napping import nap
-        with InterpreterPoolExecutor(max_workers=2) as ex:
-            list(ex.map(nap, [0.01, 0.01]))  # (both workers' interpreters made before the session)
-            e = NativeEngine(SamplerConfig.make(events=("wall",), interval="10ms"))
-            e.start()
-            futures = [ex.submit(nap, s) for s in (0.4, 0.2)]
-            [f.result() for f in futures]
-            p = e.stop()
-        by = collections.Counter()
-        for s in p.samples():
-            if s.event is EventType.WALL and s.stack[-1].name == "nap":
-                by[s.labels.get("interp") or "main"] += s.values[1]
-        emit(by=by)
-        """, timeout=120, env={"PYTHONPATH": str(tmp_path)})
+    r = pool_totals(tmp_path, "wall", "nap", 0)
     # THEN each worker's sleep is under nap with its own interpreter's label, about as long as it slept
     by = r["by"]
     assert len(by) == 2 and "main" not in by, r
