@@ -171,13 +171,30 @@ def test_stop_without_start_is_not_running():
 
 
 def test_guarded_and_syscall_reads_survive_bad_addresses():
-    # GIVEN a valid buffer and invalid addresses / WHEN read safely / THEN no crash, -1 for bad ones
+    # GIVEN a valid buffer and invalid addresses: a NULL field's, a guard page's (mapped with no
+    #   access: a fixed "unmapped" address can be mapped, ASLR placing a mapping there), and, for
+    #   the checked read, one past the user address space (the guarded copy is never given one:
+    #   such a fault names no address its guard could recognise)
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    guard = libc.mmap(None, mmap.PAGESIZE, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # (0: PROT_NONE)
+    assert guard not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
     buf = ffi.new("char[64]")
     good = int(ffi.cast("uintptr_t", buf))
-    for mode in (lib.DDP_READ_GUARDED, lib.DDP_READ_SYSCALL):
-        assert lib.ddp_test_safe_read(good, mode) == 0
-        assert lib.ddp_test_safe_read(8, mode) == -1
-        assert lib.ddp_test_safe_read(0x7FF000000000, mode) == -1
+    try:
+        # WHEN read safely THEN no crash, -1 for the bad ones
+        for mode in (lib.DDP_READ_GUARDED, lib.DDP_READ_SYSCALL):
+            assert lib.ddp_test_safe_read(good, mode) == 0
+            assert lib.ddp_test_safe_read(8, mode) == -1
+            assert lib.ddp_test_safe_read(guard, mode) == -1
+        assert lib.ddp_test_safe_read(0x800000000000, lib.DDP_READ_SYSCALL) == -1
+    finally:
+        libc.munmap(guard, mmap.PAGESIZE)
 
 
 def _resolve(code_obj):
