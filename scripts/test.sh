@@ -40,6 +40,11 @@ failed=()
 # shows the tail of long outputs) and the slowest tests
 whole_log=$(mktemp)
 exec > >(tee "$whole_log") 2>&1
+# the tests' small C extensions, compiled once per interpreter for the whole run instead of
+# once per pytest process (tests/c_extensions.py)
+export DDPROF_NB_TEST_EXT_CACHE
+DDPROF_NB_TEST_EXT_CACHE=$(mktemp -d)
+trap 'rm -rf "$DDPROF_NB_TEST_EXT_CACHE"' EXIT
 # Each step is a phase of the time table printed at the end; a step ends where the next begins.
 phase_names=() phase_secs=() phase_name="" phase_t0=$SECONDS
 end_phase() {

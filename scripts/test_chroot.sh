@@ -11,10 +11,8 @@
 # compile: the install must still succeed, and the native engine must then say it is
 # unavailable), then pytest on tests/unit (the last version only: it is pure Python) and the
 # tests marked internals (tests/native and the integration modules tests/conftest.py names;
-# without the native engine, the python engine's tests only), then the
-# python engine's overhead at 100 Hz (figures printed for people to judge, never a
-# pass/fail gate: the phase fails only if the engine did not sample the loop), then
-# (native engine) the strict accuracy goals of benchmarks/bench_cpu.py (+-3 points; a
+# without the native engine, the python engine's tests only), then (native engine) the
+# strict accuracy goals of benchmarks/bench_cpu.py (+-3 points; a
 # miss fails the version).  A version the native engine claims to support
 # (ddprof_nb.engines.native.binding.SUPPORTED) whose native engine is unavailable anyway (module not
 # built, layout refused) is a failure (native=MISSING, rc 4), not a silent skip.  The
@@ -32,6 +30,9 @@ inside() {
     local v log t rc=0 native_ok=0 native_reason
     v=$(python -c 'import platform; print(platform.python_version())')
     log=/tmp/ddprof_nb-install-$v.log
+    # the tests' C extensions, compiled once for this version's pytest runs (tests/c_extensions.py)
+    export DDPROF_NB_TEST_EXT_CACHE
+    DDPROF_NB_TEST_EXT_CACHE=$(mktemp -d)
     echo "--- python $v ($(command -v python)) in $(pwd)"
 
     t=$(now)
@@ -39,7 +40,7 @@ inside() {
     if ! python -m pip install --disable-pip-version-check -v -e ".[dev]" >"$log" 2>&1; then
         tail -n 40 "$log"
         echo "PHASE install: FAILED after $(since "$t") s"
-        echo "@@summary $v install=$(since "$t") tests=- overhead=- native=install-failed rc=3"
+        echo "@@summary $v install=$(since "$t") tests=- native=install-failed rc=3"
         return 3
     fi
     local install_s
@@ -108,23 +109,12 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     r=$?; [[ $r -eq 0 || $r -eq 5 ]] || rc=$r
     python -m pytest -q -p no:cacheprovider --durations=15 --durations-min=1 -n 2 -m "($expr) and not alone" "${targets[@]}"
     r=$?; [[ $r -eq 0 ]] || rc=$r
+    rm -rf "$DDPROF_NB_TEST_EXT_CACHE"
     local tests_s
     tests_s=$(since "$t")
     echo "PHASE tests: $tests_s s (pytest exit $rc)"
     [[ $rc -eq 5 ]] && echo "pytest ran no test: counted as a failure"
 
-    local overhead="-" sampler="-" ov_rc=0
-    if [[ -e tests/integration/test_python_engine_overhead.py ]]; then
-        t=$(now)
-        echo "--- overhead: python engine at 100 Hz, 30 alternating pairs of 0.2 s slices"
-        local out
-        out=$(python tests/integration/test_python_engine_overhead.py 30 2>&1) || ov_rc=$?
-        echo "$out"
-        overhead=$(grep -oE "overhead -?[0-9.]+%" <<<"$out" | head -n1 | awk '{print $2}')
-        overhead="${overhead:--}/$(grep -oE "per CPU second -?[0-9.]+%" <<<"$out" | head -n1 | awk '{print $4}')"
-        sampler=$(grep -oE "sampler [0-9]+ us CPU per tick" <<<"$out" | head -n1 | awk '{print $2}')
-        echo "PHASE overhead: $(since "$t") s (exit $ov_rc)"
-    fi
     # the strict accuracy goals (+-3 points: cpu 60/30/10, thread split, wall per thread)
     local accuracy="-" acc_rc=0
     if (( native_ok )) && [[ -e benchmarks/bench_cpu.py ]]; then
@@ -140,8 +130,8 @@ print(int(sys.version_info[:2] in SUPPORTED and not sysconfig.get_config_var("Py
     local native_word=unavailable
     (( native_ok )) && native_word=available
     (( native_rc )) && native_word=MISSING
-    local final=$(( rc != 0 ? rc : native_rc != 0 ? native_rc : ov_rc != 0 ? ov_rc : acc_rc ))
-    echo "@@summary $v install=$install_s tests=$tests_s overhead=${overhead:--} sampler=${sampler:--} accuracy=$accuracy native=$native_word rc=$final"
+    local final=$(( rc != 0 ? rc : native_rc != 0 ? native_rc : acc_rc ))
+    echo "@@summary $v install=$install_s tests=$tests_s accuracy=$accuracy native=$native_word rc=$final"
     return "$final"
 }
 
@@ -199,7 +189,7 @@ for v in $PYTHONS; do
     rc=${PIPESTATUS[0]}
     line=$(grep -E "^@@summary " "$out" | tail -n1)
     rm -f "$out"
-    [[ -n $line ]] || line="@@summary $v install=- tests=- overhead=- sampler=- accuracy=- native=? rc=$rc"
+    [[ -n $line ]] || line="@@summary $v install=- tests=- accuracy=- native=? rc=$rc"
     summaries+=("${line#@@summary } total=$(since "$t")")
     echo "PHASE python $v total: $(since "$t") s (exit $rc)"
     (( rc != 0 )) && status=1
@@ -207,17 +197,15 @@ done
 
 echo
 echo "=== summary (chroot ensure ${chroot_s} s; all $(since "$t_all") s)"
-# overhead: the python engine's, wall / per CPU second; sampler: its thread's CPU per tick (us)
-printf '%-8s %-8s %-10s %-10s %-18s %-8s %-9s %-12s %s\n' version result install_s tests_s overhead:wall/cpu \
-    sampler accuracy native total_s
+printf '%-8s %-8s %-10s %-10s %-9s %-12s %s\n' version result install_s tests_s accuracy native total_s
 for s in "${summaries[@]}"; do
     declare -A f=()
     read -r ver rest <<<"$s"
     for kv in $rest; do f[${kv%%=*}]=${kv#*=}; done
     result=passed
     [[ ${f[rc]} == 0 ]] || result="FAILED(${f[rc]})"
-    printf '%-8s %-8s %-10s %-10s %-18s %-8s %-9s %-12s %s\n' "$ver" "$result" "${f[install]}" "${f[tests]}" \
-        "${f[overhead]}" "${f[sampler]:--}" "${f[accuracy]:--}" "${f[native]}" "${f[total]}"
+    printf '%-8s %-8s %-10s %-10s %-9s %-12s %s\n' "$ver" "$result" "${f[install]}" "${f[tests]}" \
+        "${f[accuracy]:--}" "${f[native]}" "${f[total]}"
     unset f
 done
 exit $status

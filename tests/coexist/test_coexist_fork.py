@@ -14,6 +14,7 @@ import os
 
 import pytest
 
+from c_extensions import build
 from coexist_helpers import SANITIZED, run_snippet
 
 # imports a wait of every kind the hooks group (poll, recv, nanosleep) and the C allocator
@@ -32,13 +33,9 @@ void hooked_free(void *p) { free(p); }
 
 @pytest.fixture(scope="module")
 def hooked_library(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    out = tmp_path_factory.mktemp("hooked")
-    ffi = cffi.FFI()
-    ffi.cdef("int hooked_poll(int); long hooked_recv(int); int hooked_sleep(long); void *hooked_malloc(size_t);"
-             "void hooked_free(void *);")
-    ffi.set_source("_ddp_hooked", HOOKED_SOURCE)
-    ffi.compile(tmpdir=str(out), verbose=False)
+    out = build(tmp_path_factory.mktemp("hooked"), "_ddp_hooked",
+                "int hooked_poll(int); long hooked_recv(int); int hooked_sleep(long); void *hooked_malloc(size_t);"
+                "void hooked_free(void *);", HOOKED_SOURCE)
     return glob.glob(os.path.join(out, "_ddp_hooked*.so"))[0]
 
 
@@ -152,14 +149,10 @@ void join_load(void) { pthread_join(loader, NULL); }
 
 @pytest.fixture(scope="module")
 def slow_library(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
     out = tmp_path_factory.mktemp("slowload")
     for name, cdef, src in (("_ddp_slowlib", "int slow_poll(int);", SLOW_SOURCE),
                             ("_ddp_slowdrv", "int start_load(const char *); void join_load(void);", DRIVER_SOURCE)):
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
-        ffi.set_source(name, src)
-        ffi.compile(tmpdir=str(out), verbose=False)
+        build(out, name, cdef, src)
     return str(out), glob.glob(os.path.join(out, "_ddp_slowlib*.so"))[0]
 
 
@@ -238,13 +231,9 @@ long handled_count(void) { return handled; }
 
 @pytest.fixture(scope="module")
 def sigpoll_library(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    out = tmp_path_factory.mktemp("sigpoll")
-    ffi = cffi.FFI()
-    ffi.cdef("int install(void); int arm(long); void disarm(void); long handled_count(void);")
-    ffi.set_source("_ddp_sigpoll", SIGPOLL_SOURCE, libraries=["rt"])
-    ffi.compile(tmpdir=str(out), verbose=False)
-    return str(out)
+    return build(tmp_path_factory.mktemp("sigpoll"), "_ddp_sigpoll",
+                 "int install(void); int arm(long); void disarm(void); long handled_count(void);",
+                 SIGPOLL_SOURCE, libraries=["rt"])
 
 
 @pytest.mark.lockpark

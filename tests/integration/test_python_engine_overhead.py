@@ -11,10 +11,11 @@ minus the loop thread's while the engine runs): the slices' ratios read 0-2 % on
 machine and up to +14-16 % beside other jobs, on 3.14 and 3.15 alike.
 
 Run ``python tests/integration/test_python_engine_overhead.py [pairs]`` to print the
-numbers.  They are figures for people to judge, never a pass/fail gate: a shared or
-loaded machine moves them by more than any bound that would still catch a regression.
-The test asserts only that the engine sampled the loop while it ran (counts and
-presence).
+numbers (on 3.14 or 3.15: ``bash tools/pychroot.sh run 3.14 -- bash -c 'pip install -q -e .;
+python tests/integration/test_python_engine_overhead.py'``).  They are figures for people
+to judge, never a pass/fail gate: a shared or loaded machine moves them by more than any
+bound that would still catch a regression.  The test runs a few pairs and asserts only that
+the engine sampled the loop while it ran (counts and presence).
 """
 
 import statistics
@@ -101,10 +102,10 @@ def sampled(result) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # (its printed overhead means something only on CPUs nothing else uses)
-def test_overhead_at_100hz_on_a_call_heavy_loop():
-    result = measure()
-    print("\n" + report(result))
+def test_the_engine_samples_a_call_heavy_loop_between_unprofiled_slices():
+    # (a few pairs: what is asserted is that it sampled; the overhead figures need 30 pairs
+    # on CPUs nothing else uses, the command line's job)
+    result = measure(pairs=4)
     assert sampled(result), (result["ticks"], sorted(result["seen"]))
 
 

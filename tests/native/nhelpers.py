@@ -56,22 +56,6 @@ PRELUDE = textwrap.dedent(
 )
 
 
-def build_ext(out, name: str, cdef: str, source: str, **kw) -> str:
-    """Compile a small C extension with cffi (``name`` in the directory ``out``); returns ``out``."""
-    import glob
-    import os
-
-    import pytest
-
-    cffi = pytest.importorskip("cffi")
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
-    ffi.set_source(name, source, **kw)
-    ffi.compile(tmpdir=str(out), verbose=False)
-    assert glob.glob(os.path.join(out, f"{name}*.so"))
-    return str(out)
-
-
 def run_script(body: str, timeout: float = 60, env: dict | None = None) -> dict:
     """Run PRELUDE + body in a fresh interpreter; return its RESULT json (asserts exit 0).
     ``env``: variables set for it (e.g. a BLAS's thread count: PRELUDE imports numpy, whose

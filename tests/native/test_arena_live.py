@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from c_extensions import build
 from nhelpers import run_script
 
 # Under scripts/test_sanitize.sh mmap resolves to AddressSanitizer's interceptor: the hooks
@@ -51,13 +52,7 @@ int ar_purge(void *p, size_t n); int ar_munmap(void *p, size_t n); long ar_munma
 
 @pytest.fixture(scope="module")
 def arena_ext(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    out = tmp_path_factory.mktemp("arena")
-    ffi = cffi.FFI()
-    ffi.cdef(ARENA_CDEF)
-    ffi.set_source("_ddp_arena", ARENA_SOURCE)
-    ffi.compile(tmpdir=str(out), verbose=False)
-    return str(out)
+    return build(tmp_path_factory.mktemp("arena"), "_ddp_arena", ARENA_CDEF, ARENA_SOURCE)
 
 
 PRELUDE = '''

@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from c_extensions import build
 from nhelpers import run_script
 
 SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -95,14 +96,10 @@ LOADED_CDEF = "int loaded_poll(int ms);"
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     """(directory of the storm driver module, path of the library it loads)."""
-    cffi = pytest.importorskip("cffi")
     out = tmp_path_factory.mktemp("storm")
     for name, cdef, src in (("_ddp_storm", STORM_CDEF, STORM_SOURCE), ("_ddp_loaded", LOADED_CDEF, LOADED_SOURCE),
                             ("_ddp_leaf", "int leaf(void);", "int leaf(void) { return 1; }")):
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
-        ffi.set_source(name, src)
-        ffi.compile(tmpdir=str(out), verbose=False)
+        build(out, name, cdef, src)
     loaded = glob.glob(os.path.join(out, "_ddp_loaded*.so"))[0]
     for i in range(2):
         shutil.copy(loaded, os.path.join(out, f"copy{i}.so"))

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from c_extensions import build
 from nhelpers import run_script
 
 np = pytest.importorskip("numpy")
@@ -68,13 +69,9 @@ CB_CDEF = "void cb_free(void *p); int cb_munmap(void *p, size_t n);"
 @pytest.fixture(scope="module")
 def cext(tmp_path_factory):
     """The directory holding the two test extensions (built once per module)."""
-    cffi = pytest.importorskip("cffi")
     out = tmp_path_factory.mktemp("cext")
     for name, cdef, src in (("_ddp_ca", CA_CDEF, CA_SOURCE), ("_ddp_cb", CB_CDEF, CB_SOURCE)):
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
-        ffi.set_source(name, src)
-        ffi.compile(tmpdir=str(out), verbose=False)
+        build(out, name, cdef, src)
     return str(out)
 
 

@@ -13,19 +13,16 @@ import textwrap
 
 import pytest
 
+from c_extensions import build
 from nhelpers import PRELUDE, run_script
 from test_native_unwind import EXT_CDEF, EXT_SOURCE, FLAVOURS
 
 
 @pytest.fixture(scope="module")
 def ext_dir(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
     out = tmp_path_factory.mktemp("frames_ext")
     for flavour in ("fp", "nofp"):
-        ffi = cffi.FFI()
-        ffi.cdef(EXT_CDEF)
-        ffi.set_source(f"_ddpx_{flavour}", EXT_SOURCE, extra_compile_args=FLAVOURS[flavour])
-        ffi.compile(tmpdir=str(out), verbose=False)
+        build(out, f"_ddpx_{flavour}", EXT_CDEF, EXT_SOURCE, extra_compile_args=FLAVOURS[flavour])
     return str(out)
 
 

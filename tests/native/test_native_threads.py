@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nhelpers import build_ext as _build, run_script
+from c_extensions import build
+from nhelpers import run_script
 
 # each judges the profile's CPU against the process's within 5 %: seen failing beside other
 # tests (5.4 % in CI's two-at-a-time phase; the raw view at load 10)
@@ -125,10 +126,10 @@ double omp_burn(int n, double seconds)
 @pytest.fixture(scope="module")
 def ext_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("ntpool")
-    _build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
+    build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
            " void pool_join(void); void pool_hold(int n); void pool_unhold(void);"
            " void pool_callback_then_burn(void *cb, double seconds);", POOL_SOURCE, libraries=["pthread"])
-    _build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
+    build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
            extra_compile_args=["-fopenmp"], extra_link_args=["-fopenmp"])
     return str(out)
 

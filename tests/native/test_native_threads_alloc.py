@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from nhelpers import build_ext, run_script
+from c_extensions import build
+from nhelpers import run_script
 
 MiB = 1 << 20
 TOTAL = 200 * MiB
@@ -93,7 +94,7 @@ void alloc_free(void)
 
 @pytest.fixture(scope="module")
 def ext_dir(tmp_path_factory):
-    return build_ext(tmp_path_factory.mktemp("ntalloc"), "_ddp_ntalloc",
+    return build(tmp_path_factory.mktemp("ntalloc"), "_ddp_ntalloc",
                      "void alloc_start(int n, size_t total, size_t blk); void alloc_join(void);"
                      " void alloc_start_later(int n, size_t total, size_t blk, int ms);"
                      " void alloc_run(int n, size_t total, size_t blk); size_t alloc_held(void); void alloc_free(void);",

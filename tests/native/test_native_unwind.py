@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from c_extensions import build
 from nhelpers import run_script
 
 EXT_SOURCE = r"""
@@ -97,13 +98,9 @@ FLAVOURS = {
 
 @pytest.fixture(scope="module")
 def ext_dir(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
     out = tmp_path_factory.mktemp("unwind_ext")
     for flavour, args in FLAVOURS.items():
-        ffi = cffi.FFI()
-        ffi.cdef(EXT_CDEF)
-        ffi.set_source(f"_ddpx_{flavour}", EXT_SOURCE, extra_compile_args=args)
-        ffi.compile(tmpdir=str(out), verbose=False)
+        build(out, f"_ddpx_{flavour}", EXT_CDEF, EXT_SOURCE, extra_compile_args=args)
     return str(out)
 
 

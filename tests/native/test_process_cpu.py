@@ -3,14 +3,13 @@ pthreads, as BLAS and OpenMP pools are), measured from their run time, in a note
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 
 import pytest
 
 from ddprof_nb.render.notes import is_warning
 
+from c_extensions import build
 from nhelpers import run_script
 
 POOL_SOURCE = r"""
@@ -84,14 +83,9 @@ void pool_release(void)
 
 @pytest.fixture(scope="module")
 def pool_dir(tmp_path_factory):
-    cffi = pytest.importorskip("cffi")
-    out = tmp_path_factory.mktemp("pool")
-    ffi = cffi.FFI()
-    ffi.cdef("void pool_run(int n, double seconds); void pool_burn_and_stay(int n, double seconds); void pool_release(void);")
-    ffi.set_source("_ddp_pool", POOL_SOURCE, libraries=["pthread"])
-    ffi.compile(tmpdir=str(out), verbose=False)
-    assert glob.glob(os.path.join(out, "_ddp_pool*.so"))
-    return str(out)
+    return build(tmp_path_factory.mktemp("pool"), "_ddp_pool",
+                 "void pool_run(int n, double seconds); void pool_burn_and_stay(int n, double seconds); void pool_release(void);",
+                 POOL_SOURCE, libraries=["pthread"])
 
 
 def _seconds(text: str) -> float:
