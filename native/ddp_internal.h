@@ -101,7 +101,7 @@ typedef void (*ddp_thread_cb)(uintptr_t tstate, long tid, void *ctx);
 int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
 uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
 uintptr_t ddp_py_running_tstate(void);     /* ... in the interpreter it runs now (3.12+), 0 if none */
-uint32_t ddp_py_interp_number(uintptr_t tstate, int mode); /* its interpreter's id + 1; 0 unreadable */
+uint32_t ddp_py_subinterp_number(uintptr_t tstate, int mode); /* its subinterpreter's id + 1; 0 main or unreadable */
 uintptr_t ddp_py_subinterp_tstate(long tid, int mode); /* another interpreter's tstate tid runs in now (3.13+), from outside */
 int ddp_py_watcher_start(void);            /* with the GIL: record code deaths (3.12+ watcher, 3.11 dealloc wrapper) */
 void ddp_py_watcher_stop(void);            /* with the GIL: stop recording them */

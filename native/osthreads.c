@@ -8,7 +8,9 @@
  * interpreter has not published yet is not taken for a native one; its first sample then weighs its CPU since its birth
  * (or since the start), so a pool thread seen once keeps its whole CPU.  The SIGPROF
  * handler (cpu.c) hands a signal whose timer value points into this table to
- * osthreads_signal: a record with no Python frames, the thread's native stack (unwind.c).
+ * osthreads_signal: a record with no Python frames, the thread's native stack (unwind.c);
+ * a thread started inside a subinterpreter (which the main interpreter does not list) has its
+ * Python frames above it, from the interpreter's thread-local, labelled with that interpreter.
  * No signal is ever sent to a thread: a timer on its own CPU clock fires only while it runs.
  *
  * So that such a sample can be put under the Python line that asked for the work, as a pool
@@ -150,7 +152,10 @@ int osthreads_signal(void *value)
     int mode = atomic_load(&ddp_read_mode_now);
     if (mode == DDP_READ_GUARDED && !ddp_saferead_check_segv())
         mode = DDP_READ_SYSCALL;
-    int r = produce_native(my_tid(), 0, 0, DDP_EVENT_CPU, 1, weight, 0, DDP_STATE_CPU, NULL, 0, mode, t0);
+    /* (a thread started inside a subinterpreter runs Python the main interpreter does not
+     * list: its frames, from the interpreter's thread-local, as a registered thread's are) */
+    int r = produce_native(my_tid(), ddp_py_running_tstate(), 0, DDP_EVENT_CPU, 1, weight, 0, DDP_STATE_CPU, NULL,
+                           0, mode, t0);
     if (!atomic_load_explicit(&t->n_outer, memory_order_relaxed) && (sess_cfg.events & (1u << DDP_EVENT_WALL)) &&
         t->outer_tries++ < 4) {
         uint64_t pcs[OUTER_WALK]; /* (a pool thread's stack may be small: a bounded walk) */
@@ -446,7 +451,8 @@ static int observe_blocked(int64_t ts)
 /* ---- a hook's sample on a thread that runs no Python (nalloc.c: its C allocations) ---------- */
 static _Atomic int64_t callers_seen_ns; /* when a hook last walked the blocked Python threads */
 
-/* No Python frames: the calling thread's tid and its own native stack.  As such a thread's
+/* The calling thread's tid and its own native stack (under its Python frames if it runs
+ * Python in a subinterpreter now).  As such a thread's
  * samples start, then at most every OBS_EVERY intervals while they go on, the blocked Python
  * threads are walked here too (observe_blocked), so that pools.py finds the caller waiting on
  * this pool: the wall tick walks them only when a pool's CPU moves (CPU sessions), and a short
@@ -463,7 +469,8 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
     int mode = atomic_load(&ddp_read_mode_now);
     if (walk && mode == DDP_READ_GUARDED && !ddp_saferead_check_segv()) /* (the wall thread checks each tick) */
         mode = DDP_READ_SYSCALL;
-    int r = produce_native(my_tid(), 0, 0, event, count, value, aux, DDP_STATE_OFFCPU, NULL, 0, mode, now);
+    int r = produce_native(my_tid(), ddp_py_running_tstate(), 0, event, count, value, aux, DDP_STATE_OFFCPU, NULL,
+                           0, mode, now);
     if (r == PROD_FULL)
         atomic_fetch_add_explicit(&sess_stats.dropped_full[event], 1, memory_order_relaxed);
     if (walk && !observe_blocked(now)) /* none blocked (the caller still starting the pool?): again an interval on */
@@ -477,7 +484,8 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
  * native frames it waits in (from outside: the sp and pc of its /proc syscall line, kept if its
  * clock stood still meanwhile); running, only its entry point's frames from its last whole
  * walk (where it runs is its own CPU samples' to say).  pools.py puts them under their caller,
- * or [native threads], where the explorer hides the idle ones. */
+ * or [native threads], where the explorer hides the idle ones.  A thread started inside a
+ * subinterpreter has its Python frames too, found in that interpreter's thread list. */
 static void wall_natives(int64_t now, int final_tick)
 {
     int mode = atomic_load(&ddp_read_mode_now);
@@ -506,9 +514,14 @@ static void wall_natives(int64_t now, int final_tick)
                     keep_outer(t, pcs, n);
             }
         }
-        if (n == 0 && (n = atomic_load_explicit(&t->n_outer, memory_order_acquire)) > 0)
+        /* a thread started inside a subinterpreter (3.13+: found in that interpreter's list):
+         * its Python frames, with the native ones it waits in; running, those alone */
+        uintptr_t sub = ddp_py_subinterp_tstate(tid, mode);
+        if (sub && state == DDP_STATE_CPU)
+            n = 0;
+        else if (!sub && n == 0 && (n = atomic_load_explicit(&t->n_outer, memory_order_acquire)) > 0)
             memcpy(pcs, t->outer, sizeof *pcs * (size_t)n);
-        if (produce_native(tid, 0, 0, DDP_EVENT_WALL, 1, dwall, 0, state, pcs, n, mode, now) == PROD_FULL)
+        if (produce_native(tid, sub, 0, DDP_EVENT_WALL, 1, dwall, 0, state, pcs, n, mode, now) == PROD_FULL)
             atomic_fetch_add_explicit(&sess_stats.dropped_full[DDP_EVENT_WALL], 1, memory_order_relaxed);
         t->wall_ns = now, t->wall_cpu_ns = cpu;
     }

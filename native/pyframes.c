@@ -306,8 +306,9 @@ uintptr_t ddp_py_running_tstate(void)
 #endif
 }
 
-/* The id of the interpreter `tstate` belongs to, + 1 (0: unreadable), through safe reads. */
-uint32_t ddp_py_interp_number(uintptr_t tstate, int mode)
+/* The id of the subinterpreter `tstate` belongs to, + 1 (0: the main interpreter's, or
+ * unreadable), through safe reads. */
+uint32_t ddp_py_subinterp_number(uintptr_t tstate, int mode)
 {
 #if !DDP_PY_SUPPORTED
     (void)tstate, (void)mode;
@@ -316,6 +317,7 @@ uint32_t ddp_py_interp_number(uintptr_t tstate, int mode)
     uintptr_t interp = 0;
     int64_t id = -1;
     if (py_read(&ddp_py_here, &interp, tstate + offsetof(PyThreadState, interp), sizeof interp, mode) != 0 ||
+        interp == ddp_py_here.interp ||
         py_read(&ddp_py_here, &id, interp + offsetof(PyInterpreterState, id), sizeof id, mode) != 0 || id < 0 ||
         id >= (int64_t)UINT32_MAX)
         return 0;

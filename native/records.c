@@ -37,12 +37,15 @@ static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
  * `tstate`'s; -1 torn.  (An unreadable `above` leaves the thread's registered frames.)
  * `above` is the calling thread's current one, read by itself: its thread id is not checked
  * (a subinterpreter's thread state made for a call may carry none). */
-static int walk_both(uintptr_t *above_io, uintptr_t tstate, long tid, int mode, ddp_frame *frames, uint16_t *f)
+static int walk_both(uintptr_t above, uintptr_t tstate, long tid, int mode, ddp_frame *frames, uint16_t *f,
+                     uint32_t *interp)
 {
     /* (found here, under the walk's guard: its reads are plain loads, not syscalls) */
-    if (*above_io == WALK_ABOVE_FIND)
-        *above_io = ddp_py_subinterp_tstate(tid, mode);
-    uintptr_t above = *above_io;
+    if (above == WALK_ABOVE_FIND)
+        above = ddp_py_subinterp_tstate(tid, mode);
+    /* the subinterpreter it runs in: the one above, else its own thread state's (a thread
+     * started inside a subinterpreter) */
+    *interp = ddp_py_subinterp_number(above ? above : tstate, mode);
     int d = above ? ddp_py_walk(above, 0, mode, frames, sess_cfg.max_depth, f) : 0;
     if (d < 0)
         d = 0, *f = 0;
@@ -66,26 +69,26 @@ int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mo
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     volatile int depth = -1;
     volatile uint16_t flags = 0;
-    volatile uintptr_t above_found = 0;
+    volatile uint32_t interp = 0;
     if (mode == DDP_READ_GUARDED) {
         ddp_guard g, *prev = ddp_tls_guard; /* keep an interrupted guard (bench code) intact */
         if (sigsetjmp(g.jb, 0) == 0) {
             DDP_GUARD_ARM(&g);
             uint16_t f = 0;
-            uintptr_t a = above;
-            depth = walk_both(&a, tstate, tid, mode, frames, &f);
+            uint32_t in = 0;
+            depth = walk_both(above, tstate, tid, mode, frames, &f, &in);
             flags = f;
-            above_found = a;
+            interp = in;
         } else {
             depth = -1;
         }
         DDP_GUARD_SET(prev);
     } else {
         uint16_t f = 0;
-        uintptr_t a = above;
-        depth = walk_both(&a, tstate, tid, mode, frames, &f);
+        uint32_t in = 0;
+        depth = walk_both(above, tstate, tid, mode, frames, &f, &in);
         flags = f;
-        above_found = a;
+        interp = in;
     }
     if (depth < 0) {
         rec->depth = 0;
@@ -94,7 +97,7 @@ int walk_into_running(ddp_record *rec, uintptr_t above, uintptr_t tstate, int mo
         rec->interp = 0;
         return -1;
     }
-    rec->interp = above_found ? ddp_py_interp_number(above_found, mode) : 0;
+    rec->interp = interp;
     /* its own stack (a signal handler's or a hook's); with native threads sampled, the
      * native frames say which library a Python thread is inside (osthreads.c) */
     if ((sess_cfg.native_frames || sess_cfg.native_threads) && tid == my_tid())
@@ -175,7 +178,9 @@ int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int m
 
 /* A record whose native frames are not the calling thread's own Python walk: `tstate`'s
  * Python frames (0: none, a thread that runs no Python), then `pcs` (leaf first; NULL: the
- * calling thread's own, from its signal handler or a hook).  For osthreads.c. */
+ * calling thread's own, from its signal handler or a hook).  For osthreads.c.  The calling
+ * thread's own `tstate` (one the main interpreter does not list: a thread started inside a
+ * subinterpreter) is walked as its own CPU samples are, its native frames after. */
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts)
 {
@@ -195,21 +200,23 @@ int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int
     rec->interp = 0;
     ddp_frame *frames = (ddp_frame *)(rec + 1);
     int depth = 0;
+    int own_walked = 0;
     if (tstate) {
-        int torn = walk_into(rec, tstate, mode) < 0; /* (another thread's: no native frames of ours) */
+        int torn = walk_into(rec, tstate, mode) < 0;
         if (torn) {
             ddp_ring_publish(sess_ring, ticket);
             atomic_fetch_add_explicit(&sess_stats.dropped_torn[event], 1, memory_order_relaxed);
             return PROD_TORN;
         }
         depth = rec->depth;
+        own_walked = !pcs && tid == my_tid(); /* (walk_into appended the thread's native frames) */
     }
     int room = sess_cfg.max_depth - depth;
-    if (!pcs) {
-        depth += uw_append_own(frames + depth, room, mode);
-    } else {
+    if (pcs) {
         for (int i = 0; i < n && i < room; i++, depth++)
             frames[depth] = (ddp_frame){ DDP_NATIVE_CODE, pcs[i], -1, 0 };
+    } else if (!own_walked) {
+        depth += uw_append_own(frames + depth, room, mode);
     }
     if (depth == 0 && sess_cfg.max_depth > 0) /* no table knows its code: one truncated frame */
         frames[depth++] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
