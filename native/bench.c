@@ -55,6 +55,34 @@ int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_
     return elapsed;
 }
 
+/* The walk of a thread state caught entering the eval loop (3.11, 3.12: its C frame pushed,
+ * that frame's Python frame not yet set): a copy of the calling thread's state in that state,
+ * walked by syscall reads.  Its depth: -1 (torn), never 0 (an empty stack). */
+int ddp_test_walk_entering(void)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    PyThreadState *ts = (PyThreadState *)ddp_py_current_tstate();
+    if (!ts || !ts->cframe)
+        return DDP_EINVAL;
+    if (atomic_load(&sess_state) == ST_IDLE) { /* outside a session: interpreter addresses, with the GIL */
+        PyGILState_STATE gs = PyGILState_Ensure();
+        ddp_py_init();
+        PyGILState_Release(gs);
+    }
+    ddp_saferead_set_pid(getpid());
+    PyThreadState copy = *ts;
+    _PyCFrame entering = *ts->cframe;
+    entering.previous = ts->cframe;
+    entering.current_frame = NULL;
+    copy.cframe = &entering;
+    ddp_frame frames[64];
+    uint16_t flags = 0;
+    return ddp_py_walk((uintptr_t)&copy, 0, DDP_READ_SYSCALL, frames, 64, &flags);
+#else
+    return DDP_EUNSUPPORTED;
+#endif
+}
+
 int ddp_test_safe_read(uint64_t addr, int read_mode)
 {
     int installed_here = 0;

@@ -223,6 +223,7 @@ int ddp_addr2line(const uint8_t *linetable, int len, int firstlineno, int lasti)
 /* Test/benchmark helpers. */
 int64_t ddp_bench_walk(int read_mode, int iterations, int max_depth, int *depth_out);
 int ddp_test_safe_read(uint64_t addr, int read_mode);   /* 0 read ok, -1 fault recovered */
+int ddp_test_walk_entering(void); /* a thread state entering the eval loop, walked: -1 (3.11, 3.12) */
 int ddp_fingerprint_of(uint64_t code, uint64_t *fp_out); /* the fingerprint a sample would record */
 /* The WALL merge bucket (its start, ns since session start) of a sample taken elapsed_ns after start. */
 int64_t ddp_merge_bucket(int64_t elapsed_ns, int64_t min_tick_ns, int32_t max_ticks);

@@ -27,6 +27,11 @@ static int top_frame(const py_space *sp, uintptr_t tstate, long expect_tid, int 
         _PyCFrame cf;
         if (py_read(sp, &cf, (uintptr_t)ts.cframe, sizeof cf, mode) != 0)
             return -1;
+        /* The eval loop pushes its C frame (on the C stack) before it sets that frame's
+         * Python frame: caught in between, a thread deep in Python would show an empty (or a
+         * stale) stack.  Only the thread state's own root C frame has no previous one. */
+        if (!cf.current_frame && cf.previous)
+            return -1;
         *frame = (uintptr_t)cf.current_frame;
     }
 #endif
@@ -242,20 +247,26 @@ int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx)
     return ddp_py_scan_threads_in(&ddp_py_here, mode, cb, ctx);
 }
 
-/* ---- subinterpreters, from outside ---------------------------------------------------- */
-#define MAX_INTERPS 64 /* interpreters looked through for one thread (more: its sample stops at the call) */
+/* One thread's state in a list, by its tid (with frames on it, if asked). */
+struct tid_find { long tid; int mode; int with_frames; uintptr_t found; };
 
-#if DDP_PY_SUPPORTED && PY_VERSION_HEX >= 0x030D0000
-struct sub_find { long tid; int mode; uintptr_t found; };
-
-static void sub_match(uintptr_t t, long tid, void *ctx)
+static void tid_match(uintptr_t t, long tid, void *ctx)
 {
-    struct sub_find *f = ctx;
+    struct tid_find *f = ctx;
     uintptr_t frame = 0;
-    if (tid == f->tid && !f->found && top_frame(&ddp_py_here, t, tid, f->mode, &frame) == 0 && frame)
+    if (tid == f->tid && !f->found &&
+        (!f->with_frames || (top_frame(&ddp_py_here, t, tid, f->mode, &frame) == 0 && frame)))
         f->found = t;
 }
-#endif
+
+uintptr_t ddp_py_tstate_of(long tid, int mode)
+{
+    struct tid_find f = { tid, mode, 0, 0 };
+    return ddp_py_scan_threads(mode, tid_match, &f) == 0 ? f.found : 0;
+}
+
+/* ---- subinterpreters, from outside ---------------------------------------------------- */
+#define MAX_INTERPS 64 /* interpreters looked through for one thread (more: its sample stops at the call) */
 
 /* The thread state of another interpreter that thread `tid` runs Python in now, 0 if none:
  * what its own thread-local would say (ddp_py_running_tstate), found from outside, where that
@@ -275,11 +286,11 @@ uintptr_t ddp_py_subinterp_tstate(long tid, int mode)
     if (!main_interp || (head == main_interp && !__atomic_load_n(&main_interp->next, __ATOMIC_RELAXED)))
         return 0;
     uintptr_t interp = (uintptr_t)head;
-    struct sub_find f = { tid, mode, 0 };
+    struct tid_find f = { tid, mode, 1, 0 };
     for (int n = 0; interp && n < MAX_INTERPS; n++) {
         if (interp & 7)
             return 0;
-        if (interp != ddp_py_here.interp && scan_threads_of(&ddp_py_here, interp, mode, sub_match, &f) == 0 && f.found)
+        if (interp != ddp_py_here.interp && scan_threads_of(&ddp_py_here, interp, mode, tid_match, &f) == 0 && f.found)
             return f.found;
         if (py_read(&ddp_py_here, &interp, interp + offsetof(PyInterpreterState, next), sizeof interp, mode) != 0)
             return 0;

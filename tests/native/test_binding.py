@@ -197,6 +197,14 @@ def test_guarded_and_syscall_reads_survive_bad_addresses():
         libc.munmap(guard, mmap.PAGESIZE)
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="3.13+ switch frames with one pointer: no C frame to catch")
+def test_a_thread_caught_entering_the_eval_loop_is_a_torn_walk_not_an_empty_stack():
+    # GIVEN a thread state whose newest C frame is pushed but has no Python frame yet (the eval
+    #   loop's first instructions: a sample from outside, or a signal, can land there)
+    # WHEN walked THEN the walk is torn (the sample retried or carried), not an empty stack
+    assert lib.ddp_test_walk_entering() == -1
+
+
 def _resolve(code_obj):
     fp = ffi.new("uint64_t *")
     assert lib.ddp_fingerprint_of(id(code_obj), fp) == 0
