@@ -99,6 +99,7 @@ void ddp_py_gil_range(uintptr_t *lo, uintptr_t *hi);
 /* Racy walk of the interpreter's thread list: cb(tstate, native tid) per entry; -1 torn. */
 typedef void (*ddp_thread_cb)(uintptr_t tstate, long tid, void *ctx);
 int ddp_py_scan_threads(int mode, ddp_thread_cb cb, void *ctx);
+uintptr_t ddp_py_tstate_of(long tid, int mode); /* thread tid's in that list, 0 if none (or torn) */
 uintptr_t ddp_py_current_tstate(void);     /* the calling thread's, without the GIL */
 uintptr_t ddp_py_running_tstate(void);     /* ... in the interpreter it runs now (3.12+), 0 if none */
 uint32_t ddp_py_subinterp_number(uintptr_t tstate, int mode); /* its subinterpreter's id + 1; 0 main or unreadable */

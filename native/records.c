@@ -236,22 +236,6 @@ int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int
 #define SEGV_CHECK_NS 1000000
 static _Atomic int64_t own_segv_checked_ns = INT64_MIN / 2;
 
-struct tid_find { long tid; uintptr_t found; };
-
-static void tid_match(uintptr_t t, long tid, void *ctx)
-{
-    struct tid_find *f = ctx;
-    if (tid == f->tid && !f->found)
-        f->found = t;
-}
-
-/* The thread state of thread `tid` in the main interpreter's list, 0 if none (or torn). */
-static uintptr_t main_tstate_of(long tid, int mode)
-{
-    struct tid_find f = { tid, 0 };
-    return ddp_py_scan_threads(mode, tid_match, &f) == 0 ? f.found : 0;
-}
-
 int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
 {
     if (!atomic_load_explicit(&ddp_session_active, memory_order_acquire))
@@ -292,7 +276,7 @@ int ddp_emit_own(int event, int64_t count, int64_t value, uint64_t aux)
      * other interpreter's while it runs there, 3.13+). */
     uintptr_t own = atomic_load_explicit(&s->tstate, memory_order_relaxed);
     if (!own) /* not registered yet (its first events): found in the main interpreter's list */
-        own = main_tstate_of(my_tid(), mode);
+        own = ddp_py_tstate_of(my_tid(), mode);
     if (!own)
         own = tstate;
     uintptr_t running = ddp_py_running_tstate();
