@@ -562,8 +562,14 @@ static int counters_cb(struct dl_phdr_info *info, size_t size, void *ctx)
 
 static unsigned long long loader_adds(void)
 {
+    /* under gp_lock, as every iteration: a fork landing inside dl_iterate_phdr would leave the
+     * child the loader's list lock held for good, and its first dlopen or dlclose would hang
+     * (the sampler thread reads this counter every tick of a lock/park session) */
     unsigned long long adds = 0;
+    pthread_once(&atfork_once, register_atfork);
+    lock_slots();
     dl_iterate_phdr(counters_cb, &adds);
+    unlock_slots();
     return adds;
 }
 

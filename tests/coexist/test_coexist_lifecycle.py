@@ -122,8 +122,9 @@ def test_fork_during_start_and_stop():
     # (3: the child's work raised; 4: its own session was refused as busy; None: it hung and
     # was killed after 5 s, e.g. on a lock the parent's start/stop held at the fork)
     bad = [(i, s) for i, s in enumerate(r["statuses"]) if s != 0]
-    assert not bad, (f"{len(bad)} of {len(r['statuses'])} children failed (fork number, exit status): {bad}",
-                     run.stderr[-8000:])
+    if bad:  # (printed whole: pytest cuts a long assertion message, and with it the hung child's stacks)
+        print(run.stderr[-20000:])
+    assert not bad, f"{len(bad)} of {len(r['statuses'])} children failed (fork number, exit status): {bad}"
     assert len(r["statuses"]) >= 30, r
     # AND forks really raced with many start/stop cycles, and the parent still profiles
     assert r["cycles"] >= 30, r
