@@ -199,38 +199,44 @@ th.start(); th.join()
 '''
 
 
-def test_a_thread_started_inside_a_subinterpreter_has_its_frames_and_label():
-    # GIVEN a thread started by threading inside an own-GIL subinterpreter (listed by that
-    #   interpreter only, so sampled as a thread that runs no Python) that allocates 800 blocks of
-    #   64 KiB (52 MB) in grow_in_thread, then burns 0.5 s of CPU in burn_in_thread
-    r = run_script(f"""
+def samples_inside(code: str, events: tuple) -> dict:
+    """``code`` run in a fresh own-GIL subinterpreter under a session of ``events``: the
+    interpreter's id, and each sample as [event, frame names, interp label, value]."""
+    return run_script(f"""
         try:
             import _interpreters as subs
         except ImportError:
             import _xxsubinterpreters as subs
         interp = subs.create()
-        e = NativeEngine(SamplerConfig.make(events=("cpu", "alloc"), interval="10ms"))
+        e = NativeEngine(SamplerConfig.make(events={events!r}, interval="10ms"))
         e.start()
-        subs.run_string(interp, {THREAD_INSIDE!r})
+        subs.run_string(interp, {code!r})
         p = e.stop()
         subs.destroy(interp)
-        by = collections.Counter()
-        for s in p.samples():
-            names = [f.name for f in s.stack]
-            leaf = next((n for n in reversed(names) if n in ("burn_in_thread", "grow_in_thread")), names[-1])
-            by[(s.event.name, leaf, s.labels.get("interp"), "[native threads]" in names)] += s.values[1]
-        emit(interp=int(interp), by=[[*k, v] for k, v in by.items()])
+        emit(interp=int(interp), samples=[[s.event.name, [f.name for f in s.stack], s.labels.get("interp"), s.values[1]]
+                                          for s in p.samples()])
         """, timeout=120)
-    cpu = {(leaf, label, native): v for ev, leaf, label, native, v in r["by"] if ev == "CPU"}
-    alloc = {(leaf, label, native): v for ev, leaf, label, native, v in r["by"] if ev == "ALLOC"}
+
+
+def test_a_thread_started_inside_a_subinterpreter_has_its_frames_and_label():
+    # GIVEN a thread started by threading inside an own-GIL subinterpreter (listed by that
+    #   interpreter only, so sampled as a thread that runs no Python) that allocates 800 blocks of
+    #   64 KiB (52 MB) in grow_in_thread, then burns 0.5 s of CPU in burn_in_thread
+    r = samples_inside(THREAD_INSIDE, ("cpu", "alloc"))
+    by = collections.Counter()
+    for event, names, label, value in r["samples"]:
+        leaf = next((n for n in reversed(names) if n in ("burn_in_thread", "grow_in_thread")), names[-1] if names else "")
+        by[(event, leaf, label, "[native threads]" in names)] += value
+    cpu = {(leaf, label, native): v for (ev, leaf, label, native), v in by.items() if ev == "CPU"}
+    alloc = {(leaf, label, native): v for (ev, leaf, label, native), v in by.items() if ev == "ALLOC"}
     me = str(r["interp"])
     # THEN its CPU is under burn_in_thread (once: its allocations' samples gave it no second
     #   timer), labelled with its interpreter, not under [native threads]
-    assert 0.42e9 <= cpu.get(("burn_in_thread", me, False), 0) <= 0.58e9, r
-    assert not any(v for (leaf, label, _), v in cpu.items() if leaf == "burn_in_thread" and label != me), r
-    assert not any(v >= 0.05e9 for (leaf, label, native), v in cpu.items() if native), r
+    assert 0.42e9 <= cpu.get(("burn_in_thread", me, False), 0) <= 0.58e9, cpu
+    assert not any(v for (leaf, label, _), v in cpu.items() if leaf == "burn_in_thread" and label != me), cpu
+    assert not any(v >= 0.05e9 for (leaf, label, native), v in cpu.items() if native), cpu
     # AND its allocations are under grow_in_thread with the same label (an estimate: 52 MB +-40 %)
-    assert 31e6 <= alloc.get(("grow_in_thread", me, False), 0) <= 73e6, r
+    assert 31e6 <= alloc.get(("grow_in_thread", me, False), 0) <= 73e6, alloc
 
 
 NAP_INSIDE = '''
@@ -242,29 +248,16 @@ th.start(); th.join()
 '''
 
 
-@pytest.mark.skipif(sys.version_info < (3, 13), reason="3.12 runs every entry in the interpreter's first thread "
-                                                       "state, bound to its creator: found from outside from 3.13")
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="wall samples find a subinterpreter's thread states from "
+                                                       "outside from 3.13")
 def test_a_thread_started_inside_a_subinterpreter_has_its_frames_in_wall_samples():
     # GIVEN a thread started by threading inside an own-GIL subinterpreter that sleeps 0.6 s in
     #   nap_in_thread, under cpu and wall (its wall samples taken from outside it)
-    r = run_script(f"""
-        try:
-            import _interpreters as subs
-        except ImportError:
-            import _xxsubinterpreters as subs
-        interp = subs.create()
-        e = NativeEngine(SamplerConfig.make(events=("cpu", "wall"), interval="10ms"))
-        e.start()
-        subs.run_string(interp, {NAP_INSIDE!r})
-        p = e.stop()
-        subs.destroy(interp)
-        by = collections.Counter()
-        for s in p.samples():
-            names = [f.name for f in s.stack]
-            if s.event is EventType.WALL and "nap_in_thread" in names:
-                by[s.labels.get("interp")] += s.values[1]
-        emit(interp=int(interp), by=by)
-        """, timeout=120)
+    r = samples_inside(NAP_INSIDE, ("cpu", "wall"))
+    by = collections.Counter()
+    for event, names, label, value in r["samples"]:
+        if event == "WALL" and "nap_in_thread" in names:
+            by[label] += value
     # THEN its wall time is under nap_in_thread, labelled with its interpreter
-    assert set(r["by"]) == {str(r["interp"])}, r
-    assert 0.4e9 <= r["by"][str(r["interp"])] <= 0.75e9, r
+    assert set(by) == {str(r["interp"])}, by
+    assert 0.4e9 <= by[str(r["interp"])] <= 0.75e9, by
