@@ -172,6 +172,8 @@ int produce_running(slot_t *s, uintptr_t running, int event, int64_t weight, int
 int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int mode, int64_t ts); /* a running thread's, from outside */
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts); /* osthreads.c's */
+int produce_native_flagged(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
+                           uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts, uint16_t flags);
 int64_t bucket_of(int64_t ts);          /* a WALL sample's merge bucket, -1 for none */
 /* r's bucket under the tick at last_ts (>= r's own): the Profile's final tick is at least
  * that of its last record, so records merged in it share one final tick too; -1 for none. */
@@ -198,6 +200,14 @@ int thread_exits_inside(void);          /* exiting threads writing their clock i
 int osthreads_signal(void *value);      /* SIGPROF handler: 1 when the timer is one of its threads' */
 void osthreads_tick(int64_t now, int final); /* wall thread: find, arm, retire; final: totals */
 void osthreads_after_fork(void);
+/* masked.c: threads that block SIGPROF (their timers' signals never come) */
+#define MASKED_WALK 128
+int masks_sigprof(int32_t tid);
+/* a waiting thread's whole stack from outside, leaf first (its clock standing still); 0: it runs */
+int walk_waiting(int32_t tid, clockid_t clock, int mode, uint64_t *pcs, int max);
+void masked_look_at_start(void); /* on the starting thread: masked threads waiting now, walked */
+int masked_entry_at_start(int32_t tid, uint64_t *pcs); /* its entry point's frames found then (once); 0: none */
+void masked_after_fork(void);
 
 /* ---- the wall thread (sampler_thread.c) ----------------------------------------------- */
 int sampler_thread_start(void);         /* 0 or pthread_create's error */

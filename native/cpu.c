@@ -419,6 +419,8 @@ static int cpu_start(const ddp_config *cfg)
     started = 1;
     atomic_store(&cpu_on, 1);
     thread_start_hook_on(); /* (without it, threads are found by the scan alone) */
+    if (sess_cfg.native_threads)
+        masked_look_at_start();
     return DDP_OK;
 }
 

@@ -43,6 +43,8 @@ uint32_t ddp_compiled_python_version(void);
 #define DDP_REC_TRUNCATED 1  /* deeper than max_depth: the root-most frames were cut */
 #define DDP_REC_GC 2         /* the interpreter's GC was collecting on this thread */
 #define DDP_REC_INVALID 4    /* torn/inconsistent read: skip it (it is counted as dropped) */
+#define DDP_REC_MASKED 8     /* CPU read from the clock of a thread that blocks SIGPROF: its frames are only its
+                               entry point's (where inside it ran is unknown) */
 
 #define DDP_READ_GUARDED 0   /* direct loads, a SIGSEGV/SIGBUS handler recovers faults */
 #define DDP_READ_SYSCALL 1   /* process_vm_readv: EFAULT instead of a fault */
@@ -181,7 +183,8 @@ int ddp_cpu_thread_totals(int32_t *tid, int64_t *used, int64_t *sampled, int cap
  * many (may exceed cap).  Stats: armed at once (max), threads beyond the bound, timer
  * failures, blocked Python threads walked, totals not kept, scans, CPU of exited threads after
  * their last read given to the pool threads gone then, and left unassigned, idle threads that
- * gave their place to running ones (the table full); returns how many. */
+ * gave their place to running ones (the table full), threads found blocking SIGPROF and the CPU
+ * the sampler recorded for them from their clocks; returns how many. */
 int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *names, int cap);
 int ddp_native_threads_stats(uint64_t *out, int n);
 int ddp_drain(void *buf, int max_records); /* copies up to max_records records; returns how many */

@@ -24,6 +24,12 @@
  * native_threads on) records through ddp_emit_native, which walks the blocked Python threads
  * itself as such samples start, then every OBS_EVERY intervals while they go on.
  *
+ * A thread that blocks SIGPROF (masked.c) never takes its timer's signals: its mask is read
+ * as it is armed, and again when its clock ran MASK_CHECK periods that no sample carried.  The
+ * sampler thread then reads its clock each tick and records its CPU itself (DDP_REC_MASKED)
+ * under its entry point's frames, since where inside them it ran cannot be seen; pools.py puts
+ * those under the Python line that asked, as any pool sample.
+ *
  * At most OS_MAX threads are armed at once: when the table is full, a thread that runs takes
  * the place of one idle for IDLE_SCANS scans; those left beyond are counted, not sampled.  At the
  * final tick every timer goes and each thread's clock says what its samples should carry.
@@ -52,6 +58,7 @@
 #define WALL_EVERY 5   /* ticks between two WALL samples of one such thread (its weight: the time between) */
 #define OUTER_WALK 96  /* ... found by its own handler's walk this deep at most */
 #define OUTER_MAX 4    /* a running thread's WALL sample: its entry point's frames (from its last whole walk) */
+#define MASK_CHECK 4   /* periods of a thread's CPU with no sample before its signal mask is read again */
 
 typedef struct {
     _Atomic int32_t tid;      /* 0: free */
@@ -72,6 +79,10 @@ typedef struct {
     uint64_t outer[OUTER_MAX];    /* the outermost pcs of a whole walk of it (leaf first) */
     _Atomic int n_outer;          /* (written after outer: by its handler once, by the wall thread) */
     int outer_tries;              /* its handler's walks for them (a few: each costs a second walk) */
+    int masked;                   /* it blocks SIGPROF: the sampler records its CPU (sample_masked) */
+    int masked_recorded;          /* ... and did (counted once: an idle masked thread is no news) */
+    int64_t check_cpu, check_sampled; /* its clock and sampled CPU when its mask was last read */
+    int64_t masked_carry;         /* a dropped masked sample's weight, for its next */
 } os_thread;
 
 typedef struct {
@@ -89,8 +100,9 @@ static uint32_t for_session;
 static os_total *totals;
 static int n_totals, cap_totals;
 static struct {
-    uint64_t armed_max, beyond, timer_failures, observations, totals_dropped, scans, evicted;
+    uint64_t armed_max, beyond, timer_failures, observations, totals_dropped, scans, evicted, masked;
     int64_t tails_ns, unseen_ns; /* CPU of exited threads after their last read: given to pool threads; left */
+    int64_t masked_ns;           /* CPU recorded by the sampler for threads that block SIGPROF */
 } st;
 
 /* Every thread's clock at the last two scans (sorted by tid): the process's CPU clock moved
@@ -393,6 +405,8 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
             atomic_store(&t->tid, 0);
             return;
         }
+        t->check_cpu = now;
+        t->masked = masks_sigprof(tid);
         *ran += now - t->base_ns;
     } else if (t->sightings > 2) {
         int64_t now = clock_ns(t->clock);
@@ -400,6 +414,13 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
             *ran += now - t->seen_ns, t->seen_ns = now, t->idle = 0;
         else
             t->idle++;
+        /* its clock ran for several periods and no signal came: has it blocked SIGPROF since? */
+        if (!t->masked && now - t->check_cpu >= MASK_CHECK * sess_cfg.interval_ns) {
+            int64_t sampled = atomic_load(&t->sampled);
+            if (sampled == t->check_sampled)
+                t->masked = masks_sigprof(tid);
+            t->check_cpu = now, t->check_sampled = sampled;
+        }
     }
 }
 
@@ -476,6 +497,52 @@ int ddp_emit_native(int event, int64_t count, int64_t value, uint64_t aux)
     if (walk && !observe_blocked(now)) /* none blocked (the caller still starting the pool?): again an interval on */
         atomic_store_explicit(&callers_seen_ns, now - (OBS_EVERY - 1) * sess_cfg.interval_ns, memory_order_relaxed);
     return r == PROD_OK ? DDP_OK : r == PROD_FULL ? DDP_ENOMEM : DDP_ESYS;
+}
+
+/* ---- threads that block SIGPROF: their CPU read by the sampler -------------------------------- */
+/* Its entry point's frames: walked at the start, or now if it waits. */
+static void learn_outer(os_thread *t, int32_t tid, int mode)
+{
+    uint64_t pcs[MASKED_WALK];
+    int n = masked_entry_at_start(tid, pcs);
+    if (n <= 0)
+        n = walk_waiting(tid, t->clock, mode, pcs, MASKED_WALK);
+    if (n > 0)
+        keep_outer(t, pcs, n);
+}
+
+/* Each tick, the CPU of each such thread since its last record, once it reaches a period (as its
+ * timer would have fired), under its entry point's frames (with none known yet: none). */
+static void sample_masked(int64_t now)
+{
+    int mode = atomic_load(&ddp_read_mode_now);
+    for (int i = 0; i < OS_MAX; i++) {
+        os_thread *t = &ost[i];
+        int32_t tid = atomic_load(&t->tid);
+        if (!tid || !t->masked || !atomic_load(&t->armed))
+            continue;
+        if (!atomic_load_explicit(&t->n_outer, memory_order_acquire))
+            learn_outer(t, tid, mode);
+        int64_t cpu = clock_ns(t->clock);
+        if (cpu < 0 || cpu - atomic_load(&t->acct_ns) + t->masked_carry < sess_cfg.interval_ns)
+            continue;
+        int64_t prev = atomic_exchange(&t->acct_ns, cpu); /* (shared with its handler, should it unblock) */
+        int64_t weight = (cpu > prev ? cpu - prev : 0) + t->masked_carry;
+        uint64_t pcs[OUTER_MAX];
+        int n = atomic_load_explicit(&t->n_outer, memory_order_acquire);
+        memcpy(pcs, t->outer, sizeof *pcs * (size_t)n);
+        int r = produce_native_flagged(tid, 0, 0, DDP_EVENT_CPU, 1, weight, 0, DDP_STATE_CPU, pcs, n, mode, now,
+                                       DDP_REC_MASKED);
+        t->masked_carry = r == PROD_OK ? 0 : weight;
+        if (r == PROD_OK) {
+            atomic_fetch_add_explicit(&t->sampled, weight, memory_order_relaxed);
+            st.masked_ns += weight;
+            st.masked += !t->masked_recorded;
+            t->masked_recorded = 1;
+        } else if (r == PROD_FULL) {
+            atomic_fetch_add_explicit(&sess_stats.carried_full[DDP_EVENT_CPU], 1, memory_order_relaxed);
+        }
+    }
 }
 
 /* ---- WALL samples of these threads (sessions with the wall event) -------------------------- */
@@ -616,6 +683,7 @@ void osthreads_tick(int64_t now, int final_tick)
                 atomic_store(&ost[i].tid, 0);
         }
     settle_tails();
+    sample_masked(now);
     if (wall)
         wall_natives(now, 0);
     uint64_t a = (uint64_t)n_armed();
@@ -636,6 +704,7 @@ void osthreads_after_fork(void)
     for (int i = 0; i < OS_MAX; i++)
         atomic_store(&ost[i].tid, 0), atomic_store(&ost[i].armed, 0);
     for_session = 0;
+    masked_after_fork();
     if (task_fd >= 0)
         close(task_fd); /* (the parent's threads' directory) */
     task_fd = -1;
@@ -658,9 +727,9 @@ int ddp_native_threads(int32_t *tid, int64_t *used, int64_t *sampled, char *name
 
 int ddp_native_threads_stats(uint64_t *out, int n)
 {
-    uint64_t v[9] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans,
-                      (uint64_t)st.tails_ns, (uint64_t)st.unseen_ns, st.evicted };
-    for (int i = 0; i < n && i < 9; i++)
+    uint64_t v[11] = { st.armed_max, st.beyond, st.timer_failures, st.observations, st.totals_dropped, st.scans,
+                       (uint64_t)st.tails_ns, (uint64_t)st.unseen_ns, st.evicted, st.masked, (uint64_t)st.masked_ns };
+    for (int i = 0; i < n && i < 11; i++)
         out[i] = v[i];
-    return 9;
+    return 11;
 }

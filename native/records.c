@@ -18,7 +18,7 @@ static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 -
 static uint64_t stack_hash_of(uint16_t flags, int depth, const ddp_frame *f)
 {
     const uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xC2B2AE3D27D4EB4FULL;
-    uint64_t h = k2 ^ ((uint64_t)(flags & (DDP_REC_TRUNCATED | DDP_REC_GC)) << 32) ^ (uint64_t)depth;
+    uint64_t h = k2 ^ ((uint64_t)(flags & (DDP_REC_TRUNCATED | DDP_REC_GC | DDP_REC_MASKED)) << 32) ^ (uint64_t)depth;
     for (int i = 0; i < depth; i++) {
         uint64_t w3 = ((uint64_t)(uint32_t)f[i].lasti << 32) | (uint32_t)f[i].firstlineno;
         h = rotl64(h ^ (f[i].code * k1), 31) * k2;
@@ -184,6 +184,13 @@ int produce_outside(slot_t *s, int event, int64_t weight, int tstate_kind, int m
 int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
                    uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts)
 {
+    return produce_native_flagged(tid, tstate, label, event, count, weight, aux, state, pcs, n, mode, ts, 0);
+}
+
+/* ... with record flags of its own (DDP_REC_MASKED) */
+int produce_native_flagged(int32_t tid, uintptr_t tstate, uint64_t label, int event, int64_t count, int64_t weight,
+                           uint64_t aux, int state, const uint64_t *pcs, int n, int mode, int64_t ts, uint16_t flags)
+{
     size_t ticket;
     ddp_record *rec = ddp_ring_reserve(sess_ring, &ticket);
     if (!rec)
@@ -221,7 +228,7 @@ int produce_native(int32_t tid, uintptr_t tstate, uint64_t label, int event, int
     if (depth == 0 && sess_cfg.max_depth > 0) /* no table knows its code: one truncated frame */
         frames[depth++] = (ddp_frame){ DDP_NATIVE_CUT, 0, -1, 0 };
     rec->depth = (uint16_t)depth;
-    rec->flags = tstate ? rec->flags : 0;
+    rec->flags = (uint16_t)((tstate ? rec->flags : 0) | flags);
     rec->stack_hash = stack_hash_of(rec->flags, depth, frames);
     ddp_ring_publish(sess_ring, ticket);
     if (count)

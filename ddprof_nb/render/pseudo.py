@@ -18,6 +18,9 @@ PSEUDO_FRAMES = {
     "[cpu not sampled]": "CPU the thread's own clock counted that no sample caught (timer signals came late or "
                          "not at all): the total is right, where in the code it went is unknown",
     "[GC]": "Python's garbage collector running (charged to the code that triggered it)",
+    "[profiling signal blocked]": "CPU of a thread that blocks the profiling signal (numexpr's pool does), read from "
+                                  "its own clock each tick: the frames above are where the thread starts, where "
+                                  "inside them it ran is unknown",
     "[truncated]": "the stack was deeper than the frames kept: the frames nearest the root were cut",
     "[unknown]": "a frame whose code was freed before the profiler could name it",
     "[no Python frames]": "a thread running native code only: no Python frame on its stack",

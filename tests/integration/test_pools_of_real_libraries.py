@@ -1,6 +1,6 @@
-"""Threads that run no Python, in real wheels from PyPI: numpy's BLAS, a polars group-by and
-a DuckDB query run on their libraries' own worker threads while the calling Python line
-waits.  By default (``native_threads="attribute"``) the CPU profile holds that CPU, under
+"""Threads that run no Python, in real wheels from PyPI: numpy's BLAS, a polars group-by, a
+DuckDB query and a numexpr expression (whose threads block every signal, SIGPROF too) run on
+their libraries' own worker threads while the calling Python line waits.  By default (``native_threads="attribute"``) the CPU profile holds that CPU, under
 the line that asked for it.
 
 Each case runs in a fresh interpreter (the pools' sizes are set by the environment before
@@ -37,6 +37,14 @@ SCRIPT = textwrap.dedent("""\
         def work():
             for _ in range(3):
                 df.group_by("k").agg(pl.col("v").sum().alias("s"), pl.col("v").std().alias("d"))
+    elif CASE == "numexpr":
+        import numexpr
+        numexpr.set_num_threads(2)
+        rng = np.random.default_rng(0)
+        x, y = rng.random(4_000_000), rng.random(4_000_000)
+        def work():
+            for _ in range(8):
+                numexpr.evaluate("sin(x) * cos(y) + sqrt(x * y)")
     else:
         import duckdb
         con = duckdb.connect()
@@ -64,7 +72,8 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
-@pytest.mark.parametrize("case,module", [("numpy", "numpy"), ("polars", "polars"), ("duckdb", "duckdb")])
+@pytest.mark.parametrize("case,module", [("numpy", "numpy"), ("polars", "polars"), ("duckdb", "duckdb"),
+                                         ("numexpr", "numexpr")])
 def test_a_librarys_worker_threads_cpu_is_in_the_profile_under_the_calling_line(tmp_path, case, module):
     pytest.importorskip(module)  # (the pools extra: scripts/test.sh installs it for 3.11)
     # GIVEN a block whose work runs on the library's own 2 worker threads

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.alone
 
 POOL_SOURCE = r"""
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 static double burn_s;
 static double cpu_now(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
@@ -100,6 +101,76 @@ void pool_unhold(void)
     for (int i = 0; i < nheld; i++)
         pthread_join(held[i], NULL);
 }
+/* a pool whose threads block every signal (numexpr's does, so that Ctrl-C reaches the main
+ * thread): started once, idle on a condition variable between calls */
+static pthread_t mth[8];
+static int nm, mdone, mquit;
+static unsigned mgo;
+static double mseconds;
+static pthread_cond_t mgo_cv = PTHREAD_COND_INITIALIZER, mdone_cv = PTHREAD_COND_INITIALIZER;
+static void spin(double seconds)
+{
+    double t0 = cpu_now();
+    volatile double x = 0;
+    while (cpu_now() - t0 < seconds)
+        for (int i = 0; i < 100000; i++)
+            x += i * 0.5;
+}
+static void *masked_worker(void *arg)
+{
+    unsigned seen = 0;
+    (void)arg;
+    pthread_setname_np(pthread_self(), "maskpool");
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        while (mgo == seen && !mquit)
+            pthread_cond_wait(&mgo_cv, &mu);
+        if (mquit) {
+            pthread_mutex_unlock(&mu);
+            return NULL;
+        }
+        seen = mgo;
+        pthread_mutex_unlock(&mu);
+        spin(mseconds);
+        pthread_mutex_lock(&mu);
+        mdone++;
+        pthread_cond_broadcast(&mdone_cv);
+        pthread_mutex_unlock(&mu);
+    }
+}
+static void start_masked(pthread_t *th, void *(*fn)(void *))
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_create(th, NULL, fn, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+void masked_start(int n)
+{
+    mquit = 0;
+    for (nm = 0; nm < n && nm < 8; nm++)
+        start_masked(&mth[nm], masked_worker);
+}
+/* each of the pool's threads burns `seconds` of its CPU; the caller waits */
+void masked_run(double seconds)
+{
+    pthread_mutex_lock(&mu);
+    mseconds = seconds, mdone = 0, mgo++;
+    pthread_cond_broadcast(&mgo_cv);
+    while (mdone < nm)
+        pthread_cond_wait(&mdone_cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+void masked_stop(void)
+{
+    pthread_mutex_lock(&mu);
+    mquit = 1;
+    pthread_cond_broadcast(&mgo_cv);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < nm; i++)
+        pthread_join(mth[i], NULL);
+}
 """
 
 OMP_SOURCE = r"""
@@ -128,7 +199,9 @@ def ext_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("ntpool")
     build(out, "_ddp_ntpool", "void pool_run(int n, double seconds); void pool_start(int n, double seconds);"
            " void pool_join(void); void pool_hold(int n); void pool_unhold(void);"
-           " void pool_callback_then_burn(void *cb, double seconds);", POOL_SOURCE, libraries=["pthread"])
+           " void pool_callback_then_burn(void *cb, double seconds);"
+           " void masked_start(int n); void masked_run(double seconds); void masked_stop(void);",
+           POOL_SOURCE, libraries=["pthread"])
     build(out, "_ddp_ntomp", "double omp_burn(int n, double seconds);", OMP_SOURCE,
            extra_compile_args=["-fopenmp"], extra_link_args=["-fopenmp"])
     return str(out)
@@ -231,6 +304,27 @@ def test_native_frames_of_the_pool_thread_follow_the_pool_frame(ext_dir):
     # start routine `burn` (the extension's), named from its symbols
     pool = [(k, v) for k, v in r["stacks"] if "[pool: ntpool]" in k]
     assert sum(v for k, v in pool if " ; burn" in k.split("[pool: ntpool]", 1)[1]) >= 0.9 * sum(v for _, v in pool), pool
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_pool_that_blocks_every_signal_is_under_the_calling_line(ext_dir, native):
+    # GIVEN a pool started before the session whose 2 threads block every signal (SIGPROF too:
+    #   their CPU timers' signals never come), idle between calls; the caller waits in 4 calls,
+    #   each thread burning 0.2 s per call
+    r = _session(ext_dir, "from _ddp_ntpool import lib as pool; pool.masked_start(2)",
+                 "for _ in range(4): pool.masked_run(0.2)", native=native, after="pool.masked_stop()")
+    # THEN their CPU is in the profile and under the caller (before: 0 samples, all of it under
+    #   [native threads] -> [unknown] -> [cpu not sampled])
+    _assert_accounted(r)
+    pool = [(k, v) for k, v in r["stacks"] if "[pool: maskpool]" in k]
+    assert sum(v for _, v in pool) >= 0.9 * 1.6e9, r["stacks"]
+    # AND below the pool frame, the thread's entry point, then the frame that says why no deeper
+    tails = {k.split("[pool: maskpool] ; ", 1)[1] for k, _ in pool}
+    if native:  # (its start routine, under the C runtime's thread start: unnamed in a stripped libc)
+        assert all(t.endswith(" ; masked_worker ; [profiling signal blocked]") for t in tails), tails
+    else:
+        assert all(t.startswith("[_ddp_ntpool") and t.endswith("] ; [profiling signal blocked]") for t in tails), tails
+    assert [n for n in r["notes"] if "2 thread(s) block the profiling signal" in n], r["notes"]
 
 
 def test_work_with_no_caller_inside_goes_under_native_threads(ext_dir):

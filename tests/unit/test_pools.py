@@ -40,7 +40,8 @@ def _rows(profile, event):
     for i in range(len(profile)):
         if profile.event[i] == event.value:
             names = tuple(f.name for f in profile.stack_frames(int(profile.stack[i])))
-            out[(names, profile.threads[int(profile.thread[i])].name)] = int(profile.values[i, 1])
+            key = (names, profile.threads[int(profile.thread[i])].name)
+            out[key] = out.get(key, 0) + int(profile.values[i, 1])
     return out
 
 
@@ -97,3 +98,35 @@ def test_a_python_threads_own_rows_and_its_interpreter_frames_are_never_a_pools(
     own = [i for i in range(len(p)) if p.threads[int(p.thread[i])].name == "short61"
            and p.stack_frames(int(p.stack[i]))[0].name == "work"]
     assert [dict(p.labelsets[int(p.labels[i])]) for i in own] == [{"w": "short61"}]
+
+
+def test_a_masked_threads_cpu_keeps_its_entry_point_without_the_wait_it_was_walked_in():
+    # GIVEN a thread that blocks SIGPROF: its CPU rows hold the entry point's frames from a walk
+    #   taken while it waited (start_thread ; worker ; pthread_cond_wait), then the masked frame;
+    #   its first row came before it was first caught waiting (a cut frame only); and a running
+    #   WALL row with the same walk
+    from ddprof_nb.engines.native.pools import MASKED
+    b = ProfileBuilder()
+    caller = b.frame_id(Frame("caller", "nb.py", 3))
+    run = b.frame_id(Frame("ext_run", EXT, kind=FrameKind.NATIVE))
+    wait = b.frame_id(Frame("pthread_cond_wait", LIBC, kind=FrameKind.NATIVE))
+    start = b.frame_id(Frame("start_thread", LIBC, kind=FrameKind.NATIVE))
+    worker = b.frame_id(Frame("worker", EXT, kind=FrameKind.NATIVE))
+    cut = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
+    masked = b.frame_id(MASKED)
+    main, pool = b.thread_id(100, "MainThread"), b.thread_id(200, "")
+    b.add(EventType.CPU, b.stack_id([caller, run, wait]), main, 0, 1000 * MS, 0, 0)  # the caller, blocked inside
+    b.add(EventType.CPU, b.stack_id([cut, masked]), pool, 0, 1000 * MS, 1, 10 * MS)
+    b.add(EventType.CPU, b.stack_id([start, worker, wait, masked]), pool, 0, 1020 * MS, 1, 30 * MS)
+    running = b.labels_id(LabelSet.of({"state": "cpu"}))
+    b.add(EventType.WALL, b.stack_id([start, worker, wait]), pool, running, 1020 * MS, 1, 40 * MS)
+    p = b.build(end_ns=2000 * MS)
+    # WHEN its rows are attributed, with native frames kept
+    r = attribute_pools(p, {200}, {200: "maskpool"}, keep_native=True)
+    # THEN all 40 ms of CPU are under the caller, the entry point ending in worker and the
+    #   masked frame (the wait the walk caught is gone, the first row took the thread's entry)
+    assert _rows(r.profile, EventType.CPU) == {
+        (("caller", "[pool: maskpool]", "start_thread", "worker", "[profiling signal blocked]"), "MainThread"): 40 * MS}
+    # AND the running WALL row also ends at worker, on its own thread
+    assert _rows(r.profile, EventType.WALL) == {
+        (("caller", "[pool: maskpool]", "start_thread", "worker"), "Thread 200"): 40 * MS}

@@ -21,6 +21,7 @@ from ...model import Frame
 from .binding import FRAME_SIZE, ffi, lib
 from .codes import Resolver, cache_put, frame_cache
 from .nativeframes import has_native
+from .pools import MASKED
 
 __all__ = ["RecordConverter", "STATE_LABELS", "SMALL_BATCH"]
 
@@ -95,6 +96,7 @@ class RecordConverter:
         self._truncated = b.frame_id(Frame("[truncated]", kind=FrameKind.TRUNCATED))
         self._gc = b.frame_id(Frame("[GC]", kind=FrameKind.GC))
         self._nopy = b.frame_id(Frame("[no Python frames]", kind=FrameKind.NATIVE))
+        self._masked = b.frame_id(MASKED)
         self.base_labels = dict(base_labels or {})
         self.skipped_invalid = 0
         self.unknown_frames = 0
@@ -147,6 +149,8 @@ class RecordConverter:
             ids.insert(0, self._truncated)
         if flags & lib.DDP_REC_GC:
             ids.append(self._gc)
+        if flags & lib.DDP_REC_MASKED:
+            ids.append(self._masked)
         sid = self.builder.stack_id(ids)
         if complete:  # an [unknown] may resolve later (graveyard): do not pin it
             self._stacks[key] = sid
@@ -171,6 +175,8 @@ class RecordConverter:
             ids.insert(0, self._truncated)
         if flags & lib.DDP_REC_GC:
             ids.append(self._gc)
+        if flags & lib.DDP_REC_MASKED:
+            ids.append(self._masked)
         sid = self.builder.stack_id(ids)
         if not unknown:
             self._stacks[key] = sid
@@ -182,7 +188,7 @@ class RecordConverter:
         group's bytes are compared with the cached stack's, so a collision costs time
         (per-record look-ups for that group), never a wrong stack."""
         hsize = ffi.sizeof("ddp_record")
-        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC
+        keep = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC | lib.DDP_REC_MASKED
         uniq, first, inv, counts = np.unique(hdr["stack_hash"][rows], return_index=True, return_inverse=True,
                                              return_counts=True)
         inv = inv.reshape(-1)
@@ -319,7 +325,7 @@ class RecordConverter:
         LOCK/PARK -> reclassified from the stack by the WaitClassifier, into ``late`` (added
         after ``rows`` on both of feed's paths, so they build the same profile)."""
         hsize = ffi.sizeof("ddp_record")
-        keep, invalid = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC, lib.DDP_REC_INVALID
+        keep, invalid = lib.DDP_REC_TRUNCATED | lib.DDP_REC_GC | lib.DDP_REC_MASKED, lib.DDP_REC_INVALID
         alloc_ev = _ALLOC if self.alloc is not None else -1
         waits = self.waits
         special_ev = (_LOCK, _PARK) if waits is not None else ()

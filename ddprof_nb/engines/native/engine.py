@@ -38,7 +38,7 @@ from .decode import RecordConverter
 from .lockpark import WaitClassifier
 from .nativeframes import NativeMerger
 from .session_notes import session_notes
-from .pools import attribute_pools
+from .pools import MASKED, attribute_pools
 from .session import Session, after_fork_child, cpu_thread_totals, native_alloc_threads, native_thread_totals
 
 _active: "NativeEngine | None" = None
@@ -349,6 +349,12 @@ class NativeEngine(Engine):
             if self._pool_stats.get("unseen_ns", 0) >= self.config.interval_ns:
                 cpu_notes.append(f"threads that run no Python: {format_duration(self._pool_stats['unseen_ns'])} of CPU "
                                  "went to threads that started and ended between two scans (not in the profile)")
+            if self._pool_stats.get("masked"):
+                cpu_notes.append(f"threads that run no Python: {self._pool_stats['masked']} thread(s) block the "
+                                 f"profiling signal (SIGPROF; numexpr's pool does): their "
+                                 f"{format_duration(self._pool_stats['masked_ns'])} of CPU was read from their clocks "
+                                 f"each tick, under their entry point's frames and {MASKED.name} (where inside "
+                                 "them it ran is unknown)")
             if self._pool_stats.get("beyond"):
                 cpu_notes.append(f"threads that run no Python: {self._pool_stats['beyond']} sightings of threads "
                                  "beyond the 256 sampled at once (their CPU is not in the profile; a thread that "

@@ -17,7 +17,10 @@ so a pool thread's C allocation (ALLOC, and its LIVE row at stop, recorded with 
 native stack by ``nalloc.c``) goes where its CPU would, its ``[malloc]``-like type leaf last.
 A WALL sample of such a thread goes under its caller only while it runs (blocked, it is
 waiting for work for all its sample can tell), and stays on its own thread: the caller's
-wall time is its own.
+wall time is its own.  Such a running WALL sample, and the CPU of a thread that blocks the
+profiling signal (read from its clock by the sampler, ending in ``[profiling signal blocked]``),
+hold only the thread's entry point's frames, from a walk that may have caught it waiting for
+work: the C runtime's frames at their leaf end (``pthread_cond_wait``) are not where it ran, and go.
 
 Limits: two Python threads inside one library at once get each pool sample by nearness in
 time alone; a pool that keeps working after its caller returned (asynchronous work) goes
@@ -39,9 +42,10 @@ from ...events import EventType, FrameKind
 from ...model import Frame, Profile, aggregate_columns, columns
 from ...render.format import format_bytes, format_duration
 
-__all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS"]
+__all__ = ["attribute_pools", "PoolResult", "NATIVE_THREADS", "MASKED"]
 
 NATIVE_THREADS = Frame("[native threads]", kind=FrameKind.THREAD)
+MASKED = Frame("[profiling signal blocked]", kind=FrameKind.ERROR)
 # the C runtime and loader: every thread starts and waits in them, no pool is theirs; nor is
 # the interpreter's (every Python thread is inside it: a thread starting or ending Python there,
 # its Python frames not yet or no longer there, would go to whichever Python thread ran)
@@ -156,7 +160,7 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     cpu = profile.event == _CPU
     observation = cpu & (profile.values[:, 0] == 0) & (profile.values[:, 1] == 0) & ~is_pool
     inside = _inside(profile, libs, ~is_pool)  # (any event a thread records of itself carries its native frames)
-    leaf_kept = [f.kind is FrameKind.ALLOC_TYPE for f in profile.frames]  # an allocation's type leaf stays
+    leaf_kept = [f.kind is FrameKind.ALLOC_TYPE or f == MASKED for f in profile.frames]  # type leaves, MASKED stay
     thread_col, stack_col = profile.thread.copy(), profile.stack.copy()
     running = [ls.get("state") == "cpu" for ls in profile.labelsets]
 
@@ -165,10 +169,10 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
         return tuple(f for i, f in enumerate(stack)
                      if not native_kind[f] and not (i and profile.frames[f].kind is FrameKind.TRUNCATED))
 
+    own_stacks = _own_stacks(profile, np.flatnonzero(is_pool).tolist(), libs, running)
     attributed: dict[int, int] = {}
     unattributed: dict[int, int] = {}
-    for row in np.flatnonzero(is_pool).tolist():
-        own = profile.stacks[int(profile.stack[row])]
+    for row, own in own_stacks.items():
         lib = next((libs[f] for f in own if libs[f] is not None), None)  # outermost non-runtime frame
         tid = int(tids[profile.thread[row]])
         name = names.get(tid) or profile.threads[profile.thread[row]].name or f"thread {tid}"
@@ -202,6 +206,39 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
     out = profile.replace(frames=tuple(t.frames), stacks=t.stacks, **columns(cols))
     n_threads = len(set(tids[np.unique(profile.thread[is_pool])].tolist())) if is_pool.any() else 0
     return PoolResult(out, attributed, unattributed, n_threads)
+
+
+def _own_stacks(profile: Profile, rows: list, libs: list, running: list) -> dict[int, tuple[int, ...]]:
+    """Each pool row's own frames (root first).  A masked thread's CPU row and a running WALL
+    row hold only the thread's entry point's frames, walked perhaps while it waited: the C
+    runtime's frames at their leaf end (``pthread_cond_wait``) are not where it ran, and go; a
+    masked row recorded before its thread was first caught waiting has no entry point, and
+    takes the one another of its rows has."""
+    masked = [f == MASKED for f in profile.frames]
+    native = [f.kind is FrameKind.NATIVE for f in profile.frames]
+
+    def entry_only(own) -> tuple[int, ...]:
+        end = len(own) - (bool(own) and masked[own[-1]])
+        j = end
+        while j > 0 and native[own[j - 1]] and libs[own[j - 1]] is None:
+            j -= 1
+        return tuple(own[:j]) + tuple(own[end:]) if j > 0 else tuple(own)
+
+    out: dict[int, tuple[int, ...]] = {}
+    entry: dict[int, tuple[int, ...]] = {}  # thread -> a masked row's entry point
+    for row in rows:
+        own = profile.stacks[int(profile.stack[row])]
+        if own and masked[own[-1]]:
+            own = entry_only(own)
+            if any(libs[f] is not None for f in own):
+                entry.setdefault(int(profile.thread[row]), own)
+        elif int(profile.event[row]) == _WALL and running[int(profile.labels[row])]:
+            own = entry_only(own)
+        out[row] = tuple(own)
+    for row, own in out.items():
+        if own and masked[own[-1]] and not any(libs[f] is not None for f in own):
+            out[row] = entry.get(int(profile.thread[row]), own)
+    return out
 
 
 def _nearest(seen: list[tuple[int, int, int]], t: int, window_ns: int, span_ns: int) -> int | None:

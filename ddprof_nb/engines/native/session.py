@@ -220,10 +220,11 @@ def native_thread_totals() -> tuple[dict[int, tuple[int, int]], dict[int, str], 
     CPU timer, as ``cpu_thread_totals`` gives Python threads', their OS names, and the
     sampler's counts about them."""
     n = lib.ddp_native_threads(ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL, 0)
-    out = ffi.new("uint64_t[9]")
-    lib.ddp_native_threads_stats(out, 9)
-    stats = dict(zip(("armed_max", "beyond", "timer_failures", "observations", "totals_dropped", "scans",
-                      "tails_ns", "unseen_ns", "evicted"), out))
+    names_of_stats = ("armed_max", "beyond", "timer_failures", "observations", "totals_dropped", "scans",
+                      "tails_ns", "unseen_ns", "evicted", "masked", "masked_ns")
+    out = ffi.new("uint64_t[]", len(names_of_stats))
+    lib.ddp_native_threads_stats(out, len(names_of_stats))
+    stats = dict(zip(names_of_stats, out))
     if n <= 0:
         return {}, {}, stats
     tid, used, sampled = ffi.new("int32_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
