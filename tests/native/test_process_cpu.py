@@ -148,3 +148,18 @@ def test_no_note_when_threads_that_run_no_python_are_sampled(pool_dir, work, aft
     notes = _coverage_notes(pool_dir, work, after=after, native_threads="attribute")
     # THEN nothing is said about CPU outside the profile
     assert notes == [], notes
+
+
+def test_the_profilers_threads_are_named_as_ours_though_gone_before_the_notes():
+    # GIVEN a session (its wall thread, which builds the unwind tables of libraries loaded meanwhile,
+    #   is joined at stop, before the notes are written)
+    r = run_script("""
+        e = NativeEngine(SamplerConfig.make(events=("cpu",)))
+        e.start()
+        burn(0.05)
+        e.stop()
+        emit(names=sorted(name for name, _ in e._cpu_at[1].threads.values()))
+        """)
+    # THEN the stop's snapshot has its name: its CPU is the profiler's own in the coverage note,
+    #   not a "thread <tid>" that ran no Python (before: unnamed, and read as such once gone)
+    assert "ddprof_nb-wall" in r["names"], r["names"]

@@ -265,8 +265,9 @@ class NativeEngine(Engine):
             self._session = None
             raise NotRunningError("this native profile was started in the parent process (before fork)")
         session, self._session = self._session, None
-        if self._cpu_at is not None:  # (before the drain thread is joined: its CPU is named as ours)
-            self._cpu_at = (self._cpu_at[0], process_cpu.snapshot())
+        if self._cpu_at is not None:  # (before our threads are joined: their CPU is named as ours; named now,
+            # since the wall thread, which builds the tables of libraries loaded in the session, is gone after)
+            self._cpu_at = (self._cpu_at[0], process_cpu.snapshot(names=True))
         try:
             session.stop()
         finally:
