@@ -1,5 +1,6 @@
 """Profile model benchmark: ingest 1,000,000 synthetic samples over 50,000 unique stacks,
-then time a focus filter, a top table, a pprof export, and loading that profile back with
+then time a focus filter, a top table, a merge and a trim of the stop pipeline (every stack
+re-interned), a pprof export, and loading that profile back with
 ``ddprof_nb.load`` from pprof, speedscope and folded files.  Prints a table.
 
     python benchmarks/bench_model.py [--samples 1000000] [--stacks 50000] [--no-load]
@@ -73,6 +74,16 @@ def main() -> None:
     rows = focused.top("cpu", n=50)
     t_top = time.perf_counter() - t0
 
+    # the stop pipeline's re-interning steps (every stack of the profile, each once)
+    from ddprof_nb.model import rooting, selection
+    t0 = time.perf_counter()
+    selection.merge(profile, focused)
+    t_merge = time.perf_counter() - t0
+    root = profile.frames[profile.stacks[0][0]]
+    t0 = time.perf_counter()
+    rooting.trim_prefix(profile, 1000, [(root.name, root.filename, root.first_line)], keep_last=False)
+    t_trim = time.perf_counter() - t0
+
     t_pprof = float("nan")
     try:
         from ddprof_nb.exporters import pprof
@@ -94,6 +105,8 @@ def main() -> None:
     print(f"{'focus filter (s)':<34}{t_focus:>16.3f}")
     print(f"{'top table (s)':<34}{t_top:>16.3f}")
     print(f"{'filter + top (s)':<34}{t_focus + t_top:>16.3f}   < 0.5")
+    print(f"{'merge with the focused view (s)':<34}{t_merge:>16.3f}")
+    print(f"{'trim a root frame (s)':<34}{t_trim:>16.3f}")
     print(f"{'pprof export (s)':<34}{t_pprof:>16.3f}")
     print(f"{'peak RSS growth (MiB)':<34}{peak_mb:>16.1f}")
     print(f"top function: {rows[0].name if rows else '-'}")

@@ -183,6 +183,7 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
     key = profile.stack.astype(np.int64) * nl + profile.labels.astype(np.int64)
     uniq, inverse = np.unique(key, return_inverse=True)
     tables = Interner()
+    known = tables.frame_ids(profile.frames)
     memo: dict[tuple[int, str | None], int] = {}
     new_ids = np.empty(len(uniq), dtype=np.int32)
     for k, u in enumerate(uniq.tolist()):
@@ -193,7 +194,7 @@ def fold_loop_frames(profile: Profile, keep_loop: bool = False, task_frames: str
         sid = memo.get(m)
         if sid is None:
             frames = tuple(profile.frames[i] for i in stack)
-            sid = memo[m] = tables.stack_of(
+            sid = memo[m] = known.stack_of(
                 _fold(frames, [classes[i] for i in stack], name, keep_loop, task_frames))
         new_ids[k] = sid
     return selection.restacked(profile, tables, new_ids[inverse])

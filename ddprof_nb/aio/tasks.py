@@ -587,7 +587,7 @@ class TaskSampler:
 def _copy_into(profile: Profile, sink: ProfileBuilder) -> None:
     """Add ``profile``'s samples to ``sink`` (times re-based on the sink's start)."""
     shift = profile.metadata.start_ns - sink.metadata.start_ns if sink.metadata.start_ns else 0
-    stack_map = [sink.stack_of(profile.stack_frames(i)) for i in range(len(profile.stacks))]
+    stack_map = sink.stacks_of(profile)
     thread_map = [sink.thread_id(t.tid, t.name) for t in profile.threads]
     label_map = [sink.labels_id(ls) for ls in profile.labelsets]
     if len(profile):

@@ -47,6 +47,20 @@ class Frame:
     line: int = 0
     first_line: int = 0
     kind: FrameKind = FrameKind.PYTHON
+    # Frames key the dicts that intern stacks: a 100-deep stack is 100 look-ups, and the
+    # generated hash (a tuple of the fields, an enum's among them) cost ~1.5 us each: ~1 s of
+    # a cell's stop for an import-heavy session.  Computed once; never pickled (str hashes
+    # differ between processes: __reduce__ rebuilds the frame).
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.name, self.filename, self.line, self.first_line, self.kind.value)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return (Frame, (self.name, self.filename, self.line, self.first_line, self.kind))
 
     @property
     def function_key(self) -> tuple:
@@ -337,6 +351,21 @@ class Interner:
         """Index of the stack made of these frames (root first)."""
         return self.stack_id([self.frame_id(f) for f in frames])
 
+    def stacks_of(self, profile) -> list[int]:
+        """Indexes of every stack of ``profile`` (a Profile), in its order: each of its
+        frames looked up once, not once per stack it is in."""
+        flat, offsets = profile.flat_stacks()
+        lut = np.full(len(profile.frames), -1, dtype=np.int64)
+        for i in np.unique(flat).tolist():
+            lut[i] = self.frame_id(profile.frames[i])
+        ids, bounds = lut[flat].tolist(), offsets.tolist()
+        return [self.stack_id(ids[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    def frame_ids(self, frames: Sequence[Frame]) -> "FrameIds":
+        """Stacks of these Frame objects interned by identity (``FrameIds``)."""
+        return FrameIds(self, frames)
+
+
     def thread_id(self, tid: int, name: str = "") -> int:
         key = Thread(int(tid), name or f"Thread {tid}")
         idx = self._threads.get(key)
@@ -370,3 +399,29 @@ class Interner:
         """The four tables by name, for ``Profile.replace``."""
         return dict(frames=list(self._frames), stacks=list(self._stacks),
                     threads=list(self._threads), labelsets=list(self._labelsets))
+
+
+class FrameIds:
+    """An Interner's stack look-up for stacks made mostly of one frame table's Frame objects
+    (a profile's, sliced or reordered by a transform): each of those is looked up once, then
+    found by identity; any other frame by value."""
+
+    def __init__(self, tables: Interner, frames: Sequence[Frame]):
+        self._tables = tables
+        self._frames = frames  # (kept alive: the identities below stay theirs)
+        self._index = {id(f): i for i, f in enumerate(frames)}
+        self._ids = [-1] * len(frames)
+
+    def stack_of(self, frames: Sequence[Frame]) -> int:
+        index, ids, frame_id = self._index, self._ids, self._tables.frame_id
+        out = []
+        for f in frames:
+            i = index.get(id(f))
+            if i is None:
+                out.append(frame_id(f))
+                continue
+            fid = ids[i]
+            if fid < 0:
+                fid = ids[i] = frame_id(f)
+            out.append(fid)
+        return self._tables.stack_id(out)

@@ -7,6 +7,7 @@ they never import this one.
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -117,9 +118,7 @@ class Profile:
             lengths = np.fromiter((len(s) for s in self.stacks), dtype=np.int64, count=len(self.stacks))
             offsets = np.zeros(len(self.stacks) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            flat = np.fromiter(
-                (f for s in self.stacks for f in s), dtype=np.int32, count=int(offsets[-1])
-            )
+            flat = np.fromiter(itertools.chain.from_iterable(self.stacks), dtype=np.int32, count=int(offsets[-1]))
             self._flat = (flat, offsets)
         return self._flat
 

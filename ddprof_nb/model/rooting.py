@@ -86,18 +86,17 @@ def trim_prefix(profile: Profile, thread_tid: int, prefix, keep_last: bool) -> P
     for s, t in zip(profile.stack.tolist(), profile.thread.tolist()):
         rows_by_stack.setdefault(s, set()).add(t)
 
-    def key(f: Frame):
-        return (f.name, f.filename, f.first_line)
+    keys = [(f.name, f.filename, f.first_line) for f in profile.frames]  # (once per frame, not per stack)
 
-    def trim(frames, ids):
-        if len(frames) > cut and all(key(f) == p for f, p in zip(frames[:len(prefix)], prefix)):
-            return frames[cut:]
-        return frames
+    def trim(ids):
+        if len(ids) > cut and all(keys[f] == p for f, p in zip(ids[:len(prefix)], prefix)):
+            return ids[cut:]
+        return ids
 
     # only the starting thread's stacks are trimmed; a stack shared with other threads
     # keeps its full form for them, so split by thread before mapping
     if any(len(ts - tids) and len(ts & tids) for ts in rows_by_stack.values()):
         other = selection.filter(profile, threads=[t.tid for i, t in enumerate(profile.threads) if i not in tids])
         mine = selection.filter(profile, threads=[thread_tid])
-        return selection.merge(selection.map_stacks(mine, trim), other)
-    return selection.map_stacks(profile, trim)
+        return selection.merge(selection.map_stack_ids(mine, trim), other)
+    return selection.map_stack_ids(profile, trim)

@@ -24,7 +24,7 @@ import numpy as np
 from ..events import EventType
 from .data import CSRStacks, Frame, Interner, aggregate_columns, columns, tick_for
 
-__all__ = ["filter", "merge", "map_stacks", "frame_matches", "compile_regex", "drop_threads_only_in"]
+__all__ = ["filter", "merge", "map_stacks", "map_stack_ids", "frame_matches", "compile_regex", "drop_threads_only_in"]
 
 
 def compile_regex(pattern: str | None, what: str = "regex"):
@@ -313,12 +313,26 @@ def map_stacks(profile: Profile, fn: Callable[[tuple[Frame, ...], tuple[int, ...
     Stacks that become equal are merged and their samples' values summed.
     """
     tables = Interner()
+    known = tables.frame_ids(profile.frames)
+    frames = profile.frames
     new_stack = np.fromiter(
-        (tables.stack_of(fn(tuple(profile.frames[i] for i in s), s)) for s in profile.stacks),
+        (known.stack_of(fn(tuple(frames[i] for i in s), s)) for s in profile.stacks),
         dtype=np.int32,
         count=len(profile.stacks),
     )
     return restacked(profile, tables, new_stack[profile.stack] if len(profile) else profile.stack)
+
+
+def map_stack_ids(profile: Profile, fn: Callable[[tuple[int, ...]], Sequence[int]]) -> Profile:
+    """A new Profile whose every stack is ``fn(frame_indexes)`` (root first, indexes into the
+    same frame table, which is kept: a frame no stack holds any more stays in it, as ``hide``
+    leaves it).  Stacks that become equal are merged and their samples' values summed."""
+    interned: dict[tuple[int, ...], int] = {}
+    new_stack = np.fromiter((interned.setdefault(tuple(fn(s)), len(interned)) for s in profile.stacks),
+                            dtype=np.int32, count=len(profile.stacks))
+    cols = aggregate_columns(profile.event, new_stack[profile.stack] if len(profile) else profile.stack,
+                             profile.thread, profile.labels, profile.time_ns, profile.values)
+    return profile.replace(stacks=list(interned), **columns(cols))
 
 
 def restacked(profile: Profile, tables: Interner, row_stack: np.ndarray, keep: np.ndarray | None = None) -> Profile:
@@ -382,7 +396,7 @@ def merge(*profiles: Profile, labels: Sequence[Mapping[str, object] | None] | No
     tables = Interner()
     parts = []
     for p, extra in zip(profiles, labels):
-        stack_map = np.array([tables.stack_of(p.stack_frames(i)) for i in range(len(p.stacks))] or [0], dtype=np.int32)
+        stack_map = np.array(tables.stacks_of(p) or [0], dtype=np.int32)
         thread_map = np.array([tables.thread_id(t.tid, t.name) for t in p.threads] or [0], dtype=np.int32)
         label_map = np.array(
             [tables.labels_id(ls.merged(extra) if extra else ls) for ls in p.labelsets] or [0], dtype=np.int32

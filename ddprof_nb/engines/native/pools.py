@@ -198,8 +198,12 @@ def attribute_pools(profile: Profile, native_tids: set[int], names: dict[int, st
             if event != _WALL:  # (a thread's wall time is its own: on the caller's it would count twice)
                 thread_col[row] = profile.thread[caller]
     if not keep_native:
+        mapped: dict[int, int] = {}  # (per stack, not per row)
         for row in np.flatnonzero(~is_pool).tolist():
-            stack_col[row] = t.stack(python_only(profile.stacks[int(profile.stack[row])]))
+            sid = int(profile.stack[row])
+            if sid not in mapped:
+                mapped[sid] = t.stack(python_only(profile.stacks[sid]))
+            stack_col[row] = mapped[sid]
     keep = ~observation
     cols = aggregate_columns(profile.event[keep], stack_col[keep], thread_col[keep], profile.labels[keep],
                              profile.time_ns[keep], profile.values[keep])
