@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coexist_helpers import run_snippet
+from coexist_helpers import SANITIZED, run_snippet
 
 
 @pytest.mark.lockpark
@@ -124,6 +124,15 @@ def test_fork_during_start_and_stop():
     bad = [(i, s) for i, s in enumerate(r["statuses"]) if s != 0]
     if bad:  # (printed whole: pytest cuts a long assertion message, and with it the hung child's stacks)
         print(run.stderr[-20000:])
+    if SANITIZED:
+        # (libasan keeps per-thread state a forked child inherits from threads that are gone in
+        # it: a child's new thread can trip the runtime's own check of it and abort, SIGABRT, with
+        # nothing of ours on the stack; seen once in 60 forks.  Such aborts are told apart by
+        # that message, and a few are let by; any other failure still fails)
+        runtime = run.stderr.count('"((0)) == ((AsanTSDGet()))"')
+        aborts = [b for b in bad if b[1] == -6]
+        if runtime and len(aborts) <= min(runtime, 2):
+            bad = [b for b in bad if b[1] != -6]
     assert not bad, f"{len(bad)} of {len(r['statuses'])} children failed (fork number, exit status): {bad}"
     assert len(r["statuses"]) >= 30, r
     # AND forks really raced with many start/stop cycles, and the parent still profiles
