@@ -283,9 +283,32 @@ def print_native_stacks(pid):
     except (OSError, subprocess.SubprocessError) as exc:
         got, out = None, f"gdb failed: {exc!r}"
     keep = [ln for ln in out.splitlines() if ln.startswith(("#", "Thread"))]
-    if not keep:  # (no stack: say why, from what gdb printed)
-        keep = (out + (got.stderr if got else "")).splitlines()[-12:]
+    if not keep:  # (no stack: say why, from what gdb printed, and what the kernel says of each thread)
+        keep = (out + (got.stderr if got else "")).splitlines()[-12:] + kernel_view(pid)
     print(f"process {pid} hung; its threads' stacks:\n" + "\n".join(keep), file=sys.stderr, flush=True)
+
+
+def kernel_view(pid) -> list[str]:
+    """Each thread's state, wait channel, syscall line and kernel stack from /proc: what is left
+    to see when gdb cannot attach (a thread stuck in the kernel keeps ptrace from stopping it;
+    seen once, a yappi cell's dlopen under ASan, when gdb timed out after 60 s)."""
+    out = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as exc:
+        return [f"/proc/{pid}/task: {exc}"]
+    for tid in tids:
+        def read(name):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                    return f.read().strip()
+            except OSError as exc:
+                return f"({exc.strerror})"
+        stat = read("stat")
+        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+        out.append(f"thread {tid} {read('comm')!r} state {state} wchan {read('wchan')!r} syscall {read('syscall')!r}")
+        out += ["    " + line for line in read("stack").splitlines()[:12]]
+    return out
 
 
 # ---- the other tools ---------------------------------------------------------------------------
