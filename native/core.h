@@ -108,6 +108,8 @@ extern uintptr_t sess_gil_lo, sess_gil_hi; /* the GIL's address range (a futex t
 
 /* ---- what /proc says of a thread (taskstate.c; wall thread) ------------------------------ */
 ssize_t task_syscall_line(int32_t tid, char *buf, size_t cap); /* its syscall line, NUL-ended; <= 0 unreadable */
+/* /proc/self/task/<tid>/<name> read once into buf, NUL-ended, opened and closed (any thread may call) */
+ssize_t task_file_read(int32_t tid, const char *name, char *buf, size_t cap);
 int task_syscall_regs(const char *line, uint64_t *sp, uint64_t *pc); /* a blocked thread's sp, pc; 0: none */
 int thread_runnable(int32_t tid);       /* on a CPU or preempted, not blocked */
 void task_files_close(void);            /* the files kept open between reads */

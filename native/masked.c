@@ -41,16 +41,9 @@ static int64_t clock_of(clockid_t c)
 
 int masks_sigprof(int32_t tid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[4096];
+    if (task_file_read(tid, "status", buf, sizeof buf) <= 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     const char *line = strstr(buf, "\nSigBlk:");
     return line && (strtoull(line + 8, NULL, 16) >> (SIGPROF - 1)) & 1;
 }

@@ -428,16 +428,9 @@ static void seen(int32_t tid, int32_t self, int64_t *ran)
 static int observe(slot_t *s, int64_t ts, int mode)
 {
     int32_t tid = atomic_load(&s->tid);
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[256];
+    if (task_file_read(tid, "syscall", buf, sizeof buf) <= 0) /* (not the wall thread's kept files: any thread) */
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     uint64_t sp, pc;
     if (!task_syscall_regs(buf, &sp, &pc)) /* "running": its own samples say where */
         return 0;

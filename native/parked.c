@@ -17,16 +17,9 @@
 
 static int blocked_kind(int32_t tid)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[256];
+    if (task_file_read(tid, "syscall", buf, sizeof buf) <= 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     char *end;
     long nr = strtol(buf, &end, 10);
     if (end == buf)

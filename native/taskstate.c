@@ -48,6 +48,21 @@ void task_files_close(void)
         kept_close(&kept[nkept - 1]);
 }
 
+ssize_t task_file_read(int32_t tid, const char *name, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return n;
+}
+
 ssize_t task_syscall_line(int32_t tid, char *buf, size_t cap)
 {
     int64_t now = ddp_now_ns();
